@@ -1,0 +1,49 @@
+"""Constants shared across shardlab: units, precisions, optimizers and the seeds' defaults.
+
+Units: memory in bytes unless a name ends in ``_gb``; one GB here is 2**30 bytes, as in the
+seed papers' code and in TorchRec's planner. Times are in milliseconds (``_ms``).
+"""
+
+from __future__ import annotations
+
+#: Bytes in one "GB" (2**30, the convention of the seeds and TorchRec).
+GB = 1024**3
+
+#: Number of reuse-factor bins (ALGORITHMS.md section 1): bin i holds unique rows accessed
+#: (2**(i-1), 2**i] times in one batch; bin 0 = exactly once, bin 16 = more than 32768 times.
+N_REUSE_BINS = 17
+
+#: Features per table (ALGORITHMS.md section 2): dim, rows, pooling_factor, size, 17 reuse bins.
+N_TABLE_FEATURES = 4 + N_REUSE_BINS
+FEATURE_NAMES = ("dim", "rows", "pooling_factor", "size") + tuple(
+    f"reuse_bin_{i}" for i in range(N_REUSE_BINS)
+)
+
+#: Embedding dims must be multiples of this (fbgemm TBE requirement).
+DIM_MULTIPLE = 4
+
+#: Bytes per stored weight for the supported training precisions.
+BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2}
+
+#: Optimizers TBE trains with on CPU and CUDA (STACK_NOTES.md).
+OPTIMIZERS = ("exact_sgd", "exact_rowwise_adagrad", "exact_adagrad")
+
+#: Optimizer state in bytes, as (bytes per row, bytes per weight). Row-wise Adagrad keeps one
+#: fp32 accumulator per row; full Adagrad one fp32 accumulator per weight; SGD keeps nothing.
+OPTIMIZER_STATE_BYTES = {
+    "exact_sgd": (0, 0),
+    "exact_rowwise_adagrad": (4, 0),
+    "exact_adagrad": (0, 4),
+}
+
+#: The seeds' global batch size.
+DEFAULT_BATCH_SIZE = 65536
+
+#: Dims the seeds draw for tasks and augmentation (NeuroShard augments at each of these).
+SEED_DIMS = (4, 8, 16, 32, 64, 128)
+
+#: Tolerance on the sum of reuse bins (JSON files round them).
+BIN_SUM_TOLERANCE = 1e-3
+
+#: Name of the default shipped table pool.
+DEFAULT_POOL = "dlrm-synth"

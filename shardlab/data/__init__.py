@@ -1,0 +1,1 @@
+"""Data: table pools, the DLRM dataset loader, the synthetic generator, tasks, augmentation."""

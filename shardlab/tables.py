@@ -1,0 +1,273 @@
+"""Tables and tasks: immutable, validated values matching the Task JSON of INTERFACES.md.
+
+A :class:`Table` is one embedding table (rows x dim weights, a mean pooling factor and the
+17-bin reuse histogram of its lookups). A :class:`Task` is a sharding problem: tables, device
+count, memory cap per device (GB = 2**30 bytes), global batch size, weight precision and
+optimizer. Invalid values raise :class:`~shardlab.errors.ShardlabError` with one line naming
+the table and the field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from shardlab import constants as C
+from shardlab.errors import InfeasibleError, ShardlabError, field_error
+
+
+def _as_int(owner: str, name: str, value: Any, minimum: int) -> int:
+    """Return ``value`` as an int >= ``minimum`` or raise a one-line error naming the field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise field_error(owner, name, value, "must be an integer")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise field_error(owner, name, value, "must be an integer")
+        value = int(value)
+    if value < minimum:
+        raise field_error(owner, name, value, f"must be >= {minimum}")
+    return int(value)
+
+
+def _as_float(owner: str, name: str, value: Any, minimum: float, strict: bool = False) -> float:
+    """Return ``value`` as a finite float >= ``minimum`` (> if ``strict``) or raise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise field_error(owner, name, value, "must be a number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise field_error(owner, name, value, "must be finite")
+    if value < minimum or (strict and value == minimum):
+        raise field_error(owner, name, value, f"must be {'>' if strict else '>='} {minimum}")
+    return value
+
+
+def block_bytes(rows: int, cols: int, precision: str, optimizer: str) -> int:
+    """Bytes to hold a block of ``rows`` x ``cols`` weights plus its optimizer state.
+
+    Weights take ``BYTES_PER_WEIGHT[precision]`` each; optimizer state follows
+    ``OPTIMIZER_STATE_BYTES`` (row-wise Adagrad: 4 bytes per row of every block).
+    """
+    per_row, per_weight = C.OPTIMIZER_STATE_BYTES[optimizer]
+    return rows * cols * (C.BYTES_PER_WEIGHT[precision] + per_weight) + rows * per_row
+
+
+@dataclass(frozen=True)
+class Table:
+    """One embedding table.
+
+    Fields: ``rows`` (hash size), ``dim`` (columns, multiple of 4), ``pooling_factor`` (mean
+    indices per sample), ``reuse_bins`` (17 fractions of the unique rows touched in one batch,
+    by access count, summing to 1; all zero only for a table with pooling factor 0).
+    Optional: ``source`` (where it came from), ``index_seed`` and ``distribution`` (the
+    generator's parameters, enough to regenerate its lookups deterministically).
+    """
+
+    name: str
+    rows: int
+    dim: int
+    pooling_factor: float
+    reuse_bins: tuple[float, ...]
+    source: str | None = None
+    index_seed: int | None = None
+    distribution: tuple[tuple[str, Any], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise field_error("table", "name", self.name, "must be a non-empty string")
+        owner = f"table '{self.name}'"
+        object.__setattr__(self, "rows", _as_int(owner, "rows", self.rows, 1))
+        dim = _as_int(owner, "dim", self.dim, C.DIM_MULTIPLE)
+        if dim % C.DIM_MULTIPLE:
+            raise field_error(owner, "dim", dim, f"must be a multiple of {C.DIM_MULTIPLE}")
+        object.__setattr__(self, "dim", dim)
+        pf = _as_float(owner, "pooling_factor", self.pooling_factor, 0.0)
+        object.__setattr__(self, "pooling_factor", pf)
+        bins = self.reuse_bins
+        if isinstance(bins, (str, bytes)) or not isinstance(bins, Iterable):
+            raise field_error(owner, "reuse_bins", bins, f"must be a list of {C.N_REUSE_BINS} fractions")
+        bins = tuple(_as_float(owner, "reuse_bins", b, 0.0) for b in bins)
+        if len(bins) != C.N_REUSE_BINS:
+            raise field_error(owner, "reuse_bins", f"{len(bins)} values", f"must have {C.N_REUSE_BINS}")
+        if any(b > 1.0 for b in bins):
+            raise field_error(owner, "reuse_bins", max(bins), "must hold fractions in [0, 1]")
+        total = sum(bins)
+        empty_ok = pf == 0.0 and total == 0.0
+        if not empty_ok and abs(total - 1.0) > C.BIN_SUM_TOLERANCE:
+            raise field_error(owner, "reuse_bins", f"sum {total:.6f}", "must sum to 1")
+        object.__setattr__(self, "reuse_bins", bins)
+        if self.index_seed is not None:
+            object.__setattr__(self, "index_seed", _as_int(owner, "index_seed", self.index_seed, 0))
+        dist = self.distribution
+        if isinstance(dist, Mapping):
+            dist = tuple(sorted(dist.items()))
+        try:
+            dist = tuple((str(k), v) for k, v in dist)
+        except (TypeError, ValueError):
+            raise field_error(owner, "distribution", dist, "must be a mapping of parameters") from None
+        object.__setattr__(self, "distribution", dist)
+
+    @property
+    def size(self) -> int:
+        """Number of weights, rows x dim."""
+        return self.rows * self.dim
+
+    @property
+    def distribution_params(self) -> dict[str, Any]:
+        """The generator parameters as a dict (empty for tables without one)."""
+        return dict(self.distribution)
+
+    def memory_bytes(self, precision: str = "fp32", optimizer: str = "exact_sgd") -> int:
+        """Bytes of the whole table, weights plus optimizer state."""
+        return block_bytes(self.rows, self.dim, precision, optimizer)
+
+    def with_dim(self, dim: int, name: str | None = None) -> "Table":
+        """A copy with another dim (and optionally another name); lookups are unchanged."""
+        return Table(name or self.name, self.rows, dim, self.pooling_factor, self.reuse_bins,
+                     self.source, self.index_seed, self.distribution)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The table as Task JSON (optional fields only when set)."""
+        out: dict[str, Any] = {"name": self.name, "rows": self.rows, "dim": self.dim,
+                               "pooling_factor": self.pooling_factor,
+                               "reuse_bins": list(self.reuse_bins)}
+        if self.source is not None:
+            out["source"] = self.source
+        if self.index_seed is not None:
+            out["index_seed"] = self.index_seed
+        if self.distribution:
+            out["distribution"] = dict(self.distribution)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Table":
+        """Parse Task JSON's table entry; raises naming the table and the missing/bad field."""
+        if not isinstance(data, Mapping):
+            raise ShardlabError(f"table entry must be an object, got {type(data).__name__}")
+        owner = f"table '{data.get('name', '?')}'"
+        for key in ("name", "rows", "dim", "pooling_factor", "reuse_bins"):
+            if key not in data:
+                raise ShardlabError(f"{owner}: field '{key}' is missing")
+        known = {"name", "rows", "dim", "pooling_factor", "reuse_bins", "source", "index_seed",
+                 "distribution"}
+        extra = sorted(set(data) - known)
+        if extra:
+            raise ShardlabError(f"{owner}: field '{extra[0]}' is not a Table field")
+        return cls(data["name"], data["rows"], data["dim"], data["pooling_factor"],
+                   data["reuse_bins"], data.get("source"), data.get("index_seed"),
+                   data.get("distribution") or ())
+
+
+@dataclass(frozen=True)
+class Task:
+    """One sharding problem: ``tables`` over ``ngpu`` devices of ``mem_cap_gb`` GB each.
+
+    ``batch_size`` is the global batch (samples), ``weights_precision`` one of fp32/fp16 and
+    ``optimizer`` one of ``constants.OPTIMIZERS``.
+    """
+
+    name: str
+    ngpu: int
+    mem_cap_gb: float
+    tables: tuple[Table, ...]
+    batch_size: int = C.DEFAULT_BATCH_SIZE
+    weights_precision: str = "fp32"
+    optimizer: str = "exact_sgd"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise field_error("task", "name", self.name, "must be a non-empty string")
+        owner = f"task '{self.name}'"
+        object.__setattr__(self, "ngpu", _as_int(owner, "ngpu", self.ngpu, 1))
+        object.__setattr__(self, "mem_cap_gb",
+                           _as_float(owner, "mem_cap_gb", self.mem_cap_gb, 0.0, strict=True))
+        object.__setattr__(self, "batch_size", _as_int(owner, "batch_size", self.batch_size, 1))
+        if self.weights_precision not in C.BYTES_PER_WEIGHT:
+            raise field_error(owner, "weights_precision", self.weights_precision,
+                              f"must be one of {sorted(C.BYTES_PER_WEIGHT)}")
+        if self.optimizer not in C.OPTIMIZERS:
+            raise field_error(owner, "optimizer", self.optimizer, f"must be one of {list(C.OPTIMIZERS)}")
+        tables = tuple(self.tables)
+        if not tables:
+            raise field_error(owner, "tables", [], "must hold at least one table")
+        seen: set[str] = set()
+        for t in tables:
+            if not isinstance(t, Table):
+                raise field_error(owner, "tables", t, "must hold Table values")
+            if t.name in seen:
+                raise ShardlabError(f"{owner}: table '{t.name}' appears twice (field 'name')")
+            seen.add(t.name)
+        object.__setattr__(self, "tables", tables)
+
+    @property
+    def mem_cap_bytes(self) -> int:
+        """The memory cap per device in bytes."""
+        return int(self.mem_cap_gb * C.GB)
+
+    def table(self, name: str) -> Table:
+        """The table called ``name`` (KeyError naming it if absent)."""
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise KeyError(f"task '{self.name}' has no table '{name}'")
+
+    def block_bytes(self, rows: int, cols: int) -> int:
+        """Bytes of a rows x cols block under this task's precision and optimizer."""
+        return block_bytes(rows, cols, self.weights_precision, self.optimizer)
+
+    def table_bytes(self, table: Table) -> int:
+        """Bytes of a whole table under this task's precision and optimizer."""
+        return table.memory_bytes(self.weights_precision, self.optimizer)
+
+    def check_feasible(self, column_wise: bool = False) -> None:
+        """Raise :class:`InfeasibleError` if no plan can meet the cap.
+
+        Each table must fit one device whole (or, with ``column_wise``, as its narrowest
+        column split); all tables together must fit ``ngpu`` devices. The error names the
+        table that does not fit and by how many GB.
+        """
+        cap = self.mem_cap_bytes
+        for t in self.tables:
+            cols = t.dim
+            if column_wise:
+                while cols % (2 * C.DIM_MULTIPLE) == 0:
+                    cols //= 2
+            need = self.block_bytes(t.rows, cols)
+            if need > cap:
+                what = "its narrowest column shard" if column_wise and cols != t.dim else "it"
+                raise InfeasibleError(
+                    f"task '{self.name}': table '{t.name}' does not fit: {what} needs "
+                    f"{need / C.GB:.3f} GB, {(need - cap) / C.GB:.3f} GB over the "
+                    f"{self.mem_cap_gb:g} GB cap per device", t.name, (need - cap) / C.GB)
+        total = sum(self.table_bytes(t) for t in self.tables)
+        if total > cap * self.ngpu:
+            excess = (total - cap * self.ngpu) / C.GB
+            raise InfeasibleError(
+                f"task '{self.name}': tables need {total / C.GB:.3f} GB in all, {excess:.3f} GB over "
+                f"{self.ngpu} x {self.mem_cap_gb:g} GB", None, excess)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The task as Task JSON."""
+        return {"name": self.name, "ngpu": self.ngpu, "mem_cap_gb": self.mem_cap_gb,
+                "batch_size": self.batch_size, "weights_precision": self.weights_precision,
+                "optimizer": self.optimizer, "tables": [t.to_dict() for t in self.tables]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Task":
+        """Parse Task JSON; raises naming the task/table and the missing or bad field."""
+        if not isinstance(data, Mapping):
+            raise ShardlabError(f"task must be a JSON object, got {type(data).__name__}")
+        owner = f"task '{data.get('name', '?')}'"
+        for key in ("name", "ngpu", "mem_cap_gb", "tables"):
+            if key not in data:
+                raise ShardlabError(f"{owner}: field '{key}' is missing")
+        known = {"name", "ngpu", "mem_cap_gb", "batch_size", "weights_precision", "optimizer", "tables"}
+        extra = sorted(set(data) - known)
+        if extra:
+            raise ShardlabError(f"{owner}: field '{extra[0]}' is not a Task field")
+        if not isinstance(data["tables"], list):
+            raise field_error(owner, "tables", data["tables"], "must be a list")
+        return cls(data["name"], data["ngpu"], data["mem_cap_gb"],
+                   tuple(Table.from_dict(t) for t in data["tables"]),
+                   data.get("batch_size", C.DEFAULT_BATCH_SIZE),
+                   data.get("weights_precision", "fp32"), data.get("optimizer", "exact_sgd"))
