@@ -1,0 +1,5 @@
+import sys
+
+from shardlab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,125 @@
+"""The ``shardlab`` command line (INTERFACES.md). Verbs so far: ``tasks`` and ``shard``.
+
+Each verb prints a one-line summary (or, with ``--json``, the machine-readable result) and
+exits non-zero with one line naming the bad input on error. The CLI holds no logic of its
+own: it parses arguments and calls the package, as the notebooks do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from shardlab import constants as C
+from shardlab.errors import ShardlabError
+
+
+def _dims(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--dims must be comma-separated integers, got {text!r}") from None
+
+
+def _emit(args: argparse.Namespace, summary: str, data: object) -> None:
+    print(json.dumps(data, indent=1) if args.json else summary)
+
+
+def cmd_tasks(args: argparse.Namespace) -> None:
+    """Generate a task from a shipped pool (or an imported table list) and save it."""
+    from shardlab.data.tasks import generate_task
+    from shardlab.io import save_task
+
+    tables = None
+    if args.tables:
+        from shardlab.data.importers import load_table_list
+
+        tables = load_table_list(args.tables, batch_size=args.batch_size,
+                                 assume_zipf=args.assume_zipf, seed=args.seed)
+    ntables = args.ntables if args.ntables is not None else (len(tables) if tables else 50)
+    task = generate_task(pool=args.pool, ntables=ntables, ngpu=args.ngpu, mem_cap_gb=args.mem_gb,
+                         batch_size=args.batch_size, seed=args.seed, split=args.split,
+                         dims=args.dims, weights_precision=args.precision,
+                         optimizer=args.optimizer, name=args.name, tables=tables)
+    if args.out:
+        save_task(task, args.out)
+    total_gb = sum(task.table_bytes(t) for t in task.tables) / C.GB
+    where = f" -> {args.out}" if args.out else ""
+    _emit(args, f"task {task.name}: {len(task.tables)} tables, {task.ngpu} GPUs x "
+                f"{task.mem_cap_gb:g} GB, batch {task.batch_size}, {total_gb:.2f} GB of tables{where}",
+          task.to_dict())
+
+
+def cmd_shard(args: argparse.Namespace) -> None:
+    """Shard a task with one method and save the plan."""
+    from shardlab.io import load_task, save_plan
+    from shardlab.loads import device_loads, imbalance
+    from shardlab.search import get_sharder, run_sharder
+
+    task = load_task(args.task)
+    plan = run_sharder(get_sharder(args.method), task, args.seed)
+    if args.out:
+        save_plan(plan, args.out)
+    loads = device_loads(task, plan)
+    where = f" -> {args.out}" if args.out else ""
+    _emit(args, f"plan {plan.method} for {task.name}: {len(plan.placements)} blocks on {plan.ngpu} GPUs, "
+                f"max memory {max(l.mem_gb for l in loads):.2f}/{task.mem_cap_gb:g} GB, dim-sum max/mean "
+                f"{imbalance([l.dim_sum for l in loads]):.3f}, {plan.search_seconds:.3f} s{where}",
+          plan.to_dict())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every verb that works so far."""
+    from shardlab.search import sharder_names
+
+    parser = argparse.ArgumentParser(prog="shardlab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="verb", required=True)
+
+    p = sub.add_parser("tasks", help="generate a sharding task (Task JSON)")
+    p.add_argument("--pool", default=C.DEFAULT_POOL, help="shipped table pool (default %(default)s)")
+    p.add_argument("--split", default="test", choices=["train", "test", "all"],
+                   help="which half of the pool to draw from (default %(default)s)")
+    p.add_argument("--tables", help="draw from a JSON/CSV table list instead of a pool")
+    p.add_argument("--assume-zipf", type=float, default=None, metavar="ALPHA",
+                   help="for --tables without reuse_bins: compute them from Zipf(ALPHA) lookups")
+    p.add_argument("--ntables", type=int, default=None, help="tables in the task (default 50)")
+    p.add_argument("--ngpu", type=int, default=4)
+    p.add_argument("--mem-gb", type=float, default=4.0, help="memory cap per device, GB")
+    p.add_argument("--batch-size", type=int, default=C.DEFAULT_BATCH_SIZE)
+    p.add_argument("--dims", type=_dims, default=list(C.SEED_DIMS), help="comma-separated dims to draw from")
+    p.add_argument("--precision", default="fp32", choices=sorted(C.BYTES_PER_WEIGHT))
+    p.add_argument("--optimizer", default="exact_sgd", choices=list(C.OPTIMIZERS))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--name", default=None, help="task name (default derived from the arguments)")
+    p.add_argument("--out", help="where to write the Task JSON")
+    p.add_argument("--json", action="store_true", help="print the Task JSON to stdout")
+    p.set_defaults(func=cmd_tasks)
+
+    p = sub.add_parser("shard", help="shard a task with one method (Plan JSON)")
+    p.add_argument("task", help="Task JSON file")
+    p.add_argument("--method", required=True, choices=sharder_names())
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="where to write the Plan JSON")
+    p.add_argument("--json", action="store_true", help="print the Plan JSON to stdout")
+    p.set_defaults(func=cmd_shard)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``shardlab`` / ``python -m shardlab``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except ShardlabError as e:
+        print(f"shardlab: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("shardlab: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

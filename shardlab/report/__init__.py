@@ -1,0 +1,1 @@
+"""Reporting: figures (plotly), later widgets and HTML reports."""

@@ -1,0 +1,93 @@
+"""The :class:`Sharder` protocol, the registry of sharders, and greedy placement state.
+
+A sharder maps a :class:`~shardlab.tables.Task` to a valid :class:`~shardlab.plan.Plan`;
+the same task and seed always give the same plan. Register a new one with
+:func:`register_sharder` (see README, "Adding a sharder").
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Protocol, runtime_checkable
+
+from shardlab import constants as C
+from shardlab.errors import InfeasibleError, ShardlabError
+from shardlab.plan import Plan, validate_plan
+from shardlab.tables import Table, Task
+
+
+@runtime_checkable
+class Sharder(Protocol):
+    """Anything with a ``name`` and ``shard(task, seed) -> Plan``."""
+
+    name: str
+
+    def shard(self, task: Task, seed: int = 0) -> Plan:
+        """Return a memory-feasible plan for ``task``; deterministic for a given ``seed``."""
+        ...
+
+
+_REGISTRY: dict[str, Callable[[], Sharder]] = {}
+
+
+def register_sharder(name: str, factory: Callable[[], Sharder]) -> None:
+    """Make ``factory()`` available as ``get_sharder(name)`` and on the command line."""
+    _REGISTRY[name] = factory
+
+
+def sharder_names() -> list[str]:
+    """Names of the registered sharders, in registration order."""
+    return list(_REGISTRY)
+
+
+def get_sharder(name: str) -> Sharder:
+    """A new instance of the sharder called ``name`` (one-line error listing the known ones)."""
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise ShardlabError(f"method '{name}' is not a sharder; known: {', '.join(_REGISTRY)}") from None
+
+
+def run_sharder(sharder: Sharder, task: Task, seed: int = 0) -> Plan:
+    """Run ``sharder`` on ``task``, time it (``Plan.search_seconds``, s) and validate the plan."""
+    start = time.perf_counter()
+    plan = sharder.shard(task, seed)
+    elapsed = time.perf_counter() - start
+    plan = Plan(plan.task, plan.method, plan.ngpu, plan.placements, plan.seed, elapsed)
+    validate_plan(task, plan)
+    return plan
+
+
+def run_sharders(task: Task, methods: list[str], seed: int = 0) -> dict[str, Plan]:
+    """Run each named sharder on ``task``; returns method name -> validated plan."""
+    return {m: run_sharder(get_sharder(m), task, seed) for m in methods}
+
+
+class DeviceState:
+    """Memory used (bytes) and accumulated weight per device during a greedy placement."""
+
+    def __init__(self, task: Task):
+        self.task = task
+        self.mem = [0] * task.ngpu
+        self.weight = [0.0] * task.ngpu
+
+    def fits(self, device: int, table: Table) -> bool:
+        """Whether ``table`` fits on ``device`` under the cap."""
+        return self.mem[device] + self.task.table_bytes(table) <= self.task.mem_cap_bytes
+
+    def feasible_devices(self, table: Table) -> list[int]:
+        """Devices where ``table`` fits; raises :class:`InfeasibleError` when there is none."""
+        devices = [d for d in range(self.task.ngpu) if self.fits(d, table)]
+        if not devices:
+            need = self.task.table_bytes(table)
+            free = self.task.mem_cap_bytes - min(self.mem)
+            raise InfeasibleError(
+                f"task '{self.task.name}': table '{table.name}' fits no device: it needs "
+                f"{need / C.GB:.3f} GB, the emptiest device has {free / C.GB:.3f} GB free "
+                f"({(need - free) / C.GB:.3f} GB short)", table.name, (need - free) / C.GB)
+        return devices
+
+    def place(self, device: int, table: Table, weight: float = 0.0) -> None:
+        """Account ``table`` (and its ``weight``) on ``device``."""
+        self.mem[device] += self.task.table_bytes(table)
+        self.weight[device] += weight

@@ -1,0 +1,22 @@
+"""Shared fixtures: small hand-made tables and tasks (no pool, no generator)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardlab import Table, Task
+
+UNIFORM_BINS = tuple([1.0] + [0.0] * 16)
+
+
+def make_table(name: str, rows: int = 1000, dim: int = 16, pf: float = 2.0) -> Table:
+    """A small valid table with every access in bin 0."""
+    return Table(name, rows, dim, pf, UNIFORM_BINS)
+
+
+@pytest.fixture
+def small_task() -> Task:
+    """Six tables of varied size over 3 devices with a roomy cap."""
+    tables = tuple(make_table(f"t{i}", rows=1000 * (i + 1), dim=4 * (i + 1), pf=1.0 + i)
+                   for i in range(6))
+    return Task("small", 3, 1.0, tables, batch_size=1024)
