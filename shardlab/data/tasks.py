@@ -74,7 +74,7 @@ def generate_task(pool: str = C.DEFAULT_POOL, ntables: int = 50, ngpu: int = 4,
             if len(chosen) == ntables:
                 break
         if len(chosen) < ntables:
-            raise InfeasibleError(f"task '{label}': only {len(chosen)} tables of the pool fit the "
+            raise InfeasibleError(f"task '{label}': only {len(chosen)} of the candidate tables fit the "
                                   f"{mem_cap_gb:g} GB cap at any dim, {ntables} asked")
         if total <= max_fill * cap * ngpu:
             return Task(label, ngpu, mem_cap_gb, tuple(chosen), batch_size, weights_precision,

@@ -86,3 +86,14 @@ def _fmt(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "" if value is None else str(value)
+
+
+def task_summary(task: Task) -> str:
+    """One line describing a task: tables, devices, cap (GB), batch, total table memory (GB)."""
+    from shardlab.constants import GB
+
+    total = sum(task.table_bytes(t) for t in task.tables) / GB
+    dims = sorted({t.dim for t in task.tables})
+    return (f"task {task.name}: {len(task.tables)} tables (dims {dims}), {task.ngpu} GPUs x "
+            f"{task.mem_cap_gb:g} GB, batch {task.batch_size}, {task.weights_precision}, "
+            f"{task.optimizer}; tables use {total:.2f} GB of {task.ngpu * task.mem_cap_gb:g} GB")

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Set up .venv (scripts/setup.sh), then run every test in one pytest session: the unit and
+# integration tests in tests/, and every notebook in notebooks/ as executed by papermill with
+# the small parameters of notebooks/ci/<name>.yaml, validated by nbval (--nbval-lax).
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh -x -k plan`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$PWD/.venv/bin:$PATH" PYTHONUNBUFFERED=1 PYDEVD_DISABLE_FILE_VALIDATION=1
+build="$PWD/build/notebooks"
+rm -rf "$build" && mkdir -p "$build"
+for nb in notebooks/*.ipynb; do
+  name=$(basename "$nb" .ipynb)
+  params=(-p out_dir "$PWD/build/runs/$name")
+  [ -f "notebooks/ci/$name.yaml" ] && params+=(-f "notebooks/ci/$name.yaml")
+  echo "papermill $nb (${params[*]})"
+  papermill --no-progress-bar --execution-timeout 600 --cwd "$build" "${params[@]}" \
+    "$nb" "$build/$name.ipynb"
+done
+python -m pytest tests "$build" --nbval-lax --nbval-current-env -p no:cacheprovider "$@"

@@ -1,0 +1,58 @@
+"""The `shardlab` command line: tasks and shard verbs, one-line summaries, JSON output,
+one-line errors with a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from shardlab import Task
+from shardlab.cli import main
+from shardlab.io import load_plan, load_task, save_task
+from tests.conftest import make_table
+
+
+def test_tasks_then_shard(tmp_path, capsys):
+    task_path, plan_path = tmp_path / "task.json", tmp_path / "plan.json"
+    assert main(["tasks", "--ntables", "12", "--ngpu", "4", "--mem-gb", "4", "--seed", "3",
+                 "--out", str(task_path)]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("task dlrm-synth-test-12x4-seed3: 12 tables, 4 GPUs") and "\n" not in line
+    task = load_task(task_path)
+    assert len(task.tables) == 12 and task.ngpu == 4
+    assert main(["shard", str(task_path), "--method", "lookup_greedy", "--out", str(plan_path)]) == 0
+    assert capsys.readouterr().out.startswith("plan lookup_greedy for dlrm-synth-test-12x4-seed3")
+    plan = load_plan(plan_path)
+    assert plan.method == "lookup_greedy" and len(plan.placements) == 12
+
+
+def test_json_output(tmp_path, capsys):
+    task = Task("cli", 2, 1.0, tuple(make_table(f"t{i}") for i in range(4)))
+    path = save_task(task, tmp_path / "t.json")
+    assert main(["shard", str(path), "--method", "random", "--seed", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["method"] == "random" and data["seed"] == 2 and len(data["placements"]) == 4
+
+
+def test_bad_input_is_one_line_and_nonzero(tmp_path, capsys):
+    bad = Task("cli", 2, 1.0, (make_table("a"),)).to_dict()
+    bad["tables"][0]["dim"] = 30
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    assert main(["shard", str(tmp_path / "bad.json"), "--method", "random"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "shardlab: error: table 'a': field 'dim' = 30 must be a multiple of 4"
+    assert main(["tasks", "--ntables", "100000"]) == 2
+    assert "field 'ntables'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["shard", str(tmp_path / "bad.json"), "--method", "neuroshard"])
+    assert e.value.code == 2  # not a sharder (yet): argparse refuses it
+
+
+def test_module_entry_point(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "shardlab", "tasks", "--ntables", "5", "--ngpu", "2",
+                          "--pool", "no-such-pool"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "no-such-pool" in out.stderr
