@@ -25,3 +25,23 @@ def field_error(owner: str, field: str, value: object, requirement: str) -> Shar
     if len(shown) > 60:
         shown = shown[:57] + "..."
     return ShardlabError(f"{owner}: field '{field}' = {shown} {requirement}")
+
+
+def check_fields(data: object, kind: str, name_key: str, required: tuple[str, ...],
+                 known: tuple[str, ...] | None = None, owner: str | None = None) -> str:
+    """Check a parsed JSON object: a mapping with every ``required`` key and (if ``known`` is
+    given) no other keys. Returns the owner label (e.g. ``"table 't17'"``) for later errors;
+    raises a one-line :class:`ShardlabError` naming the missing or unknown field."""
+    from collections.abc import Mapping
+
+    if not isinstance(data, Mapping):
+        raise ShardlabError(f"{kind} must be a JSON object, got {type(data).__name__}")
+    owner = owner or f"{kind} '{data.get(name_key, '?')}'"
+    for key in required:
+        if key not in data:
+            raise ShardlabError(f"{owner}: field '{key}' is missing")
+    if known is not None:
+        extra = sorted(set(data) - set(known))
+        if extra:
+            raise ShardlabError(f"{owner}: field '{extra[0]}' is not a {kind.capitalize()} field")
+    return owner

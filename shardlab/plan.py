@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from shardlab import constants as C
-from shardlab.errors import InfeasibleError, ShardlabError, field_error
+from shardlab.errors import InfeasibleError, ShardlabError, check_fields, field_error
 from shardlab.tables import Task, _as_float, _as_int
 
 
@@ -102,22 +102,14 @@ class Plan:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
         """Parse Plan JSON; raises naming the missing or bad field."""
-        if not isinstance(data, Mapping):
-            raise ShardlabError(f"plan must be a JSON object, got {type(data).__name__}")
-        owner = f"plan '{data.get('method', '?')}'"
-        for key in ("task", "method", "ngpu", "placements"):
-            if key not in data:
-                raise ShardlabError(f"{owner}: field '{key}' is missing")
+        owner = check_fields(data, "plan", "method", ("task", "method", "ngpu", "placements"))
         if not isinstance(data["placements"], list):
             raise field_error(owner, "placements", data["placements"], "must be a list")
         placements = []
         for p in data["placements"]:
-            if not isinstance(p, Mapping):
-                raise field_error(owner, "placements", p, "must hold objects")
-            for key in ("table", "col_offset", "cols", "row_offset", "rows", "device"):
-                if key not in p:
-                    raise ShardlabError(f"{owner}: placement of table '{p.get('table', '?')}': "
-                                        f"field '{key}' is missing")
+            label = p.get("table", "?") if isinstance(p, Mapping) else "?"
+            check_fields(p, "placement", "table", ("table", "col_offset", "cols", "row_offset", "rows",
+                                                   "device"), owner=f"{owner}: placement of table '{label}'")
             placements.append(Placement(p["table"], p["col_offset"], p["cols"], p["row_offset"],
                                         p["rows"], p["device"]))
         return cls(data["task"], data["method"], data["ngpu"], tuple(placements),

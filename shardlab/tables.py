@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from shardlab import constants as C
-from shardlab.errors import InfeasibleError, ShardlabError, field_error
+from shardlab.errors import InfeasibleError, ShardlabError, check_fields, field_error
 
 
 def _as_int(owner: str, name: str, value: Any, minimum: int) -> int:
@@ -142,17 +142,9 @@ class Table:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Table":
         """Parse Task JSON's table entry; raises naming the table and the missing/bad field."""
-        if not isinstance(data, Mapping):
-            raise ShardlabError(f"table entry must be an object, got {type(data).__name__}")
-        owner = f"table '{data.get('name', '?')}'"
-        for key in ("name", "rows", "dim", "pooling_factor", "reuse_bins"):
-            if key not in data:
-                raise ShardlabError(f"{owner}: field '{key}' is missing")
-        known = {"name", "rows", "dim", "pooling_factor", "reuse_bins", "source", "index_seed",
-                 "distribution"}
-        extra = sorted(set(data) - known)
-        if extra:
-            raise ShardlabError(f"{owner}: field '{extra[0]}' is not a Table field")
+        check_fields(data, "table", "name", ("name", "rows", "dim", "pooling_factor", "reuse_bins"),
+                     ("name", "rows", "dim", "pooling_factor", "reuse_bins", "source", "index_seed",
+                      "distribution"))
         return cls(data["name"], data["rows"], data["dim"], data["pooling_factor"],
                    data["reuse_bins"], data.get("source"), data.get("index_seed"),
                    data.get("distribution") or ())
@@ -255,16 +247,9 @@ class Task:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Task":
         """Parse Task JSON; raises naming the task/table and the missing or bad field."""
-        if not isinstance(data, Mapping):
-            raise ShardlabError(f"task must be a JSON object, got {type(data).__name__}")
-        owner = f"task '{data.get('name', '?')}'"
-        for key in ("name", "ngpu", "mem_cap_gb", "tables"):
-            if key not in data:
-                raise ShardlabError(f"{owner}: field '{key}' is missing")
-        known = {"name", "ngpu", "mem_cap_gb", "batch_size", "weights_precision", "optimizer", "tables"}
-        extra = sorted(set(data) - known)
-        if extra:
-            raise ShardlabError(f"{owner}: field '{extra[0]}' is not a Task field")
+        owner = check_fields(data, "task", "name", ("name", "ngpu", "mem_cap_gb", "tables"),
+                             ("name", "ngpu", "mem_cap_gb", "batch_size", "weights_precision",
+                              "optimizer", "tables"))
         if not isinstance(data["tables"], list):
             raise field_error(owner, "tables", data["tables"], "must be a list")
         return cls(data["name"], data["ngpu"], data["mem_cap_gb"],
