@@ -281,12 +281,17 @@ def _one(args: tuple[str, dict[str, Any], int, int, str]) -> tuple[dict[str, Any
     return t.to_dict(), s
 
 
+#: The files a pool's content depends on (a change there marks the revision "+uncommitted").
+_SOURCES = ("shardlab/data/generator.py", "shardlab/data/features.py", "shardlab/tables.py",
+            "scripts/build_pool.py")
+
+
 def _git_revision() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "shardlab", "scripts"],
-                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *_SOURCES], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
         return rev + ("+uncommitted" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -350,7 +355,7 @@ def build(preset: str, seed: int, n_tables: int | None, out: Path, name: str, di
                   "half train", "train": train, "test": test},
         "tables": tables, "stats": stats,
     }
-    write_json_atomic(out / "pool.json.gz", data, indent=None)
+    os.chmod(write_json_atomic(out / "pool.json.gz", data, indent=None), 0o644)
     (out / "PROVENANCE.md").write_text(provenance_md(data))
     return data
 
@@ -376,7 +381,10 @@ Made by `{pv['command']}` on {pv['date']} ({pv['build_seconds']} s, {pv['machine
 python {pv['python']}, numpy {pv['numpy']}, git {pv['git_revision']}).
 
 Target: {files},
-{tgt['source']}.
+{tgt['source']}. The preset's hyperparameters (also in the file's `provenance`) were fitted by
+`scripts/build_pool.py --preset {pv['preset']} --calibrate`: Adam on the semi-analytic expected
+model, averaged over 8 pool-sized draws (seeds 0-7, so this pool's draw was part of the fit; the
+"other seeds" check below was not).
 
 | quantity | this pool (sampled) | published |
 |---|---|---|

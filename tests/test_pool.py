@@ -61,22 +61,22 @@ def test_stored_stats_match_tables(pool):
 
 
 def _sample(pool: TablePool, k: int = 20) -> list[int]:
-    """~k tables spread over the size range: the smallest, the largest affordable, quantiles."""
+    """~k tables spread over the lookup-count range (quantiles of the tables with at most
+    REGEN_BUDGET / 4 lookups, so the smallest and large ones) plus the table with most rows."""
     n = np.array([s["n_lookups"] for s in pool.stats])
     order = np.argsort(n, kind="stable")
     affordable = order[n[order] <= REGEN_BUDGET // 4]
-    picks = list(affordable[np.linspace(0, len(affordable) - 1, k - 1).astype(int)])
-    picks.append(int(np.argmax(np.array([t.rows for t in pool.tables]) * (n <= REGEN_BUDGET // 8))))
-    picks = list(dict.fromkeys(int(i) for i in picks))
-    while n[picks].sum() > REGEN_BUDGET:
-        picks.pop(-2)
-    return picks
+    picks = {int(i) for i in affordable[np.linspace(0, len(affordable) - 1, k - 1).astype(int)]}
+    rows = np.array([t.rows for t in pool.tables])
+    picks.add(int(np.argmax(np.where(n <= REGEN_BUDGET // 8, rows, 0))))
+    return sorted(picks)
 
 
 def test_regenerated_tables_match_stored_stats(pool):
     picks = _sample(pool)
     sizes = [pool.stats[i]["n_lookups"] for i in picks]
     assert len(picks) >= 15 and min(sizes) < 1000 and max(sizes) > 1_000_000
+    assert sum(sizes) <= REGEN_BUDGET
     for i in picks:
         t, s = pool.tables[i], pool.stats[i]
         idx, off = G.generate_lookups(t, pool.batch_size, 0)

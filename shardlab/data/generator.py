@@ -284,11 +284,13 @@ def table_from_params(name: str, params: Mapping[str, Any], dim: int, batch_size
                       index_seed: int, source: str | None = None) -> tuple[Table, dict[str, Any]]:
     """Build a Table from generator parameters by generating one batch and measuring it.
 
-    ``params``: ``rows`` (int) and the distribution keys ``alpha``, ``pooling`` (mean bag
-    length) and ``bag_k`` (``model`` optional). Returns (table, stats) where ``table.rows`` is the
-    declared rows, ``pooling_factor`` the measured mean bag length of batch 0 and ``reuse_bins``
-    its unique-row histogram; stats as :func:`lookup_stats` (without the Table fields).
-    Use it to augment tables (other rows / pooling / alpha): the lookups are regenerated.
+    ``params``: ``rows`` (int) and the distribution keys ``alpha``, ``q``, ``hot``, ``pooling``
+    (mean bag length) and ``bag_k`` (other keys such as ``model`` are ignored). Returns
+    (table, stats): ``table.rows`` is the declared rows, ``pooling_factor`` the measured mean bag
+    length of batch 0 (``batch_size`` samples) and ``reuse_bins`` its unique-row histogram;
+    stats as :func:`lookup_stats` (without the Table fields). To augment a table, change its
+    parameters and rebuild: ``table_from_params(name, {"rows": t.rows, **t.distribution_params,
+    "pooling": 2 * L}, dim, batch_size, t.index_seed)`` regenerates the lookups and the bins.
     """
     dist = {"model": MODEL, "alpha": _sig(params["alpha"]), "q": _sig(params["q"]),
             "hot": _sig(params["hot"]), "pooling": _sig(params["pooling"]),
@@ -343,9 +345,10 @@ def base_draws(n_tables: int, seed: int) -> dict[str, np.ndarray]:
 def draw_params(preset: str | GeneratorPreset, n_tables: int, seed: int) -> list[dict[str, Any]]:
     """Per-table parameters of ``n_tables`` tables (Latin-hypercube stratified draws).
 
-    Each dict: ``rows`` (int), ``alpha``, ``pooling`` (mean bag length, lookups/sample),
-    ``bag_k``, ``index_seed`` (int); floats rounded to 6 significant digits. The pooling values
-    are rescaled so that their mean is exactly ``preset.pooling_mean``.
+    Each dict: ``rows`` (int), ``alpha`` (tail exponent), ``q`` (head offset, ranks), ``hot``
+    (fraction of lookups on the default row), ``pooling`` (mean bag length, lookups/sample),
+    ``bag_k`` (bag-length dispersion), ``index_seed`` (int); floats rounded to 6 significant
+    digits. The pooling values are rescaled so that their mean is exactly ``preset.pooling_mean``.
     """
     p = get_preset(preset)
     d = base_draws(n_tables, seed)

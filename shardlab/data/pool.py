@@ -41,7 +41,7 @@ def split_indices(n: int, seed: int) -> tuple[list[int], list[int]]:
     return sorted(int(i) for i in perm[:half]), sorted(int(i) for i in perm[half:])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TablePool:
     """A loaded pool.
 
@@ -50,6 +50,7 @@ class TablePool:
     ``access_counts`` (17 ints each), ``batch_size``); ``provenance``: how it was made;
     ``train_idx`` / ``test_idx``: the stored split (disjoint, covering all tables);
     ``batch_size``: samples per batch the stats were measured with; ``preset``: generator preset.
+    Compared by identity (pools are cached per name and folder).
     """
 
     name: str
