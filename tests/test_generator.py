@@ -78,6 +78,13 @@ def test_table_fields_come_from_the_measured_stream():
     assert "synthetic" in t.source
 
 
+def test_q_and_hot_default_to_a_plain_zipf_law():
+    params = {"rows": 3000, "alpha": 1.2, "pooling": 2.0, "bag_k": 5.0}
+    plain, _ = G.table_from_params("z", params, 8, 1024, 3)
+    explicit, _ = G.table_from_params("z", {**params, "q": 0.0, "hot": 0.0}, 8, 1024, 3)
+    assert plain == explicit
+
+
 def test_missing_distribution_is_a_clear_error():
     plain = Table("plain_t", 1000, 8, 2.0, (1.0,) + (0.0,) * 16)
     with pytest.raises(ShardlabError) as e:

@@ -231,7 +231,7 @@ def _params(table: Table) -> dict[str, Any]:
     if table.index_seed is None or d.get("model") != MODEL:
         raise ShardlabError(f"table '{table.name}': no generator distribution/index_seed (field "
                             f"'distribution' must have model '{MODEL}'), cannot generate lookups")
-    for key in ("alpha", "q", "hot", "pooling", "bag_k"):
+    for key in ("alpha", "pooling", "bag_k"):  # q and hot default to 0 (a plain Zipf law)
         if key not in d:
             raise ShardlabError(f"table '{table.name}': field 'distribution' lacks '{key}'")
     if table.rows >= 2**31:
@@ -258,8 +258,8 @@ def generate_lookups(table: Table, batch_size: int, batch_index: int = 0
         else np.zeros(batch_size, dtype=np.int64)
     offsets = np.zeros(batch_size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    ranks = _sample_ranks(rng, int(offsets[-1]), table.rows, float(d["alpha"]), float(d["q"]),
-                           float(d["hot"]))
+    ranks = _sample_ranks(rng, int(offsets[-1]), table.rows, float(d["alpha"]),
+                          float(d.get("q", 0.0)), float(d.get("hot", 0.0)))
     p, off = _scatter(int(table.index_seed), table.rows)
     ranks *= p
     ranks += off
@@ -284,16 +284,17 @@ def table_from_params(name: str, params: Mapping[str, Any], dim: int, batch_size
                       index_seed: int, source: str | None = None) -> tuple[Table, dict[str, Any]]:
     """Build a Table from generator parameters by generating one batch and measuring it.
 
-    ``params``: ``rows`` (int) and the distribution keys ``alpha``, ``q``, ``hot``, ``pooling``
-    (mean bag length) and ``bag_k`` (other keys such as ``model`` are ignored). Returns
+    ``params``: ``rows`` (int) and the distribution keys ``alpha``, ``pooling`` (mean bag
+    length), ``bag_k`` and optionally ``q`` and ``hot`` (default 0: a plain Zipf law); other
+    keys such as ``model`` are ignored. Returns
     (table, stats): ``table.rows`` is the declared rows, ``pooling_factor`` the measured mean bag
     length of batch 0 (``batch_size`` samples) and ``reuse_bins`` its unique-row histogram;
     stats as :func:`lookup_stats` (without the Table fields). To augment a table, change its
     parameters and rebuild: ``table_from_params(name, {"rows": t.rows, **t.distribution_params,
     "pooling": 2 * L}, dim, batch_size, t.index_seed)`` regenerates the lookups and the bins.
     """
-    dist = {"model": MODEL, "alpha": _sig(params["alpha"]), "q": _sig(params["q"]),
-            "hot": _sig(params["hot"]), "pooling": _sig(params["pooling"]),
+    dist = {"model": MODEL, "alpha": _sig(params["alpha"]), "q": _sig(params.get("q", 0.0)),
+            "hot": _sig(params.get("hot", 0.0)), "pooling": _sig(params["pooling"]),
             "bag_k": _sig(params["bag_k"])}
     probe = Table(name, int(params["rows"]), dim, 0.0, (0.0,) * C.N_REUSE_BINS, None,
                   int(index_seed), dist)
