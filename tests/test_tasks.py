@@ -1,0 +1,51 @@
+"""Task generator: seeds' settings, disjoint train/test tables, memory-feasible, deterministic."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardlab.constants import SEED_DIMS
+from shardlab.data.tasks import generate_task, generate_tasks, pool_tables
+from shardlab.errors import InfeasibleError, ShardlabError
+from shardlab.search import get_sharder, run_sharder
+
+
+def _base(name: str) -> str:
+    return name.split("@")[0]
+
+
+def test_train_and_test_tasks_use_disjoint_tables():
+    train = {_base(t.name) for task in generate_tasks(5, ntables=60, split="train") for t in task.tables}
+    test = {_base(t.name) for task in generate_tasks(5, ntables=60, split="test") for t in task.tables}
+    assert train and test and not train & test
+    assert {t.name for t in pool_tables("dlrm-synth", "train")}.isdisjoint(
+        t.name for t in pool_tables("dlrm-synth", "test"))
+
+
+def test_task_follows_the_arguments():
+    task = generate_task(ntables=40, ngpu=8, mem_cap_gb=2.0, batch_size=4096, seed=7)
+    assert (len(task.tables), task.ngpu, task.mem_cap_gb, task.batch_size) == (40, 8, 2.0, 4096)
+    assert {t.dim for t in task.tables} <= set(SEED_DIMS)
+    assert len({t.dim for t in task.tables}) > 1
+    assert all(task.table_bytes(t) <= task.mem_cap_bytes for t in task.tables)
+    assert sum(task.table_bytes(t) for t in task.tables) <= 0.9 * 8 * task.mem_cap_bytes
+    task.check_feasible()
+    run_sharder(get_sharder("size_greedy"), task)
+
+
+def test_same_seed_same_task_other_seed_other_task():
+    assert generate_task(ntables=30, seed=4) == generate_task(ntables=30, seed=4)
+    assert generate_task(ntables=30, seed=4) != generate_task(ntables=30, seed=5)
+
+
+def test_dims_argument_and_errors():
+    task = generate_task(ntables=10, dims=[16])
+    assert {t.dim for t in task.tables} == {16}
+    with pytest.raises(ShardlabError, match="'dims'"):
+        generate_task(ntables=10, dims=[6])
+    with pytest.raises(ShardlabError, match="'ntables'"):
+        generate_task(ntables=10_000)
+    with pytest.raises(ShardlabError, match="'split'"):
+        generate_task(ntables=10, split="validation")
+    with pytest.raises(InfeasibleError, match="raise mem_cap_gb or ngpu"):
+        generate_task(ntables=400, ngpu=1, mem_cap_gb=0.05, split="all")
