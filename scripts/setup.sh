@@ -7,6 +7,7 @@
 # SHARDLAB_TORCHREC=0 to skip torchrec (the optional TorchRec baseline and importer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p runs  # where notebooks' executed copies and outputs go (git-ignored)
 venv=${SHARDLAB_VENV:-.venv}
 py=${PYTHON:-}
 if [ -z "$py" ]; then

@@ -29,6 +29,9 @@ def write_json_atomic(path: str | os.PathLike, data: Any, indent: int | None = 1
             f.write(gzip.compress(raw, mtime=0) if path.suffix == ".gz" else raw)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; give the usual mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
