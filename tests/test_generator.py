@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,16 +9,13 @@ import numpy as np
 import pytest
 
 from shardlab import constants as C
+from shardlab.data import calibration as CAL
 from shardlab.data import generator as G
 from shardlab.data.features import reuse_histograms
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table
 
 SHARED_STATS = Path(__file__).resolve().parents[2] / "shared" / "data" / "dlrm_locality_stats.json"
-_spec = importlib.util.spec_from_file_location(
-    "build_pool", Path(__file__).resolve().parents[1] / "scripts" / "build_pool.py")
-BP = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(BP)
 
 
 def _table(rows=5000, alpha=1.1, q=3.0, hot=0.0, pooling=4.0, bag_k=2.0, seed=7, batch=2048):
@@ -141,7 +137,7 @@ def test_l1_distance():
 def test_expected_model_agrees_with_sampling():
     t, stats = _table(rows=200_000, alpha=1.0, q=5.0, hot=0.02, pooling=20.0, batch=8192)
     d = t.distribution_params
-    uniq, acc = BP.expected_table_counts([t.rows], [d["alpha"]], [d["q"]], [d["hot"]],
+    uniq, acc = CAL.expected_table_counts([t.rows], [d["alpha"]], [d["q"]], [d["hot"]],
                                         [stats["n_lookups"]])
     assert uniq.sum() == pytest.approx(stats["n_unique"], rel=0.02)
     su = np.array(stats["unique_counts"]) / stats["n_unique"]
@@ -152,7 +148,7 @@ def test_expected_model_agrees_with_sampling():
 
 @pytest.mark.parametrize("preset", sorted(G.PRESETS))
 def test_presets_are_calibrated_in_expectation(preset):
-    agg = BP.expected_aggregate(preset, 2048, seed=5)
+    agg = CAL.expected_aggregate(preset, 2048, seed=5)
     cmp = G.compare_to_target(agg, preset)
     assert cmp["l1_access"] <= 0.15 and cmp["l1_unique"] <= 0.15
     assert abs(cmp["unique_fraction_rel_err"]) < 0.2 and abs(cmp["pooling_rel_err"]) < 1e-3
