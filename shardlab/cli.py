@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from shardlab import constants as C
@@ -39,10 +40,13 @@ def cmd_tasks(args: argparse.Namespace) -> None:
         tables = load_table_list(args.tables, batch_size=args.batch_size,
                                  assume_zipf=args.assume_zipf, seed=args.seed)
     ntables = args.ntables if args.ntables is not None else (len(tables) if tables else 50)
+    name = args.name
+    if tables and not name:
+        name = f"{Path(args.tables).name.split('.')[0]}-{ntables}x{args.ngpu}-seed{args.seed}"
     task = generate_task(pool=args.pool, ntables=ntables, ngpu=args.ngpu, mem_cap_gb=args.mem_gb,
                          batch_size=args.batch_size, seed=args.seed, split=args.split,
                          dims=args.dims, weights_precision=args.precision,
-                         optimizer=args.optimizer, name=args.name, tables=tables)
+                         optimizer=args.optimizer, name=name, tables=tables)
     if args.out:
         save_task(task, args.out)
     total_gb = sum(task.table_bytes(t) for t in task.tables) / C.GB

@@ -56,3 +56,16 @@ def test_module_entry_point(tmp_path):
                           "--pool", "no-such-pool"], capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "no-such-pool" in out.stderr
+
+
+def test_tasks_from_a_table_list(tmp_path, capsys):
+    from pathlib import Path
+
+    criteo = Path(__file__).resolve().parents[1] / "datasets/criteo/criteo_kaggle_dac.json"
+    assert main(["tasks", "--tables", str(criteo), "--ngpu", "2", "--dims", "16"]) == 2
+    assert "field 'reuse_bins' is missing" in capsys.readouterr().err
+    assert main(["tasks", "--tables", str(criteo), "--assume-zipf", "1.05", "--ngpu", "2",
+                 "--dims", "16", "--batch-size", "4096", "--out", str(tmp_path / "k.json")]) == 0
+    assert capsys.readouterr().out.startswith("task criteo_kaggle_dac-26x2-seed0: 26 tables")
+    task = load_task(tmp_path / "k.json")
+    assert "assumed Zipf(1.05)" in task.tables[0].source

@@ -55,7 +55,8 @@ def generate_task(pool: str = C.DEFAULT_POOL, ntables: int = 50, ngpu: int = 4,
                             f"(tables in {pool if tables is None else 'the given list'} {split})")
     if not dims or any(d % C.DIM_MULTIPLE or d <= 0 for d in dims):
         raise ShardlabError(f"field 'dims' = {list(dims)} must be positive multiples of {C.DIM_MULTIPLE}")
-    label = name or f"{pool}-{split}-{ntables}x{ngpu}-seed{seed}"
+    origin = f"{pool}-{split}" if tables is None else "tables"
+    label = name or f"{origin}-{ntables}x{ngpu}-seed{seed}"
     probe = Task(label, ngpu, mem_cap_gb, (source[0],), batch_size, weights_precision, optimizer)
     cap = probe.mem_cap_bytes
     rng = np.random.default_rng([seed, ntables, ngpu])
