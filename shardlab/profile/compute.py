@@ -1,0 +1,157 @@
+"""Compute profiler: forward and backward time of ONE fused fbgemm TBE op holding a multiset
+of (sub)tables (``SplitTableBatchedEmbeddingBagsCodegen``), on CUDA when the profile says so,
+else on CPU with fbgemm-gpu-cpu (ALGORITHMS.md sections 1 and 7).
+
+Each table's lookups are regenerated from its own distribution and pooling factor
+(:func:`shardlab.data.generator.generate_lookups`) at the profile's batch size;
+``profile.input_batches`` distinct batches are rotated through the runs so that caches do not
+flatter the result. After ``warmup`` untimed runs, ``repeats`` runs are timed with
+``time.perf_counter`` after synchronisation; the cost is the median, and the spread
+(25th/75th percentile, min, max) is recorded. The backward pass includes TBE's fused
+optimizer update, as in training.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from shardlab import constants as C
+from shardlab.data.generator import generate_lookups
+from shardlab.errors import ShardlabError
+from shardlab.profile.hardware import HardwareProfile, get_profile
+from shardlab.tables import Table
+
+#: Refuse to allocate more than this for one fused op on CPU (GB); the machine has 24.
+DEFAULT_MAX_GB = 8.0
+
+
+@dataclass(frozen=True)
+class ComputeSample:
+    """One measurement of one fused op. Times in ms: ``fw_ms``, ``bw_ms`` and ``total_ms`` are
+    medians over ``repeats`` runs of forward, backward (+ optimizer) and both (the median of
+    the per-run sums); ``*_spread_ms`` are (p25, p75, min, max). ``tables`` are the Task JSON
+    dicts of the op's tables; ``profile`` the hardware profile's dict."""
+
+    tables: tuple[dict[str, Any], ...]
+    fw_ms: float
+    bw_ms: float
+    total_ms: float
+    fw_spread_ms: tuple[float, float, float, float]
+    bw_spread_ms: tuple[float, float, float, float]
+    total_spread_ms: tuple[float, float, float, float]
+    profile: dict[str, Any] = field(repr=False)
+
+    @property
+    def relative_spread(self) -> float:
+        """(p75 - p25) / median of the total time: the noise of this sample."""
+        p25, p75 = self.total_spread_ms[:2]
+        return (p75 - p25) / self.total_ms if self.total_ms > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (the store's payload)."""
+        return {"tables": list(self.tables), "fw_ms": self.fw_ms, "bw_ms": self.bw_ms,
+                "total_ms": self.total_ms, "fw_spread_ms": list(self.fw_spread_ms),
+                "bw_spread_ms": list(self.bw_spread_ms), "total_spread_ms": list(self.total_spread_ms),
+                "profile": self.profile}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ComputeSample":
+        """Inverse of :meth:`to_dict`."""
+        return cls(tuple(d["tables"]), d["fw_ms"], d["bw_ms"], d["total_ms"], tuple(d["fw_spread_ms"]),
+                   tuple(d["bw_spread_ms"]), tuple(d["total_spread_ms"]), d["profile"])
+
+
+def _spread(ms: list[float]) -> tuple[float, float, float, float]:
+    a = np.asarray(ms)
+    return (float(np.percentile(a, 25)), float(np.percentile(a, 75)), float(a.min()), float(a.max()))
+
+
+@contextmanager
+def _threads(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def build_tbe(tables: Sequence[Table], profile: HardwareProfile, device: torch.device) -> torch.nn.Module:
+    """The fused TBE op for ``tables`` (rows x dim each) under the profile's optimizer and
+    weight precision, on ``device``."""
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen)
+
+    on_cuda = device.type == "cuda"
+    location = EmbeddingLocation.DEVICE if on_cuda else EmbeddingLocation.HOST
+    compute = ComputeDevice.CUDA if on_cuda else ComputeDevice.CPU
+    optimizer = {"exact_sgd": EmbOptimType.EXACT_SGD,
+                 "exact_rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+                 "exact_adagrad": EmbOptimType.EXACT_ADAGRAD}[profile.optimizer]
+    precision = {"fp32": SparseType.FP32, "fp16": SparseType.FP16}[profile.weights_precision]
+    specs = [(t.rows, t.dim, location, compute) for t in tables]
+    return SplitTableBatchedEmbeddingBagsCodegen(specs, optimizer=optimizer, weights_precision=precision,
+                                                 learning_rate=0.01, pooling_mode=PoolingMode.SUM,
+                                                 device=device)
+
+
+def fused_inputs(tables: Sequence[Table], batch_size: int, batch_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """TBE inputs for one batch: ``indices`` int64 [N] (table after table) and ``offsets``
+    int64 [len(tables) * batch_size + 1], each table's lookups from its own generator."""
+    idx_parts, off_parts, base = [], [], 0
+    for t in tables:
+        idx, off = generate_lookups(t, batch_size, batch_index)
+        idx_parts.append(idx)
+        off_parts.append(off[:-1] + base)
+        base += idx.size
+    offsets = np.concatenate(off_parts + [np.array([base], dtype=np.int64)])
+    return torch.from_numpy(np.concatenate(idx_parts)), torch.from_numpy(offsets)
+
+
+def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "cpu",
+                    max_gb: float = DEFAULT_MAX_GB) -> ComputeSample:
+    """Measure one fused op holding ``tables`` (module docstring). Refuses ops whose weights
+    and optimizer state exceed ``max_gb`` GB, naming the largest table."""
+    profile = get_profile(profile)
+    if not tables:
+        raise ShardlabError("measure_compute: field 'tables' is empty")
+    total = sum(t.memory_bytes(profile.weights_precision, profile.optimizer) for t in tables)
+    if total > max_gb * C.GB:
+        big = max(tables, key=lambda t: t.size)
+        raise ShardlabError(f"measure_compute: tables need {total / C.GB:.2f} GB, over max_gb = {max_gb:g} "
+                            f"(largest: table '{big.name}', {big.rows} x {big.dim})")
+    device = torch.device("cuda" if profile.device == "cuda" else "cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ShardlabError(f"hardware profile '{profile.name}': field 'device' = 'cuda' but no GPU is visible")
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    batches = [tuple(x.to(device) for x in fused_inputs(tables, profile.batch_size, k))
+               for k in range(profile.input_batches)]
+    fw, bw, tot = [], [], []
+    with _threads(profile.threads):
+        op = build_tbe(tables, profile, device)
+        grad = torch.ones(profile.batch_size, sum(t.dim for t in tables), device=device)
+        for i in range(profile.warmup + profile.repeats):
+            indices, offsets = batches[i % len(batches)]
+            sync()
+            t0 = time.perf_counter()
+            out = op(indices, offsets)
+            sync()
+            t1 = time.perf_counter()
+            out.backward(grad)
+            sync()
+            t2 = time.perf_counter()
+            if i >= profile.warmup:
+                fw.append((t1 - t0) * 1e3)
+                bw.append((t2 - t1) * 1e3)
+                tot.append((t2 - t0) * 1e3)
+        del op
+    return ComputeSample(tuple(t.to_dict() for t in tables), float(np.median(fw)), float(np.median(bw)),
+                         float(np.median(tot)), _spread(fw), _spread(bw), _spread(tot), profile.to_dict())

@@ -1,0 +1,106 @@
+"""Crash-safe store of measured samples: one SQLite file.
+
+Every sample is committed in its own transaction (``synchronous=FULL``, WAL journal), so a
+``kill -9`` in the middle of a campaign loses no completed sample and leaves a readable file.
+Samples are keyed: a campaign derives each sample's key from its seed and index, so a rerun
+skips the keys already present and resumes where the crash left off. Each sample points at a
+provenance record (hardware, versions, batch, optimizer, precision, timing settings, date,
+command, code revision).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any, Iterator
+
+from shardlab.errors import ShardlabError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS provenance (
+    id INTEGER PRIMARY KEY,
+    data TEXT NOT NULL UNIQUE
+);
+CREATE TABLE IF NOT EXISTS samples (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL UNIQUE,
+    payload TEXT NOT NULL,
+    provenance_id INTEGER NOT NULL REFERENCES provenance(id),
+    created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+);
+CREATE INDEX IF NOT EXISTS samples_kind ON samples(kind);
+"""
+
+
+class SampleStore:
+    """A SQLite file of samples. ``kind`` is e.g. ``"compute"`` or ``"comm:4"``; ``key`` is
+    unique per sample; ``payload`` and ``provenance`` are JSON-able dicts."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as e:
+            raise ShardlabError(f"{self.path}: not a usable sample store ({e})") from None
+        self._prov_ids: dict[str, int] = {}
+
+    def __enter__(self) -> "SampleStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (the file stays consistent either way)."""
+        self._db.close()
+
+    def _provenance_id(self, provenance: dict[str, Any]) -> int:
+        text = json.dumps(provenance, sort_keys=True)
+        if text not in self._prov_ids:
+            self._db.execute("INSERT OR IGNORE INTO provenance(data) VALUES (?)", (text,))
+            row = self._db.execute("SELECT id FROM provenance WHERE data = ?", (text,)).fetchone()
+            self._prov_ids[text] = int(row[0])
+        return self._prov_ids[text]
+
+    def add(self, kind: str, key: str, payload: dict[str, Any], provenance: dict[str, Any]) -> bool:
+        """Commit one sample; returns False (and stores nothing) if ``key`` is already there."""
+        with self._db:  # one transaction per sample
+            self._db.execute("BEGIN IMMEDIATE")
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO samples(kind, key, payload, provenance_id) VALUES (?, ?, ?, ?)",
+                (kind, key, json.dumps(payload), self._provenance_id(provenance)))
+            return cur.rowcount == 1
+
+    def keys(self, kind: str | None = None) -> set[str]:
+        """Keys of the stored samples (of one kind, or all)."""
+        q, args = ("SELECT key FROM samples WHERE kind = ?", (kind,)) if kind else ("SELECT key FROM samples", ())
+        return {r[0] for r in self._db.execute(q, args)}
+
+    def count(self, kind: str | None = None) -> int:
+        """Number of stored samples (of one kind, or all)."""
+        q, args = ("SELECT COUNT(*) FROM samples WHERE kind = ?", (kind,)) if kind else ("SELECT COUNT(*) FROM samples", ())
+        return int(self._db.execute(q, args).fetchone()[0])
+
+    def kinds(self) -> dict[str, int]:
+        """Kind -> number of samples."""
+        return {k: n for k, n in self._db.execute("SELECT kind, COUNT(*) FROM samples GROUP BY kind")}
+
+    def samples(self, kind: str) -> Iterator[dict[str, Any]]:
+        """The samples of ``kind`` in insertion order, each ``{"key", "created_at",
+        "provenance", **payload}``."""
+        rows = self._db.execute(
+            "SELECT s.key, s.payload, s.created_at, p.data FROM samples s JOIN provenance p "
+            "ON p.id = s.provenance_id WHERE s.kind = ? ORDER BY s.id", (kind,))
+        for key, payload, created, prov in rows:
+            yield {"key": key, "created_at": created, "provenance": json.loads(prov), **json.loads(payload)}
+
+    def integrity_ok(self) -> bool:
+        """SQLite's own integrity check."""
+        return self._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
