@@ -1,4 +1,5 @@
-"""The ``shardlab`` command line (INTERFACES.md). Verbs so far: ``tasks`` and ``shard``.
+"""The ``shardlab`` command line (INTERFACES.md). Verbs so far: ``tasks``, ``shard`` and
+``profile compute``.
 
 Each verb prints a one-line summary (or, with ``--json``, the machine-readable result) and
 exits non-zero with one line naming the bad input on error. The CLI holds no logic of its
@@ -74,6 +75,21 @@ def cmd_shard(args: argparse.Namespace) -> None:
           plan.to_dict())
 
 
+def cmd_profile_compute(args: argparse.Namespace) -> None:
+    """Run (or resume) a compute campaign into a sample store."""
+    from shardlab.profile.campaign import profile_with, run_compute_campaign
+    from shardlab.profile.store import SampleStore
+
+    prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
+    added = run_compute_campaign(args.store, args.samples, prof, pool=args.pool, split=args.split,
+                                 max_tables=args.max_tables, mem_cap_gb=args.mem_gb,
+                                 workers=args.workers, seed=args.seed, progress=not args.no_progress)
+    with SampleStore(args.store) as store:
+        total = store.count("compute")
+    _emit(args, f"profile compute ({prof.name}): added {added} samples, {total} compute samples in "
+                f"{args.store}", {"added": added, "compute_samples": total, "profile": prof.to_dict()})
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every verb that works so far."""
     from shardlab.search import sharder_names
@@ -108,6 +124,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="where to write the Plan JSON")
     p.add_argument("--json", action="store_true", help="print the Plan JSON to stdout")
     p.set_defaults(func=cmd_shard)
+
+    p = sub.add_parser("profile", help="measure costs into a crash-safe store (resumable)")
+    what = p.add_subparsers(dest="what", required=True)
+    c = what.add_parser("compute", help="fused TBE forward+backward times of random table multisets")
+    c.add_argument("--store", required=True, help="SQLite sample store (created if absent)")
+    c.add_argument("--samples", type=int, default=100, help="samples 0..N-1 (stored ones are skipped)")
+    c.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
+    c.add_argument("--batch-size", type=int, default=None, help="override the profile's batch size")
+    c.add_argument("--repeats", type=int, default=None, help="override the profile's timed runs")
+    c.add_argument("--warmup", type=int, default=None, help="override the profile's warm-up runs")
+    c.add_argument("--pool", default=C.DEFAULT_POOL)
+    c.add_argument("--split", default="train", choices=["train", "test", "all"])
+    c.add_argument("--max-tables", type=int, default=15)
+    c.add_argument("--mem-gb", type=float, default=4.0, help="memory cap of one sample's op, GB")
+    c.add_argument("--workers", type=int, default=1)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_profile_compute)
     return parser
 
 

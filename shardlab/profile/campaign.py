@@ -1,0 +1,117 @@
+"""Campaigns that collect NeuroShard's pre-training data into a crash-safe store
+(ALGORITHMS.md section 4).
+
+Compute campaign: sample i draws (from ``seed`` and i alone) a random multiset of 1..max_tables
+pool tables, each at a random dim of {4, ..., 128} (NeuroShard's dim augmentation), whose
+memory fits ``mem_cap_gb``; measures its fused op; commits it under the key
+``compute:<profile>:<pool>:<split>:s<seed>:<i>``. Workers run in parallel (spawned processes);
+the parent alone writes to the store, each sample in its own transaction, so a ``kill -9``
+loses at most the samples in flight, and a rerun skips the keys already stored.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from dataclasses import replace
+from typing import Any, Callable
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from shardlab import constants as C
+from shardlab.data.tasks import pool_tables
+from shardlab.errors import ShardlabError
+from shardlab.profile.hardware import HardwareProfile, get_profile
+from shardlab.profile.provenance import environment
+from shardlab.profile.store import SampleStore
+from shardlab.tables import Table
+
+
+def compute_sample_tables(tables: tuple[Table, ...], index: int, seed: int, max_tables: int,
+                          mem_bytes: int, precision: str, optimizer: str,
+                          dims: tuple[int, ...] = C.SEED_DIMS) -> list[Table]:
+    """The tables of sample ``index``: 1..max_tables distinct tables, each at a random dim,
+    added while the op's memory (bytes) stays within ``mem_bytes``. Deterministic."""
+    rng = np.random.default_rng([seed, index, 0xC0])
+    want = int(rng.integers(1, max_tables + 1))
+    chosen: list[Table] = []
+    used = 0
+    for i in rng.permutation(len(tables)):
+        t = tables[int(i)]
+        t = t.with_dim(int(dims[int(rng.integers(len(dims)))]))
+        need = t.memory_bytes(precision, optimizer)
+        if used + need <= mem_bytes:
+            chosen.append(t)
+            used += need
+        if len(chosen) == want:
+            break
+    return chosen
+
+
+def _measure(job: tuple[str, list[dict[str, Any]], dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    from shardlab.profile.compute import measure_compute
+
+    key, tables, profile = job
+    sample = measure_compute([Table.from_dict(t) for t in tables], HardwareProfile(**profile))
+    return key, sample.to_dict()
+
+
+def run_compute_campaign(store_path: str, n_samples: int, profile: str | HardwareProfile = "cpu",
+                         pool: str = C.DEFAULT_POOL, split: str = "train", max_tables: int = 15,
+                         mem_cap_gb: float = 4.0, workers: int = 1, seed: int = 0,
+                         progress: bool = True,
+                         on_sample: Callable[[str, dict[str, Any]], None] | None = None) -> int:
+    """Measure the samples 0..n_samples-1 not yet in the store at ``store_path``; returns how
+    many were added. ``workers`` processes measure in parallel (1 = in this process)."""
+    prof = get_profile(profile)
+    if n_samples < 0 or workers < 1 or max_tables < 1:
+        raise ShardlabError("campaign: fields 'n_samples' >= 0, 'workers' >= 1, 'max_tables' >= 1 required")
+    tables = pool_tables(pool, split)
+    mem = int(mem_cap_gb * C.GB)
+    provenance = {**environment(prof.device), "profile": prof.to_dict(), "pool": pool, "split": split,
+                  "campaign": {"kind": "compute", "seed": seed, "max_tables": max_tables,
+                               "mem_cap_gb": mem_cap_gb}}
+    prefix = f"compute:{prof.name}:{pool}:{split}:s{seed}:"
+    added = 0
+    with SampleStore(store_path) as store:
+        done = store.keys("compute")
+        jobs = []
+        for i in range(n_samples):
+            key = f"{prefix}{i}"
+            if key in done:
+                continue
+            chosen = compute_sample_tables(tables, i, seed, max_tables, mem, prof.weights_precision,
+                                           prof.optimizer)
+            jobs.append((key, [t.to_dict() for t in chosen], prof.to_dict()))
+        bar = tqdm(total=len(jobs), desc=f"compute samples ({prof.name})", disable=not progress)
+        if workers == 1:
+            results = map(_measure, jobs)
+            pool_ctx = None
+        else:
+            pool_ctx = mp.get_context("spawn").Pool(workers)
+            results = pool_ctx.imap_unordered(_measure, jobs)
+        try:
+            for key, payload in results:
+                if store.add("compute", key, payload, provenance):
+                    added += 1
+                if on_sample:
+                    on_sample(key, payload)
+                bar.update(1)
+        finally:
+            bar.close()
+            if pool_ctx is not None:
+                pool_ctx.terminate()
+                pool_ctx.join()
+    return added
+
+
+def profile_with(name: str, batch_size: int | None = None, repeats: int | None = None,
+                 warmup: int | None = None) -> HardwareProfile:
+    """A shipped profile with some timing settings overridden; the name records the change."""
+    prof = get_profile(name)
+    changes = {k: v for k, v in (("batch_size", batch_size), ("repeats", repeats), ("warmup", warmup))
+               if v is not None and v != getattr(prof, k)}
+    if not changes:
+        return prof
+    suffix = ",".join(f"{k}={v}" for k, v in changes.items())
+    return replace(prof, name=f"{prof.name}[{suffix}]", **changes)
