@@ -63,3 +63,25 @@ def test_kill_9_loses_nothing_and_rerun_resumes(tmp_path):
     assert prov["profile"]["batch_size"] == 256 and prov["torch"].startswith("2.13")
     assert {"hardware", "fbgemm_gpu", "date", "git", "command"} <= set(prov)
     assert some["total_ms"] > 0 and 1 <= len(some["tables"]) <= 4
+
+
+def test_single_table_costs_and_measured_figures(tmp_path):
+    from shardlab.profile.campaign import run_compute_campaign, run_single_table_costs
+    from shardlab.report.measured import (campaign_summary, cost_vs_features_figure,
+                                          fused_and_summed, fused_vs_sum_figure)
+
+    prof = profile_with("cpu", batch_size=128, repeats=3, warmup=1)
+    store = tmp_path / "m.db"
+    assert run_compute_campaign(str(store), 5, prof, max_tables=3, progress=False) == 5
+    added = run_single_table_costs(str(store), prof, progress=False)
+    assert run_single_table_costs(str(store), prof, progress=False) == 0  # all measured already
+    with SampleStore(store) as s:
+        samples = list(s.samples("compute"))
+        singles = {r["key"]: r for r in s.samples("single")}
+    assert added == len(singles) == len({(t["name"], t["dim"]) for x in samples for t in x["tables"]})
+    fused, summed, n = fused_and_summed(samples, singles)
+    assert len(fused) == 5 and (summed > 0).all() and list(n) == [len(x["tables"]) for x in samples]
+    summary = campaign_summary(samples, singles)
+    assert summary["samples"] == 5 and summary["median_relative_spread"] >= 0
+    assert "measured:" in cost_vs_features_figure(samples).layout.title.text
+    assert "measured:" in fused_vs_sum_figure(samples, singles).layout.title.text

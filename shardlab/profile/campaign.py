@@ -115,3 +115,32 @@ def profile_with(name: str, batch_size: int | None = None, repeats: int | None =
         return prof
     suffix = ",".join(f"{k}={v}" for k, v in changes.items())
     return replace(prof, name=f"{prof.name}[{suffix}]", **changes)
+
+
+def single_key(profile_name: str, table: dict[str, Any]) -> str:
+    """Store key of one table measured alone: ``single:<profile>:<name>@d<dim>``."""
+    return f"single:{profile_name}:{table['name']}@d{table['dim']}"
+
+
+def run_single_table_costs(store_path: str, profile: str | HardwareProfile = "cpu",
+                           progress: bool = True) -> int:
+    """Measure, alone, every (table, dim) that appears in the store's compute samples of
+    ``profile`` and is not measured yet (kind ``"single"``); returns how many were added.
+    These are the "sum of single-table costs" the seeds compare fused costs against."""
+    prof = get_profile(profile)
+    provenance = {**environment(prof.device), "profile": prof.to_dict(), "campaign": {"kind": "single"}}
+    added = 0
+    with SampleStore(store_path) as store:
+        done = store.keys("single")
+        todo: dict[str, dict[str, Any]] = {}
+        for s in store.samples("compute"):
+            if s["profile"]["name"] != prof.name:
+                continue
+            for t in s["tables"]:
+                key = single_key(prof.name, t)
+                if key not in done:
+                    todo[key] = t
+        for key, t in tqdm(todo.items(), desc=f"single tables ({prof.name})", disable=not progress):
+            _, payload = _measure((key, [t], prof.to_dict()))
+            added += store.add("single", key, payload, provenance)
+    return added
