@@ -1,0 +1,399 @@
+"""Communication profiler: the real all-to-all of pooled embeddings between G ranks
+(ALGORITHMS.md sections 1, 4 and 7), with gloo on CPU processes or NCCL on GPUs.
+
+Model-parallel DLRM embeddings, global batch B: rank g owns tables whose dims sum to
+``dim_sums[g]`` and holds pooled embeddings [B, dim_sums[g]]. Rank j's batch slice has
+``batch_rows(B, G)[j]`` rows (B // G, the first B % G ranks one more).
+- Forward: rank g sends to every j the rows of j's slice, [b_j, d_g], and receives [b_g, d_j].
+- Backward (the transpose): rank g sends the gradients [b_g, d_j] to j, receives [b_j, d_g].
+Both go through one ``dist.all_to_all_single`` over flat buffers with uneven split sizes
+(gloo's list ``all_to_all`` in torch 2.13 requires every tensor to have the same shape).
+
+Timing: every repetition starts with a barrier; rank g then sleeps ``delays_ms[g]`` (its compute
+and backward-comm imbalance) and times the forward collective from then until it completes, so
+waiting for slower ranks is part of its forward cost. Then a barrier and the backward collective,
+with no delay. CUDA work is synchronised before each clock read. Buffers are allocated once per
+sample and reused over ``warmup`` untimed and ``repeats`` timed repetitions; the cost is the
+median and the spread (p25, p75, min, max), all in ms.
+
+Ranks are spawned once per :class:`CommBench` (multiprocessing "spawn"; scripts need an
+``if __name__ == "__main__":`` guard) and rendezvous through a TCPStore the parent hosts on a free
+port of 127.0.0.1. A rank that raises or dies makes the parent raise :class:`CommBenchError`
+within the timeout and stop every rank.
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing as mp
+import os
+import queue
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from shardlab.errors import ShardlabError, field_error
+
+#: Backend and device pairs the bench supports.
+BACKENDS = {"gloo": "cpu", "nccl": "cuda"}
+
+
+class CommBenchError(RuntimeError):
+    """A rank failed, died or timed out; the bench has been shut down. ``details`` holds the
+    rank's traceback when it sent one."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+
+@dataclass(frozen=True)
+class CommSample:
+    """One measured all-to-all setting. Per-rank tuples are indexed by rank. ``fw_comm_ms`` and
+    ``bw_comm_ms`` are medians over ``repeats`` timed runs (ms; forward includes waiting for
+    slower ranks); ``*_spread_ms[g]`` is (p25, p75, min, max) of rank g's runs (ms)."""
+
+    world_size: int
+    batch_size: int
+    dim_sums: tuple[int, ...]
+    delays_ms: tuple[float, ...]
+    fw_comm_ms: tuple[float, ...]
+    bw_comm_ms: tuple[float, ...]
+    fw_spread_ms: tuple[tuple[float, float, float, float], ...]
+    bw_spread_ms: tuple[tuple[float, float, float, float], ...]
+    repeats: int
+    warmup: int
+    backend: str
+    device: str
+    dtype: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: tuples become lists."""
+        return {k: _nested(list, v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CommSample":
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{k: _nested(tuple, v) for k, v in data.items()})
+
+
+def _nested(kind: type, value: Any) -> Any:
+    """``value`` with every list or tuple in it made a ``kind``."""
+    return kind(_nested(kind, x) for x in value) if isinstance(value, (list, tuple)) else value
+
+
+def batch_rows(batch_size: int, world_size: int) -> list[int]:
+    """Rows of each rank's batch slice: B // G each, one more for the first B % G ranks."""
+    base, extra = divmod(batch_size, world_size)
+    return [base + (1 if g < extra else 0) for g in range(world_size)]
+
+
+def randomized_dim_assignment(dims: Sequence[int], world_size: int, rng: np.random.Generator,
+                              p: float | None = None) -> tuple[list[int], float]:
+    """NeuroShard's randomised dim-greedy (section 4): tables in descending dim order; each goes
+    with probability p to a uniformly random rank, else to the rank with the smallest dim sum
+    (lowest rank on ties). p is drawn uniformly in [0, 1] from ``rng`` unless given.
+    Returns (dim sum per rank, p)."""
+    _require(world_size >= 1, "dim assignment", "world_size", world_size, "must be >= 1")
+    _require(all(int(d) == d >= 0 for d in dims), "dim assignment", "dims", list(dims),
+             "must be non-negative integers")
+    p = float(rng.uniform(0.0, 1.0)) if p is None else p
+    _require(0.0 <= p <= 1.0, "dim assignment", "p", p, "must be in [0, 1]")
+    sums = [0] * world_size
+    for dim in sorted((int(d) for d in dims), reverse=True):
+        g = int(rng.integers(world_size)) if rng.random() < p else int(np.argmin(sums))
+        sums[g] += dim
+    return sums, p
+
+
+def _require(ok: bool, owner: str, field: str, value: object, requirement: str) -> None:
+    """Raise the one-line field error unless ``ok``."""
+    if not ok:
+        raise field_error(owner, field, value, requirement)
+
+
+def _spread(ms: list[float]) -> tuple[float, float, float, float]:
+    p25, p75 = np.percentile(ms, [25, 75])
+    return (float(p25), float(p75), float(min(ms)), float(max(ms)))
+
+
+# ----------------------------------------------------------------------------- rank side
+
+class _Exchange:
+    """Rank ``rank``'s four flat buffers and split sizes for one dim_sums setting."""
+
+    def __init__(self, rank: int, batch_size: int, dim_sums: Sequence[int], dtype: torch.dtype,
+                 device: torch.device):
+        rows, d, G = batch_rows(batch_size, len(dim_sums)), list(dim_sums), len(dim_sums)
+        self.send_splits = [rows[j] * d[rank] for j in range(G)]  # [b_j, d_g] to j: fw in, bw out
+        self.recv_splits = [rows[rank] * d[j] for j in range(G)]  # [b_g, d_j] from j: fw out, bw in
+        make = lambda n: torch.randn(n, dtype=dtype, device=device)  # noqa: E731
+        self.fw_in, self.fw_out = make(sum(self.send_splits)), make(sum(self.recv_splits))
+        self.bw_in, self.bw_out = make(sum(self.recv_splits)), make(sum(self.send_splits))
+
+    def forward(self) -> None:
+        dist.all_to_all_single(self.fw_out, self.fw_in, self.recv_splits, self.send_splits)
+
+    def backward(self) -> None:
+        dist.all_to_all_single(self.bw_out, self.bw_in, self.send_splits, self.recv_splits)
+
+
+def _code(src: int, rows: torch.Tensor, dim: int, batch_size: int, width: int) -> torch.Tensor:
+    """Check pattern: value = (src * B + global row) * width + column (exact in float64)."""
+    cols = torch.arange(dim, dtype=torch.float64)
+    return ((src * batch_size + rows.double())[:, None] * width + cols[None, :]).reshape(-1)
+
+
+def _check_exchange(rank: int, cfg: dict, dim_sums: list[int]) -> dict[str, Any]:
+    """Run one forward and one backward exchange of coded float64 values; return what arrived
+    from each source as [rows, dim] numpy arrays."""
+    G, B, d = len(dim_sums), cfg["batch_size"], dim_sums
+    ex = _Exchange(rank, B, d, torch.float64, torch.device(cfg["device_name"]))
+    rows, width = batch_rows(B, G), max(d) + 1
+    mine = torch.arange(sum(rows[:rank]), sum(rows[:rank + 1]))
+    ex.fw_in.copy_(_code(rank, torch.arange(B), d[rank], B, width))  # my [B, d_g] output
+    ex.bw_in.copy_(torch.cat([_code(rank, mine, d[j], B, width) for j in range(G)]))  # grads to j
+    ex.forward()
+    ex.backward()
+    fw, bw = torch.split(ex.fw_out.cpu(), ex.recv_splits), torch.split(ex.bw_out.cpu(), ex.send_splits)
+    return {"fw_recv": [fw[j].reshape(rows[rank], d[j]).numpy() for j in range(G)],
+            "bw_recv": [bw[j].reshape(rows[j], d[rank]).numpy() for j in range(G)]}
+
+
+def _measure(rank: int, cfg: dict, dim_sums: list[int], delays_ms: list[float], repeats: int,
+             warmup: int) -> tuple[list[float], list[float]]:
+    """Time ``warmup + repeats`` forward/backward exchanges; return the timed ones (ms)."""
+    dev = torch.device(cfg["device_name"])
+    ex = _Exchange(rank, cfg["batch_size"], dim_sums, cfg["dtype"], dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    barrier = (lambda: dist.barrier(device_ids=[rank])) if dev.type == "cuda" else dist.barrier
+
+    def timed(collective: Any) -> float:
+        t0 = time.perf_counter()
+        collective()
+        sync()
+        return (time.perf_counter() - t0) * 1000.0
+
+    fw_ms, bw_ms = [], []
+    for i in range(warmup + repeats):
+        barrier()  # start together
+        sync()
+        time.sleep(delays_ms[rank] / 1000.0)
+        fw = timed(ex.forward)  # from ready to done: includes waiting for slower ranks
+        barrier()
+        sync()
+        bw = timed(ex.backward)
+        if i >= warmup:
+            fw_ms.append(fw)
+            bw_ms.append(bw)
+    return fw_ms, bw_ms
+
+
+def _rank_main(rank: int, cfg: dict, port: int, commands: Any, results: Any) -> None:
+    """A rank's process: join the group, then serve (id, op, kwargs) commands until "stop" (or
+    until the parent is gone). Replies (id, rank, "ok" | "error", payload)."""
+    parent = os.getppid()
+    try:
+        torch.set_num_threads(cfg["threads_per_rank"])
+        if cfg["device"] == "cuda":
+            torch.cuda.set_device(rank)
+        cfg["device_name"] = f"cuda:{rank}" if cfg["device"] == "cuda" else "cpu"
+        timeout = datetime.timedelta(seconds=cfg["timeout_s"])
+        store = dist.TCPStore("127.0.0.1", port, cfg["world_size"], is_master=False, timeout=timeout)
+        dist.init_process_group(cfg["backend"], store=store, rank=rank,
+                                world_size=cfg["world_size"], timeout=timeout)
+        results.put((0, rank, "ok", "ready"))
+    except BaseException:  # noqa: BLE001 -- reported to the parent
+        results.put((0, rank, "error", traceback.format_exc()))
+        return
+    ops = {"measure": _measure, "check": _check_exchange}
+    while True:
+        try:
+            req_id, op, kwargs = commands.get(timeout=1.0)
+        except queue.Empty:
+            if os.getppid() != parent:
+                return  # the parent died: do not linger
+            continue
+        if op == "stop":
+            dist.destroy_process_group()
+            return
+        try:
+            results.put((req_id, rank, "ok", ops[op](rank, cfg, **kwargs)))
+        except BaseException:  # noqa: BLE001 -- the group is now unusable; the parent stops us
+            results.put((req_id, rank, "error", traceback.format_exc()))
+            return
+
+
+# ----------------------------------------------------------------------------- parent side
+
+class CommBench:
+    """G real ranks, started once (``with CommBench(...) as bench:``), measuring many samples.
+
+    ``batch_size`` is the global batch B (rows); ``dtype`` the element type of the pooled
+    embeddings; ``threads_per_rank`` torch's intra-op threads per rank; ``timeout_s`` bounds
+    startup, each collective (the process group's timeout) and each request beyond its delays.
+    """
+
+    def __init__(self, world_size: int, batch_size: int, backend: str = "gloo", device: str = "cpu",
+                 dtype: torch.dtype = torch.float32, threads_per_rank: int = 1, timeout_s: float = 120.0):
+        own = "comm bench"
+        _require(world_size >= 2, own, "world_size", world_size, "must be >= 2")
+        _require(batch_size >= world_size, own, "batch_size", batch_size,
+                 f"must be >= world_size ({world_size})")
+        _require(BACKENDS.get(backend) == device, own, "backend", backend,
+                 f"does not run on device {device!r} (supported: gloo on cpu, nccl on cuda)")
+        gpus = torch.cuda.device_count() if device == "cuda" else world_size
+        _require(gpus >= world_size, own, "world_size", world_size, f"exceeds the {gpus} visible GPUs")
+        _require(threads_per_rank >= 1, own, "threads_per_rank", threads_per_rank, "must be >= 1")
+        _require(timeout_s > 0, own, "timeout_s", timeout_s, "must be > 0")
+        self.world_size, self.batch_size, self.timeout_s = world_size, batch_size, float(timeout_s)
+        self.backend, self.device, self.dtype = backend, device, dtype
+        self._cfg = {"world_size": world_size, "batch_size": batch_size, "backend": backend,
+                     "device": device, "dtype": dtype, "threads_per_rank": threads_per_rank,
+                     "timeout_s": self.timeout_s}
+        self._procs: list[Any] = []
+        self._req_id, self.startup_s = 0, None  # startup_s: seconds start() took
+
+    def __enter__(self) -> "CommBench":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(polite=exc[0] is None)
+
+    def start(self) -> None:
+        """Spawn the ranks and wait (at most ``timeout_s``) until all have joined the group."""
+        if self._procs:
+            raise ShardlabError("comm bench: already started")
+        t0 = time.perf_counter()
+        self._store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False,
+                                    timeout=datetime.timedelta(seconds=self.timeout_s))
+        ctx = mp.get_context("spawn")
+        self._results = ctx.Queue()
+        self._commands = [ctx.Queue() for _ in range(self.world_size)]
+        self._procs = [ctx.Process(target=_rank_main, daemon=True, name=f"shardlab-comm-rank{r}",
+                                   args=(r, self._cfg, self._store.port, self._commands[r], self._results))
+                       for r in range(self.world_size)]
+        try:
+            for p in self._procs:
+                p.start()
+            self._collect(0, self.timeout_s)
+        except BaseException:
+            self.close(polite=False)
+            raise
+        self.startup_s = time.perf_counter() - t0
+
+    def close(self, polite: bool = True) -> None:
+        """Stop every rank: ask (if ``polite``; at most 5 s), then terminate, then kill.
+        Safe to call twice."""
+        procs, self._procs = self._procs, []
+        if not procs:
+            return
+        if polite:
+            for p, q in zip(procs, self._commands):
+                if p.is_alive():
+                    q.put((-1, "stop", {}))
+            deadline = time.monotonic() + 5.0
+            for p in procs:
+                p.join(max(0.0, deadline - time.monotonic()))
+        for p in procs:
+            for stop in (p.terminate, p.kill):  # a stopped or wedged rank ignores SIGTERM
+                if p.is_alive():
+                    stop()
+                    p.join(2.0)
+        for q in self._commands + [self._results]:
+            q.cancel_join_thread()
+            q.close()
+        self._store = None
+
+    def _request(self, op: str, timeout_s: float, **kwargs: Any) -> list[Any]:
+        """Send one command to every rank; return their payloads in rank order."""
+        if not self._procs:
+            raise ShardlabError("comm bench: not started (use 'with CommBench(...) as bench:')")
+        self._req_id += 1
+        for q in self._commands:
+            q.put((self._req_id, op, kwargs))
+        try:
+            return self._collect(self._req_id, timeout_s)
+        except BaseException:
+            self.close(polite=False)
+            raise
+
+    def _collect(self, req_id: int, timeout_s: float) -> list[Any]:
+        """Wait for every rank's reply to ``req_id``; raise CommBenchError on an error reply, a
+        dead rank or the deadline."""
+        deadline, dead_since, got = time.monotonic() + timeout_s, None, {}
+
+        def dead() -> str:
+            return "".join(f"rank {r} exited (code {p.exitcode}); " for r, p in enumerate(self._procs)
+                           if r not in got and p.exitcode not in (None, 0))
+
+        while len(got) < self.world_size:
+            try:
+                rid, rank, status, payload = self._results.get(timeout=0.1)
+            except queue.Empty:
+                dead_now = dead()
+                dead_since = (dead_since or time.monotonic()) if dead_now else None
+                if dead_now and time.monotonic() - dead_since > 1.0:  # its error message had time to come
+                    raise CommBenchError(f"comm bench: {dead_now}during {'request' if req_id else 'startup'}")
+                if time.monotonic() > deadline:
+                    missing = sorted(set(range(self.world_size)) - set(got))
+                    raise CommBenchError(f"comm bench: ranks {missing} did not answer "
+                                         f"within {timeout_s:.0f} s")
+                continue
+            if status == "error":  # the root cause (a dead rank) first, then the rank's last line
+                last = payload.strip().splitlines()[-1]
+                raise CommBenchError(f"comm bench: {dead()}rank {rank} failed: {last}", payload)
+            if rid == req_id:
+                got[rank] = payload
+        return [got[r] for r in range(self.world_size)]
+
+    def _validate(self, dim_sums: Sequence[int],
+                  delays_ms: Sequence[float] | None) -> tuple[list[int], list[float]]:
+        """Checked dim sums (columns per rank) and delays (ms, default 0)."""
+        G, own = self.world_size, "comm sample"
+        delays = [0.0] * G if delays_ms is None else [float(x) for x in delays_ms]
+        _require(len(dim_sums) == G, own, "dim_sums", list(dim_sums), f"must have world_size ({G}) entries")
+        _require(all(int(d) == d >= 0 for d in dim_sums), own, "dim_sums", list(dim_sums),
+                 "must be non-negative integers")
+        _require(len(delays) == G, own, "delays_ms", delays, f"must have world_size ({G}) entries")
+        _require(all(np.isfinite(x) and x >= 0 for x in delays), own, "delays_ms", delays,
+                 "must be finite and >= 0")
+        return [int(d) for d in dim_sums], delays
+
+    def measure(self, dim_sums: Sequence[int], delays_ms: Sequence[float] | None = None,
+                repeats: int = 10, warmup: int = 3) -> CommSample:
+        """Measure forward and backward all-to-all for ``dim_sums[g]`` (embedding columns owned
+        by rank g) with rank g delayed ``delays_ms[g]`` (ms, default 0) before the forward."""
+        dims, delays = self._validate(dim_sums, delays_ms)
+        _require(repeats >= 1, "comm sample", "repeats", repeats, "must be >= 1")
+        _require(warmup >= 0, "comm sample", "warmup", warmup, "must be >= 0")
+        budget = self.timeout_s + (warmup + repeats) * max(delays) / 1000.0
+        times = self._request("measure", budget, dim_sums=dims, delays_ms=delays,
+                              repeats=repeats, warmup=warmup)
+        fw, bw = [t[0] for t in times], [t[1] for t in times]
+        return CommSample(self.world_size, self.batch_size, tuple(dims), tuple(delays),
+                          tuple(float(np.median(t)) for t in fw), tuple(float(np.median(t)) for t in bw),
+                          tuple(_spread(t) for t in fw), tuple(_spread(t) for t in bw),
+                          repeats, warmup, self.backend, self.device, str(self.dtype).replace("torch.", ""))
+
+    def check_exchange(self, dim_sums: Sequence[int]) -> list[dict[str, list[np.ndarray]]]:
+        """Run one coded exchange (float64, same layout as :meth:`measure`). Returns per rank g
+        ``{"fw_recv": [block from j, shape [b_g, d_j]], "bw_recv": [block from j, shape [b_j, d_g]]}``
+        where each value is ``(src * B + global row) * (max(dim_sums) + 1) + column``."""
+        dims, _ = self._validate(dim_sums, None)
+        return self._request("check", self.timeout_s, dim_sums=dims)
+
+
+def measure_all_to_all(dim_sums: Sequence[int], batch_size: int, delays_ms: Sequence[float] | None = None,
+                       backend: str = "gloo", repeats: int = 10, warmup: int = 3, device: str = "cpu",
+                       dtype: torch.dtype = torch.float32, threads_per_rank: int = 1,
+                       timeout_s: float = 120.0) -> CommSample:
+    """One-shot :meth:`CommBench.measure` on ``len(dim_sums)`` ranks (starts and stops a bench)."""
+    with CommBench(len(dim_sums), batch_size, backend, device, dtype, threads_per_rank, timeout_s) as bench:
+        return bench.measure(dim_sums, delays_ms, repeats, warmup)
