@@ -1,0 +1,145 @@
+"""Plan evaluation: the cost of a plan (Evaluation JSON of INTERFACES.md) and its lower bound.
+
+Measured (ALGORITHMS.md sections 1 and 7): each device's fused op is timed in turn on this
+machine (compute is independent across devices); the backward all-to-all is measured with G
+real ranks; each device's forward delay is its compute + backward comm minus the smallest of
+those; the forward all-to-all is measured with those delays, so waiting for slower devices is
+part of it. Plan cost = max over devices of compute + fw comm + bw comm. Costs are measured at
+the hardware profile's batch size, which the ``source`` names.
+
+Lower bound: compute cannot beat (all tables in one fused op) / G where fused cost is
+subadditive, and communication cannot beat the all-to-all of perfectly balanced dim sums
+(the cheapest rank's forward + backward, no delays). Not yet validated: on CPU at batch 512
+the measured bound exceeded a measured plan cost in 1 of 4 plans tried (fused cost of all
+tables measured above the sum of its parts); the subadditivity check on the measured dataset
+is still to come (issue 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from shardlab import constants as C
+from shardlab.errors import ShardlabError
+from shardlab.plan import Plan, device_memory_bytes, validate_plan
+from shardlab.profile.compute import measure_compute
+from shardlab.profile.hardware import HardwareProfile, get_profile
+from shardlab.tables import Table, Task
+
+
+@dataclass(frozen=True)
+class DeviceCost:
+    """One device's costs (ms) and memory (GB)."""
+
+    device: int
+    fw_compute_ms: float
+    bw_compute_ms: float
+    fw_comm_ms: float
+    bw_comm_ms: float
+    mem_gb: float
+
+    @property
+    def total_ms(self) -> float:
+        """Compute plus both all-to-alls (ms)."""
+        return self.fw_compute_ms + self.bw_compute_ms + self.fw_comm_ms + self.bw_comm_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        """Evaluation JSON's per-device entry."""
+        return {"device": self.device, "fw_compute_ms": self.fw_compute_ms, "bw_compute_ms": self.bw_compute_ms,
+                "fw_comm_ms": self.fw_comm_ms, "bw_comm_ms": self.bw_comm_ms, "total_ms": self.total_ms,
+                "mem_gb": self.mem_gb}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The cost of one plan. ``source``: ``measured:<profile>``, ``model:<name>`` or
+    ``analytic:<profile>`` -- never unlabelled. ``cost_ms`` = max over devices of total_ms."""
+
+    task: str
+    method: str
+    source: str
+    per_device: tuple[DeviceCost, ...]
+    lower_bound_ms: float | None = None
+
+    @property
+    def cost_ms(self) -> float:
+        """The straggler's total (ms)."""
+        return max(d.total_ms for d in self.per_device)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Evaluation JSON."""
+        return {"task": self.task, "method": self.method, "source": self.source, "cost_ms": self.cost_ms,
+                "lower_bound_ms": self.lower_bound_ms, "per_device": [d.to_dict() for d in self.per_device]}
+
+
+def device_tables(task: Task, plan: Plan) -> list[list[Table]]:
+    """The (sub)tables on each device: whole tables as they are, column blocks as tables of
+    ``cols`` columns (same rows and lookups). Row-range blocks are not measurable yet."""
+    out: list[list[Table]] = [[] for _ in range(plan.ngpu)]
+    for p in plan.placements:
+        t = task.table(p.table)
+        if p.rows != t.rows:
+            raise ShardlabError(f"plan '{plan.method}': table '{t.name}': row-wise blocks cannot be measured yet")
+        name = t.name if p.cols == t.dim else f"{t.name}[{p.col_offset}:{p.col_offset + p.cols}]"
+        out[p.device].append(t.with_dim(p.cols, name=name))
+    return out
+
+
+def _comm(dim_sums: Sequence[int], delays: Sequence[float] | None, profile: HardwareProfile,
+          bench: Any | None) -> tuple[list[float], list[float]]:
+    from shardlab.profile.comm import CommBench
+
+    if len(dim_sums) < 2:
+        return [0.0] * len(dim_sums), [0.0] * len(dim_sums)
+    device = "cuda" if profile.comm_backend == "nccl" else "cpu"
+    if bench is None:
+        with CommBench(len(dim_sums), profile.batch_size, profile.comm_backend, device) as b:
+            s = b.measure(dim_sums, delays, repeats=profile.repeats, warmup=profile.warmup)
+    else:
+        s = bench.measure(dim_sums, delays, repeats=profile.repeats, warmup=profile.warmup)
+    return list(s.fw_comm_ms), list(s.bw_comm_ms)
+
+
+def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",
+                 bench: Any | None = None, lower_bound: bool = True) -> Evaluation:
+    """Measure ``plan`` on this machine (module docstring). ``bench``: an open
+    :class:`~shardlab.profile.comm.CommBench` of ``plan.ngpu`` ranks to reuse (else one is
+    started). ``lower_bound``: also measure the bound (one fused op of all tables, which is
+    skipped -- bound None -- when it would exceed the compute profiler's memory limit)."""
+    profile = get_profile(profile)
+    validate_plan(task, plan)
+    per_dev = device_tables(task, plan)
+    fw_c, bw_c = [], []
+    for tables in per_dev:
+        if tables:
+            s = measure_compute(tables, profile)
+            fw_c.append(s.fw_ms)
+            bw_c.append(s.bw_ms)
+        else:
+            fw_c.append(0.0)
+            bw_c.append(0.0)
+    dims = [sum(t.dim for t in ts) for ts in per_dev]
+    _, bw_comm = _comm(dims, None, profile, bench)
+    ready = [f + b + c for f, b, c in zip(fw_c, bw_c, bw_comm)]
+    delays = [r - min(ready) for r in ready]
+    fw_comm, _ = _comm(dims, delays, profile, bench)
+    mem = [b / C.GB for b in device_memory_bytes(task, plan)]
+    devices = tuple(DeviceCost(g, fw_c[g], bw_c[g], fw_comm[g], bw_comm[g], mem[g]) for g in range(plan.ngpu))
+    bound = measure_lower_bound(task, profile, bench) if lower_bound else None
+    return Evaluation(task.name, plan.method, f"measured:{profile.name}", devices, bound)
+
+
+def measure_lower_bound(task: Task, profile: str | HardwareProfile = "cpu", bench: Any | None = None,
+                        max_gb: float = 8.0) -> float | None:
+    """Measured lower bound (ms): fused cost of all tables / G + fw and bw all-to-all of
+    balanced dim sums (the cheapest rank's). None when all tables exceed ``max_gb`` GB."""
+    profile = get_profile(profile)
+    if sum(t.memory_bytes(profile.weights_precision, profile.optimizer) for t in task.tables) > max_gb * C.GB:
+        return None
+    whole = measure_compute(list(task.tables), profile, max_gb=max_gb)
+    total_dim = sum(t.dim for t in task.tables)
+    g = task.ngpu
+    balanced = [total_dim // g + (1 if i < total_dim % g else 0) for i in range(g)]
+    fw, bw = _comm(balanced, None, profile, bench)
+    return whole.total_ms / g + min(f + b for f, b in zip(fw, bw))
