@@ -1,5 +1,5 @@
-"""The ``shardlab`` command line (INTERFACES.md). Verbs so far: ``tasks``, ``shard`` and
-``profile compute``.
+"""The ``shardlab`` command line (INTERFACES.md). Verbs so far: ``tasks``, ``shard``,
+``profile compute`` and ``evaluate --measure``.
 
 Each verb prints a one-line summary (or, with ``--json``, the machine-readable result) and
 exits non-zero with one line naming the bad input on error. The CLI holds no logic of its
@@ -90,6 +90,25 @@ def cmd_profile_compute(args: argparse.Namespace) -> None:
                 f"{args.store}", {"added": added, "compute_samples": total, "profile": prof.to_dict()})
 
 
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    """Measure a plan's cost on this machine (Evaluation JSON)."""
+    from shardlab.evaluate import measure_plan
+    from shardlab.io import load_plan, load_task, write_json_atomic
+    from shardlab.profile.campaign import profile_with
+
+    if not args.measure:
+        raise ShardlabError("evaluate: only --measure exists so far (cost models come later)")
+    task, plan = load_task(args.task), load_plan(args.plan)
+    prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
+    ev = measure_plan(task, plan, prof, lower_bound=not args.no_bound)
+    if args.out:
+        write_json_atomic(args.out, ev.to_dict())
+    bound = f", lower bound {ev.lower_bound_ms:.3f} ms" if ev.lower_bound_ms is not None else ""
+    where = f" -> {args.out}" if args.out else ""
+    _emit(args, f"evaluate {plan.method} on {task.name}: {ev.cost_ms:.3f} ms ({ev.source}){bound}{where}",
+          ev.to_dict())
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every verb that works so far."""
     from shardlab.search import sharder_names
@@ -143,6 +162,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_profile_compute)
+
+    p = sub.add_parser("evaluate", help="cost of a plan (Evaluation JSON)")
+    p.add_argument("task", help="Task JSON file")
+    p.add_argument("plan", help="Plan JSON file")
+    p.add_argument("--measure", action="store_true", help="measure on this machine (real kernels, real ranks)")
+    p.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=None, help="override the profile's batch size")
+    p.add_argument("--repeats", type=int, default=None, help="override the profile's timed runs")
+    p.add_argument("--warmup", type=int, default=None, help="override the profile's warm-up runs")
+    p.add_argument("--no-bound", action="store_true", help="skip the lower bound")
+    p.add_argument("--out", help="where to write the Evaluation JSON")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_evaluate)
     return parser
 
 

@@ -69,3 +69,18 @@ def test_tasks_from_a_table_list(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("task criteo_kaggle_dac-26x2-seed0: 26 tables")
     task = load_task(tmp_path / "k.json")
     assert "assumed Zipf(1.05)" in task.tables[0].source
+
+
+def test_evaluate_measure(tmp_path, capsys):
+    task_path, plan_path, ev_path = tmp_path / "t.json", tmp_path / "p.json", tmp_path / "e.json"
+    assert main(["tasks", "--ntables", "4", "--ngpu", "2", "--mem-gb", "1", "--dims", "8,16",
+                 "--out", str(task_path)]) == 0
+    assert main(["shard", str(task_path), "--method", "dim_greedy", "--out", str(plan_path)]) == 0
+    assert main(["evaluate", str(task_path), str(plan_path)]) == 2
+    assert "only --measure" in capsys.readouterr().err
+    assert main(["evaluate", str(task_path), str(plan_path), "--measure", "--batch-size", "128",
+                 "--repeats", "3", "--warmup", "1", "--out", str(ev_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("evaluate dim_greedy on ") and "measured:cpu[batch_size=128" in out
+    ev = json.loads(ev_path.read_text())
+    assert ev["source"].startswith("measured:") and len(ev["per_device"]) == 2 and ev["cost_ms"] > 0
