@@ -1,5 +1,5 @@
 """The ``shardlab`` command line (INTERFACES.md). Verbs so far: ``tasks``, ``shard``,
-``profile compute`` and ``evaluate --measure``.
+``profile compute|comm`` and ``evaluate --measure``.
 
 Each verb prints a one-line summary (or, with ``--json``, the machine-readable result) and
 exits non-zero with one line naming the bad input on error. The CLI holds no logic of its
@@ -90,6 +90,22 @@ def cmd_profile_compute(args: argparse.Namespace) -> None:
                 f"{args.store}", {"added": added, "compute_samples": total, "profile": prof.to_dict()})
 
 
+def cmd_profile_comm(args: argparse.Namespace) -> None:
+    """Run (or resume) a comm campaign for each requested device count."""
+    from shardlab.profile.campaign import profile_with, run_comm_campaign
+    from shardlab.profile.store import SampleStore
+
+    prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
+    added = {g: run_comm_campaign(args.store, args.samples, g, prof, seed=args.seed,
+                                  max_delay_ms=args.max_delay_ms, progress=not args.no_progress)
+             for g in args.ngpu}
+    with SampleStore(args.store) as store:
+        kinds = store.kinds()
+    counts = ", ".join(f"G={g}: +{n} ({kinds.get(f'comm:{g}', 0)} stored)" for g, n in added.items())
+    _emit(args, f"profile comm ({prof.name}): {counts} in {args.store}",
+          {"added": added, "stored": kinds, "profile": prof.to_dict()})
+
+
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Measure a plan's cost on this machine (Evaluation JSON)."""
     from shardlab.evaluate import measure_plan
@@ -162,6 +178,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_profile_compute)
+    c = what.add_parser("comm", help="all-to-all times of random dim assignments with random delays")
+    c.add_argument("--store", required=True, help="SQLite sample store (created if absent)")
+    c.add_argument("--ngpu", type=int, nargs="+", default=[4, 8], help="device counts (real ranks)")
+    c.add_argument("--samples", type=int, default=100, help="samples 0..N-1 per device count")
+    c.add_argument("--profile", default="cpu")
+    c.add_argument("--batch-size", type=int, default=None)
+    c.add_argument("--repeats", type=int, default=None)
+    c.add_argument("--warmup", type=int, default=None)
+    c.add_argument("--max-delay-ms", type=float, default=30.0, help="forward delays drawn in [0, this] ms")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--no-progress", action="store_true")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_profile_comm)
 
     p = sub.add_parser("evaluate", help="cost of a plan (Evaluation JSON)")
     p.add_argument("task", help="Task JSON file")

@@ -85,3 +85,24 @@ def test_single_table_costs_and_measured_figures(tmp_path):
     assert summary["samples"] == 5 and summary["median_relative_spread"] >= 0
     assert "measured:" in cost_vs_features_figure(samples).layout.title.text
     assert "measured:" in fused_vs_sum_figure(samples, singles).layout.title.text
+
+
+def test_comm_campaign_resumes_and_records(tmp_path, capsys):
+    from shardlab.profile.campaign import comm_sample_spec
+
+    spec = comm_sample_spec(4, 3, 0)
+    assert spec == comm_sample_spec(4, 3, 0) and sum(spec["dim_sums"]) == sum(spec["dims"])
+    assert 0 <= spec["p"] <= 1 and all(0 <= d <= 30 for d in spec["delays_ms"])
+    store = tmp_path / "comm.db"
+    args = ["profile", "comm", "--store", str(store), "--ngpu", "2", "--samples", "3", "--batch-size", "64",
+            "--repeats", "3", "--warmup", "1", "--max-delay-ms", "5", "--no-progress"]
+    assert main(args) == 0
+    assert "G=2: +3 (3 stored)" in capsys.readouterr().out
+    assert main(args) == 0
+    assert "G=2: +0 (3 stored)" in capsys.readouterr().out
+    with SampleStore(store) as s:
+        rows = list(s.samples("comm:2"))
+    assert len(rows) == 3
+    r = rows[0]
+    assert len(r["fw_comm_ms"]) == 2 and len(r["delays_ms"]) == 2 and r["batch_size"] == 64
+    assert r["provenance"]["campaign"]["world_size"] == 2 and "hardware" in r["provenance"]

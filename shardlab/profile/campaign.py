@@ -144,3 +144,49 @@ def run_single_table_costs(store_path: str, profile: str | HardwareProfile = "cp
             _, payload = _measure((key, [t], prof.to_dict()))
             added += store.add("single", key, payload, provenance)
     return added
+
+
+def comm_sample_spec(world_size: int, index: int, seed: int, max_tables_per_rank: int = 15,
+                     max_delay_ms: float = 30.0) -> dict[str, Any]:
+    """Sample ``index`` of a comm campaign (ALGORITHMS.md section 4): T random dims, assigned to
+    ranks by the randomised dim-greedy (p drawn per sample), and a random forward delay per
+    rank, uniform in [0, max_delay_ms] ms. Deterministic in (world_size, index, seed)."""
+    from shardlab.profile.comm import randomized_dim_assignment
+
+    rng = np.random.default_rng([seed, world_size, index, 0xC3])
+    n = int(rng.integers(world_size, max_tables_per_rank * world_size + 1))
+    dims = [int(d) for d in rng.choice(C.SEED_DIMS, size=n)]
+    dim_sums, p = randomized_dim_assignment(dims, world_size, rng)
+    delays = [float(x) for x in rng.uniform(0.0, max_delay_ms, size=world_size)]
+    return {"dims": dims, "dim_sums": list(dim_sums), "p": float(p), "delays_ms": delays}
+
+
+def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
+                      profile: str | HardwareProfile = "cpu", seed: int = 0, max_delay_ms: float = 30.0,
+                      progress: bool = True) -> int:
+    """Measure comm samples 0..n_samples-1 for ``world_size`` real ranks (one bench, reused)
+    that are not yet in the store (kind ``comm:<G>``); returns how many were added. The
+    profile's batch size, backend, repeats and warm-ups apply. Callers that are scripts need a
+    ``if __name__ == "__main__":`` guard (ranks are spawned)."""
+    from shardlab.profile.comm import CommBench
+
+    prof = get_profile(profile)
+    kind = f"comm:{world_size}"
+    prefix = f"{kind}:{prof.name}:s{seed}:"
+    device = "cuda" if prof.comm_backend == "nccl" else "cpu"
+    provenance = {**environment(device), "profile": prof.to_dict(),
+                  "campaign": {"kind": "comm", "seed": seed, "world_size": world_size,
+                               "max_delay_ms": max_delay_ms}}
+    added = 0
+    with SampleStore(store_path) as store:
+        done = store.keys(kind)
+        todo = [i for i in range(n_samples) if f"{prefix}{i}" not in done]
+        if not todo:
+            return 0
+        with CommBench(world_size, prof.batch_size, prof.comm_backend, device) as bench:
+            for i in tqdm(todo, desc=f"comm samples G={world_size} ({prof.name})", disable=not progress):
+                spec = comm_sample_spec(world_size, i, seed, max_delay_ms=max_delay_ms)
+                sample = bench.measure(spec["dim_sums"], spec["delays_ms"], repeats=prof.repeats,
+                                       warmup=prof.warmup)
+                added += store.add(kind, f"{prefix}{i}", {**sample.to_dict(), **spec}, provenance)
+    return added
