@@ -1,0 +1,65 @@
+"""Shipped measured datasets: a store's samples exported as gzipped JSON lines, one file per
+kind (``compute.jsonl.gz``, ``comm_4.jsonl.gz``, ...), with the provenance records beside
+them (``provenance.json``) and a PROVENANCE.md. Text exports diff and review better than a
+binary SQLite file, and they load without the store."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from shardlab.data.pool import datasets_dir
+from shardlab.errors import ShardlabError
+from shardlab.profile.store import SampleStore
+
+
+def kind_file(kind: str) -> str:
+    """File name of a kind: ``comm:4`` -> ``comm_4.jsonl.gz``."""
+    return kind.replace(":", "_") + ".jsonl.gz"
+
+
+def export_store(store_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict[str, int]:
+    """Write every kind of the store to ``out_dir`` (atomically per file); returns kind -> count.
+    Each line is a sample without its provenance, plus ``provenance_index`` into
+    ``provenance.json``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    provenances: list[dict[str, Any]] = []
+    index: dict[str, int] = {}
+    counts = {}
+    with SampleStore(store_path) as store:
+        for kind in sorted(store.kinds()):
+            lines = []
+            for s in store.samples(kind):
+                prov = s.pop("provenance")
+                text = json.dumps(prov, sort_keys=True)
+                if text not in index:
+                    index[text] = len(provenances)
+                    provenances.append(prov)
+                s["provenance_index"] = index[text]
+                lines.append(json.dumps(s, separators=(",", ":")))
+            tmp = out / f".{kind_file(kind)}.tmp"
+            tmp.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0))
+            os.replace(tmp, out / kind_file(kind))
+            counts[kind] = len(lines)
+    (out / "provenance.json").write_text(json.dumps(provenances, indent=1) + "\n")
+    return counts
+
+
+def load_measured(kind: str, name: str = "cpu") -> Iterator[dict[str, Any]]:
+    """Samples of ``kind`` from the shipped dataset ``datasets/<name>/``, each with its
+    provenance record under ``"provenance"``."""
+    folder = datasets_dir() / name
+    path = folder / kind_file(kind)
+    if not path.exists():
+        raise ShardlabError(f"measured dataset '{name}' has no kind '{kind}' ({path} is absent)")
+    provenances = json.loads((folder / "provenance.json").read_text())
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            if line.strip():
+                s = json.loads(line)
+                s["provenance"] = provenances[s.pop("provenance_index")]
+                yield s

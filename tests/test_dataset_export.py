@@ -1,0 +1,25 @@
+"""Measured datasets: export a store to JSON lines and load it back unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardlab.errors import ShardlabError
+from shardlab.profile.dataset import export_store, load_measured
+from shardlab.profile.store import SampleStore
+
+
+def test_export_and_load_round_trip(tmp_path, monkeypatch):
+    store = tmp_path / "s.db"
+    with SampleStore(store) as s:
+        s.add("compute", "a", {"total_ms": 1.0}, {"hardware": "x"})
+        s.add("compute", "b", {"total_ms": 2.0}, {"hardware": "y"})
+        s.add("comm:4", "c", {"fw_comm_ms": [1.0] * 4}, {"hardware": "x"})
+        originals = {k: list(s.samples(k)) for k in ("compute", "comm:4")}
+    counts = export_store(store, tmp_path / "ds" / "mine")
+    assert counts == {"comm:4": 1, "compute": 2}
+    monkeypatch.setenv("SHARDLAB_DATASETS", str(tmp_path / "ds"))
+    for kind, rows in originals.items():
+        assert list(load_measured(kind, "mine")) == rows
+    with pytest.raises(ShardlabError, match="no kind 'comm:8'"):
+        list(load_measured("comm:8", "mine"))
