@@ -23,3 +23,13 @@ def test_export_and_load_round_trip(tmp_path, monkeypatch):
         assert list(load_measured(kind, "mine")) == rows
     with pytest.raises(ShardlabError, match="no kind 'comm:8'"):
         list(load_measured("comm:8", "mine"))
+
+
+def test_shipped_cpu_dataset():
+    compute = list(load_measured("compute", "cpu"))
+    assert len(compute) >= 3000
+    s = compute[0]
+    assert s["total_ms"] > 0 and s["tables"] and s["provenance"]["profile"]["name"] == "cpu"
+    assert {"hardware", "torch", "fbgemm_gpu", "date", "git", "command"} <= set(s["provenance"])
+    comm4 = list(load_measured("comm:4", "cpu"))
+    assert len(comm4) >= 1000 and len(comm4[0]["fw_comm_ms"]) == 4
