@@ -77,7 +77,8 @@ def cmd_shard(args: argparse.Namespace) -> None:
 
 def cmd_profile_compute(args: argparse.Namespace) -> None:
     """Run (or resume) a compute campaign into a sample store."""
-    from shardlab.profile.campaign import profile_with, run_compute_campaign
+    from shardlab.profile.campaign import run_compute_campaign
+    from shardlab.profile.hardware import profile_with
     from shardlab.profile.store import SampleStore
 
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
@@ -92,7 +93,8 @@ def cmd_profile_compute(args: argparse.Namespace) -> None:
 
 def cmd_profile_comm(args: argparse.Namespace) -> None:
     """Run (or resume) a comm campaign for each requested device count."""
-    from shardlab.profile.campaign import profile_with, run_comm_campaign
+    from shardlab.profile.campaign import run_comm_campaign
+    from shardlab.profile.hardware import profile_with
     from shardlab.profile.store import SampleStore
 
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
@@ -110,7 +112,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     """Measure a plan's cost on this machine (Evaluation JSON)."""
     from shardlab.evaluate import measure_plan
     from shardlab.io import load_plan, load_task, write_json_atomic
-    from shardlab.profile.campaign import profile_with
+    from shardlab.profile.hardware import profile_with
 
     if not args.measure:
         raise ShardlabError("evaluate: only --measure exists so far (cost models come later)")

@@ -13,7 +13,8 @@ import time
 from shardlab.cli import main
 from shardlab.constants import GB
 from shardlab.data.tasks import pool_tables
-from shardlab.profile.campaign import compute_sample_tables, profile_with
+from shardlab.profile.campaign import compute_sample_tables
+from shardlab.profile.hardware import profile_with
 from shardlab.profile.store import SampleStore
 
 FAST = ["--batch-size", "256", "--repeats", "3", "--warmup", "1", "--max-tables", "4", "--no-progress"]

@@ -8,7 +8,7 @@ import pytest
 from shardlab import Placement, Plan, ShardlabError
 from shardlab.data.tasks import generate_task
 from shardlab.evaluate import device_tables, measure_plan
-from shardlab.profile.campaign import profile_with
+from shardlab.profile.hardware import profile_with
 from shardlab.search import get_sharder, run_sharder
 
 FAST = profile_with("cpu", batch_size=256, repeats=3, warmup=1)

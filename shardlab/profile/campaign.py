@@ -12,7 +12,6 @@ loses at most the samples in flight, and a rerun skips the keys already stored.
 from __future__ import annotations
 
 import multiprocessing as mp
-from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
@@ -103,18 +102,6 @@ def run_compute_campaign(store_path: str, n_samples: int, profile: str | Hardwar
                 pool_ctx.terminate()
                 pool_ctx.join()
     return added
-
-
-def profile_with(name: str, batch_size: int | None = None, repeats: int | None = None,
-                 warmup: int | None = None) -> HardwareProfile:
-    """A shipped profile with some timing settings overridden; the name records the change."""
-    prof = get_profile(name)
-    changes = {k: v for k, v in (("batch_size", batch_size), ("repeats", repeats), ("warmup", warmup))
-               if v is not None and v != getattr(prof, k)}
-    if not changes:
-        return prof
-    suffix = ",".join(f"{k}={v}" for k, v in changes.items())
-    return replace(prof, name=f"{prof.name}[{suffix}]", **changes)
 
 
 def single_key(profile_name: str, table: dict[str, Any]) -> str:

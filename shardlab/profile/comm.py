@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from shardlab.errors import ShardlabError, field_error
+from shardlab.profile.timing import spread_ms
 
 #: Backend and device pairs the bench supports.
 BACKENDS = {"gloo": "cpu", "nccl": "cuda"}
@@ -115,11 +116,6 @@ def _require(ok: bool, owner: str, field: str, value: object, requirement: str) 
     """Raise the one-line field error unless ``ok``."""
     if not ok:
         raise field_error(owner, field, value, requirement)
-
-
-def _spread(ms: list[float]) -> tuple[float, float, float, float]:
-    p25, p75 = np.percentile(ms, [25, 75])
-    return (float(p25), float(p75), float(min(ms)), float(max(ms)))
 
 
 # ----------------------------------------------------------------------------- rank side
@@ -379,7 +375,7 @@ class CommBench:
         fw, bw = [t[0] for t in times], [t[1] for t in times]
         return CommSample(self.world_size, self.batch_size, tuple(dims), tuple(delays),
                           tuple(float(np.median(t)) for t in fw), tuple(float(np.median(t)) for t in bw),
-                          tuple(_spread(t) for t in fw), tuple(_spread(t) for t in bw),
+                          tuple(spread_ms(t) for t in fw), tuple(spread_ms(t) for t in bw),
                           repeats, warmup, self.backend, self.device, str(self.dtype).replace("torch.", ""))
 
     def check_exchange(self, dim_sums: Sequence[int]) -> list[dict[str, list[np.ndarray]]]:

@@ -24,6 +24,7 @@ import torch
 from shardlab import constants as C
 from shardlab.data.generator import generate_lookups
 from shardlab.errors import ShardlabError
+from shardlab.profile.timing import spread_ms
 from shardlab.profile.hardware import HardwareProfile, get_profile
 from shardlab.tables import Table
 
@@ -48,7 +49,7 @@ class ComputeSample:
     profile: dict[str, Any] = field(repr=False)
 
     @property
-    def relative_spread(self) -> float:
+    def relativespread_ms(self) -> float:
         """(p75 - p25) / median of the total time: the noise of this sample."""
         p25, p75 = self.total_spread_ms[:2]
         return (p75 - p25) / self.total_ms if self.total_ms > 0 else 0.0
@@ -65,11 +66,6 @@ class ComputeSample:
         """Inverse of :meth:`to_dict`."""
         return cls(tuple(d["tables"]), d["fw_ms"], d["bw_ms"], d["total_ms"], tuple(d["fw_spread_ms"]),
                    tuple(d["bw_spread_ms"]), tuple(d["total_spread_ms"]), d["profile"])
-
-
-def _spread(ms: list[float]) -> tuple[float, float, float, float]:
-    a = np.asarray(ms)
-    return (float(np.percentile(a, 25)), float(np.percentile(a, 75)), float(a.min()), float(a.max()))
 
 
 @contextmanager
@@ -154,4 +150,4 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
                 tot.append((t2 - t0) * 1e3)
         del op
     return ComputeSample(tuple(t.to_dict() for t in tables), float(np.median(fw)), float(np.median(bw)),
-                         float(np.median(tot)), _spread(fw), _spread(bw), _spread(tot), profile.to_dict())
+                         float(np.median(tot)), spread_ms(fw), spread_ms(bw), spread_ms(tot), profile.to_dict())

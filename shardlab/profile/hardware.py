@@ -8,7 +8,7 @@ costs seconds per shard (STACK_NOTES.md), so the CPU profile times a smaller bat
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from shardlab import constants as C
@@ -71,3 +71,15 @@ def get_profile(name: str | HardwareProfile) -> HardwareProfile:
     if name not in PROFILES:
         raise ShardlabError(f"hardware profile '{name}' is unknown (known: {', '.join(PROFILES)})")
     return PROFILES[name]
+
+
+def profile_with(name: str, batch_size: int | None = None, repeats: int | None = None,
+                 warmup: int | None = None) -> HardwareProfile:
+    """A shipped profile with some timing settings overridden; the name records the change."""
+    prof = get_profile(name)
+    changes = {k: v for k, v in (("batch_size", batch_size), ("repeats", repeats), ("warmup", warmup))
+               if v is not None and v != getattr(prof, k)}
+    if not changes:
+        return prof
+    suffix = ",".join(f"{k}={v}" for k, v in changes.items())
+    return replace(prof, name=f"{prof.name}[{suffix}]", **changes)
