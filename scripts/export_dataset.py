@@ -47,6 +47,12 @@ def summary_lines(store_path: str) -> list[str]:
                 lines.append(f"- fwd+bwd ms: median {np.median(tot):.2f}, min {tot.min():.2f}, max {tot.max():.2f}; "
                              f"median relative spread (p75-p25)/median {np.median(spread):.3f}; median bw/fw "
                              f"{np.median(ratio):.2f}")
+            elif kind.startswith("plan:"):
+                cost = np.array([r["cost_ms"] for r in rows])
+                methods = sorted({r["method"] for r in rows})
+                lines.append(f"- plan cost ms (max over devices of compute + fw comm + bw comm, waiting included): "
+                             f"median {np.median(cost):.2f}, min {cost.min():.2f}, max {cost.max():.2f}; "
+                             f"methods {', '.join(methods)}")
             else:
                 fw = np.array([x for r in rows for x in r["fw_comm_ms"]])
                 bw = np.array([x for r in rows for x in r["bw_comm_ms"]])
@@ -72,7 +78,9 @@ def main() -> int:
           "Made by:", *[f"    {c}" for c in a.made_by],
           f"    .venv/bin/python scripts/export_dataset.py --store {a.store} --out {a.out}", "",
           f"Exported {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}: "
-          + ", ".join(f"{k}: {n}" for k, n in counts.items()), "", *summary_lines(a.store)]
+          + ", ".join(f"{k}: {n}" for k, n in counts.items()), "",
+          "Hand-written notes on these data (noise, where fused costs are not subadditive): NOTES.md.", "",
+          *summary_lines(a.store)]
     (Path(a.out) / "PROVENANCE.md").write_text("\n".join(md) + "\n")
     print(f"exported {counts} to {a.out}")
     return 0

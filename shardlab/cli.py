@@ -1,5 +1,5 @@
 """The ``shardlab`` command line (INTERFACES.md). Verbs so far: ``tasks``, ``shard``,
-``profile compute|comm`` and ``evaluate --measure``.
+``profile compute|comm|single|plans`` and ``evaluate --measure``.
 
 Each verb prints a one-line summary (or, with ``--json``, the machine-readable result) and
 exits non-zero with one line naming the bad input on error. The CLI holds no logic of its
@@ -108,23 +108,75 @@ def cmd_profile_comm(args: argparse.Namespace) -> None:
           {"added": added, "stored": kinds, "profile": prof.to_dict()})
 
 
+def cmd_profile_single(args: argparse.Namespace) -> None:
+    """Measure alone every table of the stored compute samples (for fused-vs-sum checks)."""
+    from shardlab.profile.campaign import run_single_table_costs
+    from shardlab.profile.hardware import profile_with
+    from shardlab.profile.store import SampleStore
+
+    prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
+    added = run_single_table_costs(args.store, prof, workers=args.workers, max_samples=args.max_samples,
+                                   progress=not args.no_progress)
+    with SampleStore(args.store) as store:
+        total = store.count("single")
+    _emit(args, f"profile single ({prof.name}): added {added}, {total} single-table costs in {args.store}",
+          {"added": added, "single_samples": total, "profile": prof.to_dict()})
+
+
+def cmd_profile_plans(args: argparse.Namespace) -> None:
+    """Measure plans of random tasks (heuristic sharders) into the store (kind plan:<G>)."""
+    from shardlab.profile.hardware import profile_with
+    from shardlab.profile.store import SampleStore
+    from shardlab.search.plan_campaign import run_plan_campaign
+
+    prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
+    added = run_plan_campaign(args.store, args.samples, args.ngpu, prof, pool=args.pool, split=args.split,
+                              ntables=(args.min_tables, args.max_tables), mem_cap_gb=args.mem_gb,
+                              seed=args.seed, progress=not args.no_progress)
+    with SampleStore(args.store) as store:
+        total = store.count(f"plan:{args.ngpu}")
+    _emit(args, f"profile plans ({prof.name}, G={args.ngpu}): added {added}, {total} measured plans in "
+                f"{args.store}", {"added": added, "plans": total, "profile": prof.to_dict()})
+
+
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Measure a plan's cost on this machine (Evaluation JSON)."""
     from shardlab.evaluate import measure_plan
     from shardlab.io import load_plan, load_task, write_json_atomic
     from shardlab.profile.hardware import profile_with
 
-    if not args.measure:
-        raise ShardlabError("evaluate: only --measure exists so far (cost models come later)")
     task, plan = load_task(args.task), load_plan(args.plan)
-    prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
-    ev = measure_plan(task, plan, prof, lower_bound=not args.no_bound)
+    if args.measure:
+        prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
+        ev = measure_plan(task, plan, prof, lower_bound=not args.no_bound)
+    else:
+        from shardlab.costmodel.bundle import load_bundle
+        from shardlab.evaluate import estimate_plan
+
+        ev = estimate_plan(task, plan, load_bundle(args.model or "analytic", args.profile),
+                           lower_bound=not args.no_bound)
     if args.out:
         write_json_atomic(args.out, ev.to_dict())
     bound = f", lower bound {ev.lower_bound_ms:.3f} ms" if ev.lower_bound_ms is not None else ""
     where = f" -> {args.out}" if args.out else ""
     _emit(args, f"evaluate {plan.method} on {task.name}: {ev.cost_ms:.3f} ms ({ev.source}){bound}{where}",
           ev.to_dict())
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    """Train a cost-model bundle on measured samples and save it with provenance."""
+    from shardlab.costmodel.train import load_samples, train_bundle
+
+    compute = load_samples("compute", args.store, args.dataset, args.profile)
+    comm = load_samples("comm", args.store, args.dataset, args.profile)
+    label = f"store:{args.store}" if args.store else f"dataset:{args.dataset}"
+    bundle = train_bundle(args.kind, compute, comm, seed=args.seed, epochs=args.epochs,
+                          progress=not args.no_progress, data_label=label)
+    bundle.save(args.out)
+    h = bundle.heldout
+    _emit(args, f"train {args.kind}: {len(compute)} compute + {len(comm)} comm samples ({label}); held-out "
+                f"compute MAPE {h['compute_total']['mape']:.3f}, Spearman {h['compute_total']['spearman']:.3f}"
+                f" -> {args.out}", {"out": args.out, "heldout": h})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,11 +245,42 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-progress", action="store_true")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_profile_comm)
+    c = what.add_parser("plans", help="measured plans of random tasks (DreamShard's training data)")
+    c.add_argument("--store", required=True, help="SQLite sample store (created if absent)")
+    c.add_argument("--ngpu", type=int, default=4, help="devices (real ranks for the all-to-alls)")
+    c.add_argument("--samples", type=int, default=100, help="plans 0..N-1 (stored ones are skipped)")
+    c.add_argument("--min-tables", type=int, default=10)
+    c.add_argument("--max-tables", type=int, default=60)
+    c.add_argument("--mem-gb", type=float, default=4.0, help="memory cap per device, GB")
+    c.add_argument("--pool", default=C.DEFAULT_POOL)
+    c.add_argument("--split", default="train", choices=["train", "test", "all"])
+    c.add_argument("--profile", default="cpu")
+    c.add_argument("--batch-size", type=int, default=None)
+    c.add_argument("--repeats", type=int, default=None)
+    c.add_argument("--warmup", type=int, default=None)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--no-progress", action="store_true")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_profile_plans)
+    c = what.add_parser("single", help="each table of the stored compute samples, measured alone")
+    c.add_argument("--store", required=True, help="SQLite sample store holding compute samples")
+    c.add_argument("--max-samples", type=int, default=None, help="only the tables of the first N samples")
+    c.add_argument("--workers", type=int, default=1, help="parallel measuring processes")
+    c.add_argument("--profile", default="cpu")
+    c.add_argument("--batch-size", type=int, default=None)
+    c.add_argument("--repeats", type=int, default=None)
+    c.add_argument("--warmup", type=int, default=None)
+    c.add_argument("--no-progress", action="store_true")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_profile_single)
 
     p = sub.add_parser("evaluate", help="cost of a plan (Evaluation JSON)")
     p.add_argument("task", help="Task JSON file")
     p.add_argument("plan", help="Plan JSON file")
-    p.add_argument("--measure", action="store_true", help="measure on this machine (real kernels, real ranks)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--measure", action="store_true", help="measure on this machine (real kernels, real ranks)")
+    how.add_argument("--model", help="cost model: a manifest JSON path or a shipped name (neuroshard, ...)")
+    how.add_argument("--analytic", action="store_true", help="the shipped analytic model (the default)")
     p.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=None, help="override the profile's batch size")
     p.add_argument("--repeats", type=int, default=None, help="override the profile's timed runs")
@@ -206,6 +289,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="where to write the Evaluation JSON")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("train", help="train a cost model on measured samples")
+    p.add_argument("kind", choices=["analytic", "neuroshard", "autoshard"], help="model kind")
+    p.add_argument("--out", required=True, help="manifest JSON to write (model files go beside it)")
+    p.add_argument("--store", help="SQLite sample store (default: the shipped dataset)")
+    p.add_argument("--dataset", default="cpu", help="shipped measured dataset (default %(default)s)")
+    p.add_argument("--profile", default=None, help="only samples of this hardware profile")
+    p.add_argument("--epochs", type=int, default=None, help="training epochs (neural kinds)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_train)
     return parser
 
 

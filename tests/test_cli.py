@@ -76,8 +76,12 @@ def test_evaluate_measure(tmp_path, capsys):
     assert main(["tasks", "--ntables", "4", "--ngpu", "2", "--mem-gb", "1", "--dims", "8,16",
                  "--out", str(task_path)]) == 0
     assert main(["shard", str(task_path), "--method", "dim_greedy", "--out", str(plan_path)]) == 0
-    assert main(["evaluate", str(task_path), str(plan_path)]) == 2
-    assert "only --measure" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["evaluate", str(task_path), str(plan_path), "--json"]) == 0  # the shipped analytic model
+    est = json.loads(capsys.readouterr().out)
+    assert est["source"].startswith("analytic:cpu") and est["cost_ms"] > 0 and est["lower_bound_ms"] > 0
+    assert main(["evaluate", str(task_path), str(plan_path), "--model", "no-such-model"]) == 2
+    assert "cost model 'no-such-model'" in capsys.readouterr().err
     assert main(["evaluate", str(task_path), str(plan_path), "--measure", "--batch-size", "128",
                  "--repeats", "3", "--warmup", "1", "--out", str(ev_path)]) == 0
     out = capsys.readouterr().out

@@ -55,6 +55,34 @@ def _measure(job: tuple[str, list[dict[str, Any]], dict[str, Any]]) -> tuple[str
     return key, sample.to_dict()
 
 
+def _run_jobs(store: SampleStore, kind: str, jobs: list[tuple[str, list[dict[str, Any]], dict[str, Any]]],
+              provenance: dict[str, Any], workers: int, desc: str, progress: bool,
+              on_sample: Callable[[str, dict[str, Any]], None] | None = None) -> int:
+    """Measure ``jobs`` (key, tables as dicts, profile as dict) with ``workers`` spawned
+    processes (1 = here) and commit each result as it arrives; returns how many were added."""
+    added = 0
+    bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
+    if workers == 1:
+        results = map(_measure, jobs)
+        pool_ctx = None
+    else:
+        pool_ctx = mp.get_context("spawn").Pool(workers)
+        results = pool_ctx.imap_unordered(_measure, jobs)
+    try:
+        for key, payload in results:
+            if store.add(kind, key, payload, provenance):
+                added += 1
+            if on_sample:
+                on_sample(key, payload)
+            bar.update(1)
+    finally:
+        bar.close()
+        if pool_ctx is not None:
+            pool_ctx.terminate()
+            pool_ctx.join()
+    return added
+
+
 def run_compute_campaign(store_path: str, n_samples: int, profile: str | HardwareProfile = "cpu",
                          pool: str = C.DEFAULT_POOL, split: str = "train", max_tables: int = 15,
                          mem_cap_gb: float = 4.0, workers: int = 1, seed: int = 0,
@@ -82,25 +110,8 @@ def run_compute_campaign(store_path: str, n_samples: int, profile: str | Hardwar
             chosen = compute_sample_tables(tables, i, seed, max_tables, mem, prof.weights_precision,
                                            prof.optimizer)
             jobs.append((key, [t.to_dict() for t in chosen], prof.to_dict()))
-        bar = tqdm(total=len(jobs), desc=f"compute samples ({prof.name})", disable=not progress)
-        if workers == 1:
-            results = map(_measure, jobs)
-            pool_ctx = None
-        else:
-            pool_ctx = mp.get_context("spawn").Pool(workers)
-            results = pool_ctx.imap_unordered(_measure, jobs)
-        try:
-            for key, payload in results:
-                if store.add("compute", key, payload, provenance):
-                    added += 1
-                if on_sample:
-                    on_sample(key, payload)
-                bar.update(1)
-        finally:
-            bar.close()
-            if pool_ctx is not None:
-                pool_ctx.terminate()
-                pool_ctx.join()
+        added = _run_jobs(store, "compute", jobs, provenance, workers, f"compute samples ({prof.name})",
+                          progress, on_sample)
     return added
 
 
@@ -109,28 +120,33 @@ def single_key(profile_name: str, table: dict[str, Any]) -> str:
     return f"single:{profile_name}:{table['name']}@d{table['dim']}"
 
 
-def run_single_table_costs(store_path: str, profile: str | HardwareProfile = "cpu",
-                           progress: bool = True) -> int:
+def run_single_table_costs(store_path: str, profile: str | HardwareProfile = "cpu", workers: int = 1,
+                           max_samples: int | None = None, progress: bool = True) -> int:
     """Measure, alone, every (table, dim) that appears in the store's compute samples of
-    ``profile`` and is not measured yet (kind ``"single"``); returns how many were added.
-    These are the "sum of single-table costs" the seeds compare fused costs against."""
+    ``profile`` (the first ``max_samples`` of them by key order, or all) and is not measured
+    yet (kind ``"single"``); returns how many were added. These are the "sum of single-table
+    costs" the seeds compare fused costs against; resumable like the campaigns."""
     prof = get_profile(profile)
+    if workers < 1:
+        raise ShardlabError("single tables: field 'workers' >= 1 required")
     provenance = {**environment(prof.device), "profile": prof.to_dict(), "campaign": {"kind": "single"}}
-    added = 0
     with SampleStore(store_path) as store:
         done = store.keys("single")
         todo: dict[str, dict[str, Any]] = {}
-        for s in store.samples("compute"):
-            if s["profile"]["name"] != prof.name:
-                continue
+        samples = sorted((s for s in store.samples("compute") if s["profile"]["name"] == prof.name),
+                         key=lambda s: _key_order(s["key"]))
+        for s in samples[:max_samples]:
             for t in s["tables"]:
                 key = single_key(prof.name, t)
                 if key not in done:
                     todo[key] = t
-        for key, t in tqdm(todo.items(), desc=f"single tables ({prof.name})", disable=not progress):
-            _, payload = _measure((key, [t], prof.to_dict()))
-            added += store.add("single", key, payload, provenance)
-    return added
+        jobs = [(key, [t], prof.to_dict()) for key, t in todo.items()]
+        return _run_jobs(store, "single", jobs, provenance, workers, f"single tables ({prof.name})", progress)
+
+
+def _key_order(key: str) -> tuple[str, int]:
+    head, _, index = key.rpartition(":")
+    return head, int(index) if index.isdigit() else -1
 
 
 def comm_sample_spec(world_size: int, index: int, seed: int, max_tables_per_rank: int = 15,

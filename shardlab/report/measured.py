@@ -11,7 +11,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from shardlab.profile.campaign import single_key
+from shardlab.evaluate import fused_and_summed
+
+__all__ = ["sample_features", "fused_and_summed", "cost_vs_features_figure", "fused_vs_sum_figure",
+           "campaign_summary"]
 
 
 def sample_features(sample: Mapping[str, Any]) -> dict[str, float]:
@@ -23,20 +26,6 @@ def sample_features(sample: Mapping[str, Any]) -> dict[str, float]:
             "lookups_m": batch * sum(t["pooling_factor"] * t["dim"] for t in tables) / 1e6,
             "weights_m": sum(t["rows"] * t["dim"] for t in tables) / 1e6,
             "total_ms": sample["total_ms"]}
-
-
-def fused_and_summed(samples: Iterable[Mapping[str, Any]], singles: Mapping[str, Mapping[str, Any]]
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(fused total ms, sum of single-table totals ms, number of tables) for every sample
-    whose tables were all measured alone; arrays of equal length."""
-    fused, summed, n = [], [], []
-    for s in samples:
-        keys = [single_key(s["profile"]["name"], t) for t in s["tables"]]
-        if all(k in singles for k in keys):
-            fused.append(s["total_ms"])
-            summed.append(sum(singles[k]["total_ms"] for k in keys))
-            n.append(len(keys))
-    return np.asarray(fused), np.asarray(summed), np.asarray(n)
 
 
 def cost_vs_features_figure(samples: list[Mapping[str, Any]]) -> go.Figure:

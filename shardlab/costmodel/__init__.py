@@ -1,0 +1,1 @@
+"""Cost models: analytic (labelled) and neural, fitted to measured samples."""

@@ -1,0 +1,99 @@
+"""Cost-model protocols (one per stage) and the plan simulation they feed.
+
+A *compute model* predicts, for each device's multiset of (sub)tables, the forward and
+backward time (ms) of one fused TBE op; a *comm model* predicts each rank's forward and
+backward all-to-all time (ms) from the ranks' dim sums and forward start delays (ms).
+Estimators follow scikit-learn: configuration in ``__init__``, ``fit(samples)`` on measured
+samples (the store's / datasets' dicts) returns ``self``, ``predict`` is pure.
+
+:func:`simulate` runs NeuroShard's order (ALGORITHMS.md section 4): compute, backward comm,
+delays (compute + bw comm - the smallest such), forward comm with those delays; the plan cost
+is the max over devices of compute + fw comm + bw comm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from shardlab.tables import Table
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Every cost model: configured in ``__init__``, ``fit(samples) -> self`` on measured
+    samples, batched ``predict``, ``save(path)`` / ``load(path)`` (a file that records the
+    training data's provenance, versions and held-out metrics)."""
+
+    #: What it predicts: ``"compute"`` (fused-op fw/bw ms per shard) or ``"comm"`` (per-rank
+    #: fw/bw all-to-all ms).
+    target: str
+
+    @property
+    def source(self) -> str:
+        """Label for Evaluation ``source``: ``model:<name>`` or ``analytic:<profile>``."""
+
+    def fit(self, samples: Sequence[dict[str, Any]]) -> "CostModel":
+        """Fit on measured samples (store/dataset dicts); returns self."""
+
+    def predict(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        """Batched prediction (ms); shapes per target, see the two protocols below."""
+
+    def save(self, path: str) -> None:
+        """Write the model file atomically."""
+
+
+@runtime_checkable
+class ComputeModel(CostModel, Protocol):
+    """``predict(shards)`` -> (n, 2) array of forward and backward ms of each shard's fused op
+    (0 for an empty shard); ``shards`` is a sequence of n table multisets."""
+
+    def predict(self, shards: Sequence[Sequence[Table]]) -> np.ndarray:  # type: ignore[override]
+        """(n, 2) forward and backward ms."""
+
+
+@runtime_checkable
+class CommModel(CostModel, Protocol):
+    """``predict(dim_sums, delays_ms)`` -> (n, G, 2) array of each rank's forward and backward
+    all-to-all ms; ``dim_sums`` and ``delays_ms`` (ms, or None for no delays) are (n, G)."""
+
+    def predict(self, dim_sums: Any, delays_ms: Any = None) -> np.ndarray:  # type: ignore[override]
+        """(n, G, 2) forward and backward ms."""
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """Per-device predicted costs (ms), each an array of shape (G,)."""
+
+    fw_compute: np.ndarray
+    bw_compute: np.ndarray
+    fw_comm: np.ndarray
+    bw_comm: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        """Per-device total (ms), shape (G,)."""
+        return self.fw_compute + self.bw_compute + self.fw_comm + self.bw_comm
+
+    @property
+    def cost_ms(self) -> float:
+        """Plan cost: the straggler's total (ms)."""
+        return float(self.total.max())
+
+
+def simulate(shards: Sequence[Sequence[Table]], compute: ComputeModel, comm: CommModel) -> Simulated:
+    """Predicted costs of one plan given its devices' (sub)tables (module docstring)."""
+    c = np.asarray(compute.predict(shards), dtype=float).reshape(len(shards), 2)
+    empty = np.array([len(s) == 0 for s in shards])
+    c[empty] = 0.0
+    dims = [sum(t.dim for t in s) for s in shards]
+    if len(shards) < 2:
+        zero = np.zeros(len(shards))
+        return Simulated(c[:, 0], c[:, 1], zero, zero)
+    bw = np.asarray(comm.predict([dims], None), dtype=float)[0, :, 1]
+    ready = c.sum(axis=1) + bw
+    delays = ready - ready.min()
+    fw = np.asarray(comm.predict([dims], [delays.tolist()]), dtype=float)[0, :, 0]
+    return Simulated(c[:, 0], c[:, 1], fw, bw)

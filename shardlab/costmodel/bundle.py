@@ -1,0 +1,124 @@
+"""A plan cost model: one compute model + one comm model, saved as a manifest JSON beside its
+two model files, with provenance and held-out errors; loadable by path or, for the shipped
+pre-trained models (``datasets/<profile>/models/``), by name."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute
+from shardlab.data.pool import datasets_dir
+from shardlab.costmodel.base import CommModel, ComputeModel, Simulated, simulate
+from shardlab.costmodel.metrics import errors, split_samples
+from shardlab.errors import ShardlabError
+from shardlab.io import read_json, write_json_atomic
+from shardlab.tables import Table
+
+MANIFEST_FORMAT = "shardlab-costmodel-v1"
+
+
+@dataclass
+class CostModelBundle:
+    """``compute`` + ``comm`` models; ``provenance`` says what data and command made them;
+    ``heldout`` holds :func:`~shardlab.costmodel.metrics.errors` per target on test samples."""
+
+    compute: ComputeModel
+    comm: CommModel
+    provenance: dict[str, Any] = field(default_factory=dict)
+    heldout: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        """Evaluation label (the compute model's; both models share the profile)."""
+        return self.compute.source
+
+    def simulate(self, shards: Sequence[Sequence[Table]]) -> Simulated:
+        """Predicted per-device costs of one plan (ms)."""
+        return simulate(shards, self.compute, self.comm)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write a manifest JSON at ``path`` (``<name>.json``) and the two model files beside it
+        (``<name>.compute.<ext>``, ``<name>.comm.<ext>``), each atomically."""
+        p = Path(path)
+        parts = {}
+        for role, model in (("compute", self.compute), ("comm", self.comm)):
+            ext = "json" if type(model).__module__.endswith("analytic") else "pt"
+            name = f"{p.stem}.{role}.{ext}"
+            model.save(str(p.parent / name))
+            parts[role] = {"file": name, "class": f"{type(model).__module__}.{type(model).__name__}"}
+        write_json_atomic(p, {"format": MANIFEST_FORMAT, "source": self.source, "parts": parts,
+                              "provenance": self.provenance, "heldout": self.heldout})
+
+
+def heldout_errors(compute: ComputeModel, comm: CommModel, compute_test: Sequence[dict[str, Any]],
+                   comm_test: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Errors on held-out samples: compute fw/bw/total, and comm fw/bw per G."""
+    out: dict[str, Any] = {}
+    if compute_test:
+        p = compute.predict([[Table.from_dict(t) for t in s["tables"]] for s in compute_test])
+        out["compute_fw"] = errors(p[:, 0], [s["fw_ms"] for s in compute_test])
+        out["compute_bw"] = errors(p[:, 1], [s["bw_ms"] for s in compute_test])
+        out["compute_total"] = errors(p.sum(axis=1), [s["fw_ms"] + s["bw_ms"] for s in compute_test])
+    for g in sorted({s["world_size"] for s in comm_test}):
+        ss = [s for s in comm_test if s["world_size"] == g]
+        preds = list(np.asarray(comm.predict([s["dim_sums"] for s in ss], [s["delays_ms"] for s in ss])))
+        out[f"comm{g}_fw"] = errors(np.concatenate([q[:, 0] for q in preds]),
+                                    np.concatenate([s["fw_comm_ms"] for s in ss]))
+        out[f"comm{g}_bw"] = errors(np.concatenate([q[:, 1] for q in preds]),
+                                    np.concatenate([s["bw_comm_ms"] for s in ss]))
+    return out
+
+
+def fit_analytic(compute_samples: Sequence[dict[str, Any]], comm_samples: Sequence[dict[str, Any]],
+                 provenance: dict[str, Any] | None = None) -> CostModelBundle:
+    """Fit both analytic models on the train+val splits (by key) and report test errors."""
+    cs, ms = split_samples(compute_samples), split_samples(comm_samples)
+    compute = AnalyticCompute().fit(cs["train"] + cs["val"])
+    comm = AnalyticComm().fit(ms["train"] + ms["val"])
+    heldout = heldout_errors(compute, comm, cs["test"], ms["test"])
+    heldout["split"] = {"rule": "sha256(key) 80/10/10; fitted on train+val",
+                        "compute": {k: len(v) for k, v in cs.items()}, "comm": {k: len(v) for k, v in ms.items()}}
+    return CostModelBundle(compute, comm, dict(provenance or {}), heldout)
+
+
+def models_dir(profile: str = "cpu") -> Path:
+    """Folder of the shipped pre-trained models of a hardware profile: datasets/<profile>/models."""
+    return datasets_dir() / profile / "models"
+
+
+def resolve_model_path(name_or_path: str | os.PathLike, profile: str = "cpu") -> Path:
+    """A manifest path as given, or a shipped model's by name (e.g. ``"analytic"``)."""
+    p = Path(name_or_path)
+    if p.suffix == ".json" or p.exists():
+        return p
+    shipped = models_dir(profile) / f"{name_or_path}.json"
+    if not shipped.exists():
+        names = sorted(q.stem for q in models_dir(profile).glob("*.json") if q.stem.count(".") == 0)
+        raise ShardlabError(f"cost model '{name_or_path}': no such file or shipped model for profile "
+                            f"'{profile}' (shipped: {', '.join(names) or 'none'})")
+    return shipped
+
+
+def load_bundle(name_or_path: str | os.PathLike, profile: str = "cpu") -> CostModelBundle:
+    """Load a bundle from its manifest path, or a shipped one by name."""
+    p = resolve_model_path(name_or_path, profile)
+    if not p.exists():
+        raise ShardlabError(f"cost model '{p}': no such file")
+    d = read_json(p)
+    if d.get("format") != MANIFEST_FORMAT:
+        raise ShardlabError(f"cost model '{p}': field 'format' must be '{MANIFEST_FORMAT}'")
+    models = []
+    for role in ("compute", "comm"):
+        part = d["parts"][role]
+        module, _, cls_name = part["class"].rpartition(".")
+        if not module.startswith("shardlab.costmodel."):
+            raise ShardlabError(f"cost model '{p}': field 'parts.{role}.class' must be a shardlab.costmodel class")
+        cls = getattr(importlib.import_module(module), cls_name)
+        models.append(cls.load(str(p.parent / part["file"])))
+    return CostModelBundle(models[0], models[1], d.get("provenance", {}), d.get("heldout", {}))

@@ -1,0 +1,149 @@
+"""DreamShard's cost network (ALGORITHMS.md section 5).
+
+A shared table encoder (21 -> 128 -> 32, ReLU) is summed over each device's tables; three
+heads (32 -> 64 -> 1) predict that device's forward compute, backward compute and
+communication (fw + bw all-to-all) ms; an overall head (32 -> 64 -> 1) reads the per-device
+sums, takes their MAX over devices, and predicts the plan cost (ms). Sum and max make it
+independent of the numbers of tables and devices.
+
+Training data: measured plans (kind ``plan`` records: each device's tables and measured
+fw/bw compute and fw/bw comm, and the plan cost), optionally plus measured compute samples,
+which supervise the two compute heads alone. Loss: the sum of the four MSEs on log(1 + ms /
+scale) (see :mod:`shardlab.costmodel.neural` for why log). As a :class:`ComputeModel` it
+predicts (fw, bw) compute per shard, so it plugs into the same simulation and search code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from shardlab import constants as C
+from shardlab.costmodel.metrics import split_samples
+from shardlab.costmodel.neural import NeuroShardCompute, ShardNet, _seeded, mlp
+from shardlab.errors import ShardlabError
+from shardlab.tables import Table
+
+
+class DreamShardNet(nn.Module):
+    """Encoder + sum per device, heads fw/bw/comm per device, overall head over the max."""
+
+    def __init__(self, hidden: int = 128, embed: int = 32, head_hidden: int = 64):
+        super().__init__()
+        self.shard = ShardNet((C.N_TABLE_FEATURES, hidden, embed), (embed, head_hidden, 2))
+        self.comm = mlp((embed, head_hidden, 1))
+        self.overall = mlp((embed, head_hidden, 1))
+
+    def forward(self, x: torch.Tensor, seg: torch.Tensor, n: int, plan_of: torch.Tensor | None = None,
+                n_plans: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """x (T, 21), seg (T,) device-shard index of each table, n shards; ``plan_of`` (n,) plan
+        index of each shard -> ((n, 2) compute, (n,) comm, (n_plans,) overall or None)."""
+        z = self.shard.encode(x, seg, n)
+        compute = self.shard.head(z)
+        comm = self.comm(z).squeeze(-1)
+        overall = None
+        if plan_of is not None:
+            pooled = torch.full((n_plans, z.shape[1]), -1e9, dtype=z.dtype)
+            pooled = pooled.scatter_reduce(0, plan_of[:, None].expand_as(z), z, reduce="amax")
+            overall = self.overall(pooled).squeeze(-1)
+        return compute, comm, overall
+
+
+class DreamShardCost(NeuroShardCompute):
+    """DreamShard's cost network as an estimator. ``fit(plans, compute_samples=None)``;
+    ``predict(shards)`` -> (n, 2) fw/bw compute ms; ``predict_plan(devices)`` -> (per-device
+    (G, 3) fw/bw/comm ms, overall ms)."""
+
+    name = "dreamshard-cost"
+
+    def _new_net(self) -> DreamShardNet:  # type: ignore[override]
+        return DreamShardNet(self.hidden, self.embed, self.head_hidden)
+
+    def fit(self, plans: Sequence[dict[str, Any]], compute_samples: Sequence[dict[str, Any]] | None = None,
+            val_plans: Sequence[dict[str, Any]] | None = None) -> "DreamShardCost":  # type: ignore[override]
+        """Train on measured plan records (+ compute samples for the compute heads)."""
+        if val_plans is None:
+            parts = split_samples(plans)
+            plans, val_plans = parts["train"], parts["val"] or parts["train"][:1]
+        if not plans:
+            raise ShardlabError("DreamShardCost.fit: no measured plans")
+        compute_samples = list(compute_samples or [])
+        self.profile_ = dict(plans[0]["profile"])
+        devs = [[[Table.from_dict(t) for t in d] for d in p["devices"]] for p in plans]
+        vdevs = [[[Table.from_dict(t) for t in d] for d in p["devices"]] for p in val_plans]
+        cshards = [[Table.from_dict(t) for t in s["tables"]] for s in compute_samples]
+        from shardlab.data.features import FeatureScaler
+
+        self.scaler_ = FeatureScaler.fit(list({t for p in devs for d in p for t in d} | {t for s in cshards for t in s}))
+        self._cache = {}
+        self.scale_ms_ = float(np.median([p["cost_ms"] for p in plans]))
+        _seeded(self.seed)
+        net = self.net_ = self._new_net()
+
+        def plan_targets(ps: Sequence[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            per = [d for p in ps for d in p["per_device"]]
+            comp = np.array([[d["fw_compute_ms"], d["bw_compute_ms"]] for d in per])
+            comm = np.array([d["fw_comm_ms"] + d["bw_comm_ms"] for d in per])
+            cost = np.array([p["cost_ms"] for p in ps])
+            return tuple(torch.tensor(self._to_target(a, self.scale_ms_), dtype=torch.float32)
+                         for a in (comp, comm, cost))  # type: ignore[return-value]
+
+        def plan_loss(plan_devs: Sequence[Sequence[Sequence[Table]]], targets: tuple[torch.Tensor, ...]
+                      ) -> torch.Tensor:
+            shards = [d for p in plan_devs for d in p]
+            x, seg = self._batch(shards)
+            plan_of = torch.repeat_interleave(torch.arange(len(plan_devs)),
+                                              torch.tensor([len(p) for p in plan_devs]))
+            comp, comm, overall = net(x, seg, len(shards), plan_of, len(plan_devs))
+            return (((comp - targets[0]) ** 2).mean() + ((comm - targets[1]) ** 2).mean()
+                    + ((overall - targets[2]) ** 2).mean())
+
+        ctarget = torch.tensor(self._to_target(np.array([[s["fw_ms"], s["bw_ms"]] for s in compute_samples]),
+                                               self.scale_ms_), dtype=torch.float32) if compute_samples else None
+        n_plans = len(devs)
+        vtargets = plan_targets(val_plans)
+
+        def loss(idx: torch.Tensor) -> torch.Tensor:
+            pi = idx[idx < n_plans].tolist()
+            ci = (idx[idx >= n_plans] - n_plans).tolist()
+            total = torch.zeros(())
+            if pi:
+                total = total + plan_loss([devs[i] for i in pi], tuple(t for t in plan_targets([plans[i] for i in pi])))
+            if ci and ctarget is not None:
+                x, seg = self._batch([cshards[i] for i in ci])
+                comp, _, _ = net(x, seg, len(ci))
+                total = total + ((comp - ctarget[ci]) ** 2).mean()
+            return total
+
+        self.history_ = []
+        self._train({"net": net}, loss, n_plans + len(cshards), lambda: plan_loss(vdevs, vtargets),
+                    f"train {self.name}")
+        return self
+
+    @torch.no_grad()
+    def predict(self, shards: Sequence[Sequence[Table]]) -> np.ndarray:
+        """(n, 2) forward and backward compute ms per shard; 0 for an empty shard."""
+        if self.net_ is None:
+            raise ShardlabError(f"{self.name}: not fitted")
+        if not shards:
+            return np.zeros((0, 2))
+        x, seg = self._batch(shards)
+        comp, _, _ = self.net_(x, seg, len(shards))
+        out = self._from_target(comp.numpy(), self.scale_ms_)
+        out[[len(s) == 0 for s in shards]] = 0.0
+        return np.maximum(out, 0.0)
+
+    @torch.no_grad()
+    def predict_plan(self, devices: Sequence[Sequence[Table]]) -> tuple[np.ndarray, float]:
+        """Per-device (G, 3) fw compute, bw compute, comm ms, and the overall plan cost (ms)."""
+        if self.net_ is None:
+            raise ShardlabError(f"{self.name}: not fitted")
+        x, seg = self._batch(devices)
+        comp, comm, overall = self.net_(x, seg, len(devices), torch.zeros(len(devices), dtype=torch.long), 1)
+        per = np.concatenate([self._from_target(comp.numpy(), self.scale_ms_),
+                              self._from_target(comm.numpy(), self.scale_ms_)[:, None]], axis=1)
+        per[[len(d) == 0 for d in devices]] = 0.0
+        return np.maximum(per, 0.0), float(self._from_target(overall.numpy(), self.scale_ms_)[0])

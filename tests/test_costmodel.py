@@ -1,0 +1,134 @@
+"""Cost models on the shipped measured CPU dataset: protocol, fit quality, save/load, seeds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute, nnls_relative
+from shardlab.costmodel.assess import held_out_sets
+from shardlab.costmodel.base import CommModel, ComputeModel, simulate
+from shardlab.costmodel.bundle import load_bundle
+from shardlab.costmodel.metrics import errors, kendall, split_of, split_samples
+from shardlab.costmodel.neural import NeuroShardCompute
+from shardlab.costmodel.neural_comm import NeuroShardComm
+from shardlab.costmodel.train import load_samples, train_bundle
+from shardlab.errors import ShardlabError
+from shardlab.tables import Table
+
+
+@pytest.fixture(scope="module")
+def compute_samples():
+    return load_samples("compute")
+
+
+@pytest.fixture(scope="module")
+def comm_samples():
+    return load_samples("comm")
+
+
+def shards_of(samples):
+    return [[Table.from_dict(t) for t in s["tables"]] for s in samples]
+
+
+def test_split_is_stable_and_roughly_80_10_10(compute_samples):
+    assert split_of("compute:cpu:x:0") == split_of("compute:cpu:x:0")
+    parts = split_samples(compute_samples)
+    n = len(compute_samples)
+    assert abs(len(parts["train"]) / n - 0.8) < 0.04 and abs(len(parts["test"]) / n - 0.1) < 0.03
+
+
+def test_metrics_on_known_values():
+    e = errors([1.0, 2.0, 4.0], [1.0, 2.0, 2.0])
+    assert e["mape"] == pytest.approx(1 / 3) and e["mse"] == pytest.approx(4 / 3)
+    assert kendall(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 1.0])) == -1.0
+
+
+def test_nnls_keeps_coefficients_non_negative():
+    rng = np.random.default_rng(0)
+    x = np.c_[np.ones(50), rng.random(50), rng.random(50)]
+    y = 2.0 + 3.0 * x[:, 1] - 0.5 * x[:, 2] + 0.01
+    w = nnls_relative(x, y)
+    assert (w >= 0).all() and w[2] == 0.0 and w[1] > 2.0
+
+
+def test_analytic_fits_measured_data_and_beats_a_constant(compute_samples, comm_samples):
+    parts = split_samples(compute_samples)
+    model = AnalyticCompute().fit(parts["train"])
+    assert isinstance(model, ComputeModel) and model.source.startswith("analytic:cpu")
+    test = parts["test"]
+    pred = model.predict(shards_of(test)).sum(axis=1)
+    true = np.array([s["fw_ms"] + s["bw_ms"] for s in test])
+    const = np.full_like(true, np.median(true))
+    assert errors(pred, true)["mape"] < 0.5 * errors(const, true)["mape"]
+    assert errors(pred, true)["spearman"] > 0.9
+    comm = AnalyticComm().fit(split_samples(comm_samples)["train"])
+    assert isinstance(comm, CommModel)
+    # waiting: a rank that arrives 10 ms earlier waits about 10 ms longer in the forward all-to-all
+    out = comm.predict([[256, 256, 256, 256]], [[0.0, 10.0, 10.0, 10.0]])[0]
+    assert out.shape == (4, 2) and 7.0 < out[0, 0] - out[1, 0] < 13.0
+
+
+def test_analytic_extrapolates_with_batch_and_device_count(compute_samples, comm_samples):
+    model = AnalyticCompute().fit(compute_samples[:500])
+    shard = shards_of(compute_samples[:1])
+    small, large = model.predict(shard)[0].sum(), model.predict(shard, batch_size=65536)[0].sum()
+    assert large > 4 * small
+    comm = AnalyticComm().fit(comm_samples[:500])
+    assert comm.predict([[64] * 16]).shape == (1, 16, 2)
+
+
+def test_neural_compute_learns_unseen_tables_and_round_trips(tmp_path, compute_samples):
+    sets = held_out_sets(compute_samples)
+    model = NeuroShardCompute(epochs=100, seed=1).fit(sets["train"], sets["val"])
+    assert isinstance(model, ComputeModel)
+    test = sets["unseen_tables"]
+    assert len(test) >= 500
+    pred = model.predict(shards_of(test)).sum(axis=1)
+    true = np.array([s["fw_ms"] + s["bw_ms"] for s in test])
+    assert errors(pred, true)["spearman"] > 0.9 and errors(pred, true)["mape"] < 0.4
+    assert model.history_[-1]["train_loss"] < model.history_[0]["train_loss"]
+    path = tmp_path / "m.pt"
+    model.save(str(path))
+    again = NeuroShardCompute.load(str(path))
+    np.testing.assert_array_equal(again.predict(shards_of(test[:20])), model.predict(shards_of(test[:20])))
+    assert again.scaler_ == model.scaler_ and again.history_ == model.history_
+    assert model.predict([[]])[0].tolist() == [0.0, 0.0]
+
+
+def test_neural_compute_same_seed_same_model(compute_samples):
+    a = NeuroShardCompute(epochs=3, seed=7).fit(compute_samples[:300], compute_samples[300:340])
+    b = NeuroShardCompute(epochs=3, seed=7).fit(compute_samples[:300], compute_samples[300:340])
+    c = NeuroShardCompute(epochs=3, seed=8).fit(compute_samples[:300], compute_samples[300:340])
+    probe = shards_of(compute_samples[400:410])
+    np.testing.assert_array_equal(a.predict(probe), b.predict(probe))
+    assert not np.array_equal(a.predict(probe), c.predict(probe))
+
+
+def test_neural_comm_per_device_count(tmp_path, comm_samples):
+    parts = split_samples(comm_samples)
+    model = NeuroShardComm(epochs=100, seed=0).fit(parts["train"], parts["val"])
+    assert sorted(model.nets_) == sorted({s["world_size"] for s in comm_samples})
+    g4 = [s for s in parts["test"] if s["world_size"] == 4]
+    pred = model.predict([s["dim_sums"] for s in g4], [s["delays_ms"] for s in g4])
+    fw_true = np.concatenate([s["fw_comm_ms"] for s in g4])
+    assert errors(pred[:, :, 0].ravel(), fw_true)["spearman"] > 0.95
+    with pytest.raises(ShardlabError, match="'ngpu' = 3"):
+        model.predict([[4, 4, 4]])
+    model.save(str(tmp_path / "c.pt"))
+    np.testing.assert_array_equal(NeuroShardComm.load(str(tmp_path / "c.pt")).predict([[8, 8, 8, 8]]),
+                                  model.predict([[8, 8, 8, 8]]))
+
+
+def test_bundle_train_save_load_and_simulate(tmp_path, compute_samples, comm_samples):
+    bundle = train_bundle("analytic", compute_samples, comm_samples, progress=False, data_label="dataset:cpu")
+    assert bundle.heldout["compute_total"]["n"] > 100 and "comm8_fw" in bundle.heldout
+    assert bundle.provenance["data_provenance"][0]["hardware"]
+    bundle.save(tmp_path / "a.json")
+    again = load_bundle(tmp_path / "a.json")
+    shards = shards_of(compute_samples[:4])
+    sim = simulate(shards, again.compute, again.comm)
+    assert sim.cost_ms == pytest.approx(bundle.simulate(shards).cost_ms)
+    assert sim.cost_ms == pytest.approx(float(sim.total.max()))
+    with pytest.raises(ShardlabError, match="no such file or shipped model"):
+        load_bundle("no-such-model")
