@@ -1,5 +1,5 @@
-"""The ``shardlab`` command line (INTERFACES.md). Verbs so far: ``tasks``, ``shard``,
-``profile compute|comm|single|plans`` and ``evaluate --measure``.
+"""The ``shardlab`` command line (INTERFACES.md). Verbs: ``tasks``, ``shard``,
+``profile compute|comm|single|plans``, ``train`` and ``evaluate --measure|--model|--analytic``.
 
 Each verb prints a one-line summary (or, with ``--json``, the machine-readable result) and
 exits non-zero with one line naming the bad input on error. The CLI holds no logic of its
@@ -64,7 +64,12 @@ def cmd_shard(args: argparse.Namespace) -> None:
     from shardlab.search import get_sharder, run_sharder
 
     task = load_task(args.task)
-    plan = run_sharder(get_sharder(args.method), task, args.seed)
+    sharder = get_sharder(args.method)
+    if args.model is not None:
+        if not hasattr(sharder, "model"):
+            raise ShardlabError(f"shard: field 'model' does not apply to method '{args.method}' (it uses no cost model)")
+        sharder.model = args.model
+    plan = run_sharder(sharder, task, args.seed)
     if args.out:
         save_plan(plan, args.out)
     loads = device_loads(task, plan)
@@ -164,19 +169,67 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    """Train a cost-model bundle on measured samples and save it with provenance."""
+    """Train a cost-model bundle (or an RL policy) on measured samples; save it with provenance."""
     from shardlab.costmodel.train import load_samples, train_bundle
+
+    if args.kind.endswith("_policy"):
+        return train_policy(args)
 
     compute = load_samples("compute", args.store, args.dataset, args.profile)
     comm = load_samples("comm", args.store, args.dataset, args.profile)
     label = f"store:{args.store}" if args.store else f"dataset:{args.dataset}"
+    plans = load_samples("plan", args.store, args.dataset, args.profile) if args.kind == "dreamshard" else []
     bundle = train_bundle(args.kind, compute, comm, seed=args.seed, epochs=args.epochs,
-                          progress=not args.no_progress, data_label=label)
+                          progress=not args.no_progress, data_label=label, plan_samples=plans)
     bundle.save(args.out)
     h = bundle.heldout
     _emit(args, f"train {args.kind}: {len(compute)} compute + {len(comm)} comm samples ({label}); held-out "
                 f"compute MAPE {h['compute_total']['mape']:.3f}, Spearman {h['compute_total']['spearman']:.3f}"
                 f" -> {args.out}", {"out": args.out, "heldout": h})
+
+
+def train_policy(args: argparse.Namespace) -> None:
+    """DreamShard / AutoShard policy training; measured plans of the policy go to --store."""
+    from shardlab.costmodel.train import load_samples
+
+    if not args.store:
+        raise ShardlabError(f"train {args.kind}: field 'store' is required (measured plans of the policy go there)")
+    compute = [s for s in load_samples("compute", None, args.dataset) if ":train:" in s["key"]]
+    if args.kind == "dreamshard_policy":
+        from shardlab.costmodel.bundle import load_bundle
+        from shardlab.search.dreamshard import train_dreamshard
+
+        cost = load_bundle(args.cost_model or "dreamshard", args.dataset).compute
+        agent = train_dreamshard(args.store, cost, compute, iterations=args.iterations,
+                                 measure_per_iteration=args.measure, updates_per_iteration=args.updates,
+                                 seed=args.seed, progress=not args.no_progress,
+                                 initial_plans=load_samples("plan", None, args.dataset))
+        last = agent.history_[-1]["mean_predicted_cost_ms"][-10:]
+        summary = f"{len(agent.history_)} iterations, last mean predicted cost {sum(last) / len(last):.2f} ms"
+    else:
+        from shardlab.costmodel.bundle import load_bundle
+        from shardlab.search.autoshard import train_autoshard
+
+        cost = load_bundle(args.cost_model or "autoshard", args.dataset).compute
+        agent = train_autoshard(cost, updates=args.updates * args.iterations, measure_store=args.store,
+                                refit_every=args.updates, measure_plans=args.measure, compute_samples=compute,
+                                seed=args.seed, progress=not args.no_progress)
+        last = [h["mean_reward"] for h in agent.history_[-10:]]
+        summary = f"{len(agent.history_)} updates, last mean reward {sum(last) / len(last):.3f}"
+    agent.save(args.out)
+    _emit(args, f"train {args.kind}: {summary} -> {args.out}", {"out": args.out, "history": agent.history_})
+
+
+def cmd_export_torchrec(args: argparse.Namespace) -> None:
+    """Write a plan as TorchRec ParameterSharding-equivalent JSON plus ParameterConstraints."""
+    from shardlab.export import export_torchrec
+    from shardlab.io import load_plan, load_task, write_json_atomic
+
+    task, plan = load_task(args.task), load_plan(args.plan)
+    data = export_torchrec(task, plan, module=args.module)
+    write_json_atomic(args.out, data)
+    kinds = sorted({e["sharding_type"] for e in data["plan"].values()})
+    _emit(args, f"export-torchrec {plan.method}: {len(data['plan'])} tables ({', '.join(kinds)}) -> {args.out}", data)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -209,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("shard", help="shard a task with one method (Plan JSON)")
     p.add_argument("task", help="Task JSON file")
     p.add_argument("--method", required=True, choices=sharder_names())
+    p.add_argument("--model", default=None, help="cost model (shipped name or manifest path) for model-based methods")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="where to write the Plan JSON")
     p.add_argument("--json", action="store_true", help="print the Plan JSON to stdout")
@@ -290,13 +344,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_evaluate)
 
+    p = sub.add_parser("export-torchrec", help="a plan as TorchRec ParameterSharding entries + constraints")
+    p.add_argument("task", help="Task JSON file")
+    p.add_argument("plan", help="Plan JSON file")
+    p.add_argument("--out", required=True, help="where to write the export JSON")
+    p.add_argument("--module", default="sparse.ebc", help="module path of the EmbeddingBagCollection")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_export_torchrec)
+
     p = sub.add_parser("train", help="train a cost model on measured samples")
-    p.add_argument("kind", choices=["analytic", "neuroshard", "autoshard"], help="model kind")
+    p.add_argument("kind", choices=["analytic", "neuroshard", "autoshard", "dreamshard", "dreamshard_policy",
+                                    "autoshard_policy"], help="cost model, or RL policy (*_policy)")
     p.add_argument("--out", required=True, help="manifest JSON to write (model files go beside it)")
     p.add_argument("--store", help="SQLite sample store (default: the shipped dataset)")
     p.add_argument("--dataset", default="cpu", help="shipped measured dataset (default %(default)s)")
     p.add_argument("--profile", default=None, help="only samples of this hardware profile")
     p.add_argument("--epochs", type=int, default=None, help="training epochs (neural kinds)")
+    p.add_argument("--cost-model", default=None, help="policies: the cost model (shipped name or path)")
+    p.add_argument("--iterations", type=int, default=10, help="policies: measure/refit/RL iterations")
+    p.add_argument("--updates", type=int, default=50, help="policies: RL updates per iteration")
+    p.add_argument("--measure", type=int, default=4, help="policies: plans measured per iteration")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true")

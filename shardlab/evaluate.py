@@ -10,11 +10,11 @@ the hardware profile's batch size, which the ``source`` names.
 Lower bound: compute cannot beat (all tables in one fused op) / G where fused cost is
 subadditive, and communication cannot beat the all-to-all of perfectly balanced dim sums
 (the cheapest rank's forward + backward, no delays). Where the premise fails: on the shipped
-CPU data (batch 4096, tests/test_subadditivity.py) fused costs are near-additive (median
-fused / sum-of-singles 0.99) but above 1 in about half of the multi-table samples and beyond
-noise in ~16%, most often for shards of 2-4 tables; so on CPU the bound can exceed a plan's
-measured cost by up to that superadditivity (p95 ratio ~1.4), and plan/bound ratios below 1
-mean exactly that. :func:`subadditivity` measures it on any store or dataset.
+CPU data (batch 4096, tests/test_subadditivity.py, datasets/cpu/NOTES.md) fused costs are
+near-additive (median fused / sum-of-singles 1.0) but above 1 in about half of the multi-table
+samples and beyond noise in ~18%, most often for shards of 2-4 tables; so on CPU the bound can
+exceed a plan's measured cost by up to that superadditivity (p95 ratio 1.33), and plan/bound
+ratios below 1 mean exactly that. :func:`subadditivity` measures it on any store or dataset.
 """
 
 from __future__ import annotations

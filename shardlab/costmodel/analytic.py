@@ -99,6 +99,25 @@ class AnalyticCompute:
         touched = sum(touched_rows(t, b) * t.dim * s for t in shard)
         return np.array([1.0, len(shard), moved]), np.array([1.0, len(shard), moved, touched])
 
+    def embed(self, tables: Sequence[Table], batch_size: int | None = None) -> np.ndarray:
+        """(n, 3) per-table terms [1, moved bytes, touched-row bytes]; a shard's cost is a
+        function of their SUM (see :meth:`predict_sums`)."""
+        rows = [self.features([t], batch_size) for t in tables]
+        return np.array([[1.0, f[2], b[3]] for f, b in rows]).reshape(len(tables), 3)
+
+    embed_dim = 3
+
+    def predict_sums(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """(m, 2) fw/bw ms from summed :meth:`embed` rows (m, 3) and table counts (m,)."""
+        if self.coef_fw_ is None or self.coef_bw_ is None:
+            raise ValueError("AnalyticCompute: not fitted")
+        s = np.atleast_2d(np.asarray(sums, dtype=float))
+        nonempty = (np.asarray(counts) > 0).astype(float)
+        fw = self.coef_fw_[0] * nonempty + self.coef_fw_[1] * s[:, 0] + self.coef_fw_[2] * s[:, 1]
+        bw = (self.coef_bw_[0] * nonempty + self.coef_bw_[1] * s[:, 0] + self.coef_bw_[2] * s[:, 1]
+              + self.coef_bw_[3] * s[:, 2])
+        return np.stack([fw, bw], axis=1)
+
     def fit(self, samples: Sequence[Mapping[str, Any]]) -> "AnalyticCompute":
         """Fit on measured compute samples (all at one batch size and precision)."""
         if not samples:

@@ -88,9 +88,14 @@ def simulate(shards: Sequence[Sequence[Table]], compute: ComputeModel, comm: Com
     c = np.asarray(compute.predict(shards), dtype=float).reshape(len(shards), 2)
     empty = np.array([len(s) == 0 for s in shards])
     c[empty] = 0.0
-    dims = [sum(t.dim for t in s) for s in shards]
-    if len(shards) < 2:
-        zero = np.zeros(len(shards))
+    return simulate_from(c, [sum(t.dim for t in s) for s in shards], comm)
+
+
+def simulate_from(compute_ms: np.ndarray, dims: Sequence[int], comm: CommModel) -> Simulated:
+    """:func:`simulate` from already-predicted (G, 2) fw/bw compute ms and the G dim sums."""
+    c = np.asarray(compute_ms, dtype=float)
+    if len(dims) < 2:
+        zero = np.zeros(len(dims))
         return Simulated(c[:, 0], c[:, 1], zero, zero)
     bw = np.asarray(comm.predict([dims], None), dtype=float)[0, :, 1]
     ready = c.sum(axis=1) + bw

@@ -60,7 +60,7 @@ class DreamShardCost(NeuroShardCompute):
     name = "dreamshard-cost"
 
     def _new_net(self) -> DreamShardNet:  # type: ignore[override]
-        return DreamShardNet(self.hidden, self.embed, self.head_hidden)
+        return DreamShardNet(self.hidden, self.encoding, self.head_hidden)
 
     def fit(self, plans: Sequence[dict[str, Any]], compute_samples: Sequence[dict[str, Any]] | None = None,
             val_plans: Sequence[dict[str, Any]] | None = None) -> "DreamShardCost":  # type: ignore[override]
@@ -123,18 +123,11 @@ class DreamShardCost(NeuroShardCompute):
                     f"train {self.name}")
         return self
 
-    @torch.no_grad()
-    def predict(self, shards: Sequence[Sequence[Table]]) -> np.ndarray:
-        """(n, 2) forward and backward compute ms per shard; 0 for an empty shard."""
+    def _parts(self) -> tuple[nn.Module, nn.Module]:
+        """(table encoder, compute head) of the fitted network."""
         if self.net_ is None:
             raise ShardlabError(f"{self.name}: not fitted")
-        if not shards:
-            return np.zeros((0, 2))
-        x, seg = self._batch(shards)
-        comp, _, _ = self.net_(x, seg, len(shards))
-        out = self._from_target(comp.numpy(), self.scale_ms_)
-        out[[len(s) == 0 for s in shards]] = 0.0
-        return np.maximum(out, 0.0)
+        return self.net_.shard.encoder, self.net_.shard.head
 
     @torch.no_grad()
     def predict_plan(self, devices: Sequence[Sequence[Table]]) -> tuple[np.ndarray, float]:

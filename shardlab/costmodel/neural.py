@@ -210,20 +210,20 @@ class NeuroShardCompute(_Estimator):
     name = "neuroshard-compute"
 
     def __init__(self, epochs: int = 1000, lr: float = 1e-3, batch_size: int = 512, seed: int = 0,
-                 log_target: bool = True, hidden: int = 128, embed: int = 32, head_hidden: int = 64,
+                 log_target: bool = True, hidden: int = 128, encoding: int = 32, head_hidden: int = 64,
                  progress: bool = False):
         super().__init__(epochs, lr, batch_size, seed, log_target, progress)
-        self.hidden, self.embed, self.head_hidden = hidden, embed, head_hidden
+        self.hidden, self.encoding, self.head_hidden = hidden, encoding, head_hidden
         self.net_: ShardNet | None = None
         self.scaler_: FeatureScaler | None = None
         self.scale_ms_: float = 1.0
         self._cache: dict[Table, np.ndarray] = {}
 
     def config(self) -> dict[str, Any]:
-        return {**super().config(), "hidden": self.hidden, "embed": self.embed, "head_hidden": self.head_hidden}
+        return {**super().config(), "hidden": self.hidden, "encoding": self.encoding, "head_hidden": self.head_hidden}
 
     def _new_net(self) -> ShardNet:
-        return ShardNet((C.N_TABLE_FEATURES, self.hidden, self.embed), (self.embed, self.head_hidden, 2))
+        return ShardNet((C.N_TABLE_FEATURES, self.hidden, self.encoding), (self.encoding, self.head_hidden, 2))
 
     def _batch(self, shards: Sequence[Sequence[Table]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Standardised features (T, 21) of all tables and their shard index (T,)."""
@@ -272,15 +272,57 @@ class NeuroShardCompute(_Estimator):
         self._train({"net": net}, loss, len(shards), val_loss, f"train {self.name}")
         return self
 
+    def _parts(self) -> tuple[nn.Module, nn.Module]:
+        """(table encoder, head) of the fitted network."""
+        if self.net_ is None:
+            raise ShardlabError(f"{self.name}: not fitted")
+        return self.net_.encoder, self.net_.head
+
+    @torch.no_grad()
+    def embed(self, tables: Sequence[Table]) -> np.ndarray:
+        """(n, 32) table encodings; a shard's cost is a function of their SUM (for incremental
+        search: add a table to a device by adding its row)."""
+        encoder, _ = self._parts()
+        if not tables:
+            return np.zeros((0, self.embed_dim))
+        x, _ = self._batch([tables])
+        return encoder(x).numpy().astype(np.float64)
+
+    @property
+    def embed_dim(self) -> int:
+        """Width of :meth:`embed`'s rows."""
+        return self.encoding
+
+    def predict_sums(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """(m, 2) fw/bw ms of m shards given their summed encodings (m, 32) and table counts (m,).
+        Runs the head in NumPy (float64): search calls this for a few devices at a time, where
+        torch's per-call overhead would dominate."""
+        _, head = self._parts()
+        layers = getattr(self, "_np_head", None)
+        if layers is None or layers[0] is not head:
+            mats = [(m.weight.detach().numpy().T.astype(np.float64), m.bias.detach().numpy().astype(np.float64))
+                    for m in head if isinstance(m, nn.Linear)]
+            self._np_head = layers = (head, mats)
+        h = np.atleast_2d(np.asarray(sums, dtype=np.float64))
+        mats = layers[1]
+        for i, (w, b) in enumerate(mats):
+            h = h @ w + b
+            if i < len(mats) - 1:
+                h = np.maximum(h, 0.0)
+        out = self._from_target(h, self.scale_ms_)
+        out[np.asarray(counts) == 0] = 0.0
+        return np.maximum(out, 0.0)
+
     @torch.no_grad()
     def predict(self, shards: Sequence[Sequence[Table]]) -> np.ndarray:
         """(n, 2) forward and backward ms per shard; 0 for an empty shard."""
-        if self.net_ is None:
-            raise ShardlabError(f"{self.name}: not fitted")
+        encoder, head = self._parts()
         if not shards:
             return np.zeros((0, 2))
         x, seg = self._batch(shards)
-        out = self._from_target(self.net_(x, seg, len(shards)).numpy(), self.scale_ms_)
+        z = encoder(x)
+        sums = torch.zeros(len(shards), z.shape[1], dtype=z.dtype).index_add_(0, seg, z)
+        out = self._from_target(head(sums).numpy(), self.scale_ms_)
         out[[len(s) == 0 for s in shards]] = 0.0
         return np.maximum(out, 0.0)
 

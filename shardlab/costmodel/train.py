@@ -2,7 +2,9 @@
 
 Kinds: ``analytic`` (AnalyticCompute + AnalyticComm), ``neuroshard`` (NeuroShardCompute +
 NeuroShardComm), ``autoshard`` (AutoShardCompute + the analytic comm model: AutoShard's own
-cost model covers compute only). Every bundle records the data it was trained on (dataset or
+cost model covers compute only), ``dreamshard`` (DreamShardCost, trained on measured plans
+``plan:<G>`` plus the compute samples, + the analytic comm model for simulations; its own
+overall head predicts plan costs for DreamShard's MDP). Every bundle records the data it was trained on (dataset or
 store, sample counts, the data's own provenance: hardware, versions, dates, command), the
 training command, seed, versions, and the held-out errors (test split by key).
 """
@@ -21,23 +23,24 @@ from shardlab.profile.dataset import load_measured
 from shardlab.profile.provenance import environment
 from shardlab.profile.store import SampleStore
 
-KINDS = ("analytic", "neuroshard", "autoshard")
+KINDS = ("analytic", "neuroshard", "autoshard", "dreamshard")
 
 
 def load_samples(kind: str, store: str | None = None, dataset: str = "cpu",
                  profile: str | None = None) -> list[dict[str, Any]]:
-    """Measured samples of ``kind`` (``compute``, ``single`` or ``comm`` = every ``comm:<G>``)
+    """Measured samples of ``kind`` (``compute``, ``single``, ``comm`` = every ``comm:<G>``,
+    ``plan`` = every ``plan:<G>``)
     from a SQLite store if given, else from the shipped dataset; optionally one profile only."""
     if store is not None:
         with SampleStore(store) as s:
-            kinds = [k for k in s.kinds() if k == kind or (kind == "comm" and k.startswith("comm:"))]
+            kinds = [k for k in s.kinds() if k == kind or (kind in ("comm", "plan") and k.startswith(kind + ":"))]
             out = [x for k in kinds for x in s.samples(k)]
     else:
-        if kind == "comm":
+        if kind in ("comm", "plan"):
             from shardlab.data.pool import datasets_dir
 
             kinds = sorted(p.name[: -len(".jsonl.gz")].replace("_", ":")
-                           for p in (datasets_dir() / dataset).glob("comm_*.jsonl.gz"))
+                           for p in (datasets_dir() / dataset).glob(f"{kind}_*.jsonl.gz"))
         else:
             kinds = [kind]
         out = [x for k in kinds for x in load_measured(k, dataset)]
@@ -57,7 +60,7 @@ def data_provenance(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def train_bundle(kind: str, compute_samples: Sequence[dict[str, Any]], comm_samples: Sequence[dict[str, Any]],
                  seed: int = 0, epochs: int | None = None, progress: bool = True,
-                 data_label: str = "") -> CostModelBundle:
+                 data_label: str = "", plan_samples: Sequence[dict[str, Any]] = ()) -> CostModelBundle:
     """Fit a bundle of ``kind`` on the train/val splits (by key); test errors in ``heldout``."""
     if kind not in KINDS:
         raise ShardlabError(f"train: field 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
@@ -67,6 +70,15 @@ def train_bundle(kind: str, compute_samples: Sequence[dict[str, Any]], comm_samp
     comm: Any
     if kind == "analytic":
         compute: Any = AnalyticCompute().fit(cs["train"] + cs["val"])
+        comm = AnalyticComm().fit(ms["train"] + ms["val"])
+    elif kind == "dreamshard":
+        from shardlab.costmodel.dreamshard import DreamShardCost
+
+        if not plan_samples:
+            raise ShardlabError("train dreamshard: needs measured plans (kind plan:<G>; `shardlab profile plans`)")
+        ps = split_samples(plan_samples)
+        compute = DreamShardCost(seed=seed, progress=progress, **({} if epochs is None else {"epochs": epochs}))
+        compute.fit(ps["train"], cs["train"], val_plans=ps["val"] or ps["train"][:1])
         comm = AnalyticComm().fit(ms["train"] + ms["val"])
     else:
         from shardlab.costmodel.neural import AutoShardCompute, NeuroShardCompute
@@ -87,6 +99,8 @@ def train_bundle(kind: str, compute_samples: Sequence[dict[str, Any]], comm_samp
     heldout["split"] = {"rule": "sha256(key): 80% train, 10% validation, 10% test; compute samples on the "
                                 "pool's test tables are all held out (unseen tables)",
                         "compute": {k: len(v) for k, v in cs.items()}, "comm": {k: len(v) for k, v in ms.items()}}
+    if kind == "dreamshard":
+        heldout["plans"] = dreamshard_plan_errors(compute, split_samples(plan_samples)["test"])
     prov = {**environment("cpu"), "kind": kind, "seed": seed, "epochs": epochs, "data": data_label,
             "command": " ".join(sys.argv),
             "data_provenance": data_provenance(list(compute_samples) + list(comm_samples))}
@@ -94,3 +108,14 @@ def train_bundle(kind: str, compute_samples: Sequence[dict[str, Any]], comm_samp
         m.provenance_ = prov
         m.metrics_ = heldout
     return CostModelBundle(compute, comm, prov, heldout)
+
+
+def dreamshard_plan_errors(model: Any, plans: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Held-out errors of DreamShard's overall head on measured plan costs (ms)."""
+    from shardlab.costmodel.metrics import errors
+    from shardlab.tables import Table
+
+    if len(plans) < 2:
+        return {"n": len(plans)}
+    pred = [model.predict_plan([[Table.from_dict(t) for t in d] for d in p["devices"]])[1] for p in plans]
+    return errors(pred, [p["cost_ms"] for p in plans])

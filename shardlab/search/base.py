@@ -91,3 +91,14 @@ class DeviceState:
         """Account ``table`` (and its ``weight``) on ``device``."""
         self.mem[device] += self.task.table_bytes(table)
         self.weight[device] += weight
+
+
+def policy_provenance(cost_model: object) -> dict:
+    """What a saved RL policy records: machine, versions, date, command, git revision, and the
+    cost model it was trained against (its source label and its own provenance)."""
+    import sys
+
+    from shardlab.profile.provenance import environment
+
+    return {**environment("cpu"), "command": " ".join(sys.argv), "cost_model": getattr(cost_model, "source", "?"),
+            "cost_model_provenance": getattr(cost_model, "provenance_", {})}

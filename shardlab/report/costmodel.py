@@ -1,0 +1,58 @@
+"""Figures of cost-model training and accuracy: learning curves, predicted vs measured, and
+error by tables per shard. Every title names what the numbers are (model predictions against
+measured costs, with the hardware profile)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+
+def learning_curve_figure(history: Sequence[Mapping[str, Any]], title: str = "") -> go.Figure:
+    """Train and validation loss per epoch (log scale); one pair of lines per device count for
+    comm models (their history rows carry ``world_size``)."""
+    groups: dict[Any, list[Mapping[str, Any]]] = {}
+    for h in history:
+        groups.setdefault(h.get("world_size"), []).append(h)
+    fig = go.Figure()
+    for g, rows in groups.items():
+        tag = "" if g is None else f" G={g}"
+        epochs = [r["epoch"] for r in rows]
+        fig.add_trace(go.Scatter(x=epochs, y=[r["train_loss"] for r in rows], name=f"train{tag}", mode="lines"))
+        fig.add_trace(go.Scatter(x=epochs, y=[r["val_loss"] for r in rows], name=f"validation{tag}", mode="lines"))
+    fig.update_layout(title=title or "Learning curves (MSE on the training target)", xaxis_title="epoch",
+                      yaxis_title="loss", yaxis_type="log")
+    return fig
+
+
+def predicted_vs_measured_figure(series: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                                 title: str) -> go.Figure:
+    """Scatter of predicted against measured ms (log axes) with y = x; ``series`` maps a label
+    to (predicted ms, measured ms, tables per shard)."""
+    fig = go.Figure()
+    lo, hi = np.inf, 0.0
+    for label, (pred, true, n) in series.items():
+        fig.add_trace(go.Scatter(x=true, y=pred, mode="markers", name=label, opacity=0.6,
+                                 text=[f"{k} tables" for k in n]))
+        lo, hi = min(lo, float(np.min(true)), float(np.min(pred))), max(hi, float(np.max(true)), float(np.max(pred)))
+    if hi > 0:
+        fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured",
+                                 line=dict(dash="dash", color="gray")))
+    fig.update_layout(title=title, xaxis_title="measured fwd+bwd (ms)", yaxis_title="predicted fwd+bwd (ms)",
+                      xaxis_type="log", yaxis_type="log")
+    return fig
+
+
+def error_by_tables_figure(result: Mapping[str, Any], set_name: str = "unseen_tables") -> go.Figure:
+    """MAPE per model, by tables per shard, on one held-out set of
+    :func:`~shardlab.costmodel.assess.assess`'s result."""
+    models = result.get(set_name, {}).get("models", {})
+    fig = go.Figure()
+    for name, e in models.items():
+        bins = list(e["by_tables"])
+        fig.add_trace(go.Bar(x=bins, y=[e["by_tables"][b]["mape"] for b in bins], name=name))
+    fig.update_layout(title=f"Error by tables per shard ({set_name.replace('_', ' ')}; predictions vs measured)",
+                      xaxis_title="tables per shard", yaxis_title="MAPE", barmode="group")
+    return fig

@@ -1,0 +1,55 @@
+"""Figures and tables of plan costs (ms) from an Evaluation: per-GPU stacked bars of forward
+and backward compute and forward and backward all-to-all, one panel per method, titled with
+the Evaluation's ``source`` (``measured:...``, ``model:...`` or ``analytic:...``), so a
+reader always knows whether a number was measured or predicted."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from shardlab.evaluate import Evaluation
+
+PARTS = (("fw_compute_ms", "forward compute", "#4C78A8"), ("bw_compute_ms", "backward compute", "#72B7B2"),
+         ("fw_comm_ms", "forward all-to-all (incl. waiting)", "#F58518"),
+         ("bw_comm_ms", "backward all-to-all", "#E45756"))
+
+
+def device_cost_figure(evaluations: Mapping[str, Evaluation], height: int = 420) -> go.Figure:
+    """One panel per method: per-GPU stacked cost parts (ms); the straggler's total and the
+    lower bound (if any) as dashed lines. Sources are named in the title."""
+    names = list(evaluations)
+    fig = make_subplots(rows=1, cols=max(len(names), 1), shared_yaxes=True,
+                        subplot_titles=[f"{m}: {evaluations[m].cost_ms:.2f} ms" for m in names])
+    for col, m in enumerate(names, start=1):
+        ev = evaluations[m]
+        x = [f"GPU {d.device}" for d in ev.per_device]
+        for key, label, colour in PARTS:
+            fig.add_trace(go.Bar(x=x, y=[getattr(d, key) for d in ev.per_device], name=label, legendgroup=label,
+                                 showlegend=col == 1, marker_color=colour,
+                                 hovertemplate=f"{m} %{{x}}<br>{label}: %{{y:.3f}} ms<extra></extra>"),
+                          row=1, col=col)
+        fig.add_hline(y=ev.cost_ms, line_dash="dash", line_color="black", row=1, col=col)
+        if ev.lower_bound_ms:
+            fig.add_hline(y=ev.lower_bound_ms, line_dash="dot", line_color="gray", row=1, col=col)
+    sources = sorted({ev.source for ev in evaluations.values()})
+    fig.update_layout(barmode="stack", height=height, legend_title_text="cost part",
+                      title=f"Per-GPU cost (ms), {' / '.join(sources)}<br><sup>dashed: plan cost (the straggler); "
+                            "dotted: lower bound</sup>")
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    return fig
+
+
+def cost_summary_rows(evaluations: Mapping[str, Evaluation]) -> list[dict[str, object]]:
+    """One row per method: plan cost (ms), ratio to the lower bound, max/mean of per-GPU total
+    (1 = even), and the source of the numbers."""
+    rows = []
+    for m, ev in evaluations.items():
+        totals = [d.total_ms for d in ev.per_device]
+        mean = sum(totals) / len(totals)
+        rows.append({"method": m, "cost (ms)": round(ev.cost_ms, 3),
+                     "cost / lower bound": round(ev.cost_ms / ev.lower_bound_ms, 3) if ev.lower_bound_ms else None,
+                     "max / mean per GPU": round(max(totals) / mean, 3) if mean > 0 else None, "source": ev.source})
+    return rows

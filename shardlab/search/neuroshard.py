@@ -1,0 +1,239 @@
+"""NeuroShard's search (ALGORITHMS.md section 4): no hardware in the loop, only a cost model.
+
+Table-wise, greedy grid: for each dim-balance cap s in ``caps`` (11 values in [1.0, 1.5]),
+blocks are sorted by predicted single-block compute cost (descending) and each goes to the
+feasible device (memory fits and dim sum + dim <= s x mean dim sum per device; if no device
+meets the cap, any device where it fits) whose predicted fused compute cost after adding it is
+lowest (ties: less memory, lower id). The cap whose simulated plan cost is lowest wins.
+
+Column-wise, beam search: from each beam state (a set of column splits), the candidates are
+the union of the top-``top_n`` blocks by size and by predicted single cost whose halves stay
+multiples of 4; each is halved, the table-wise search re-run and the plan simulated; the best
+``beam_width`` states are kept for up to ``max_splits`` rounds; the best plan seen is returned.
+
+Shard costs: models with ``embed``/``predict_sums`` (every shipped one: per-table encodings are
+summed, so adding a table to a device adds a row) are evaluated incrementally; other models
+through ``predict`` with a cache keyed by shard content (the multiset of (table, columns)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from shardlab.costmodel.base import Simulated, simulate_from
+from shardlab.costmodel.bundle import CostModelBundle, load_bundle
+from shardlab.errors import InfeasibleError, ShardlabError
+from shardlab.plan import Placement, Plan
+from shardlab.search.base import register_sharder
+from shardlab.tables import Table, Task
+
+#: The seed's 11 dim-balance caps.
+DEFAULT_CAPS = tuple(float(x) for x in np.linspace(1.0, 1.5, 11))
+
+
+@dataclass(frozen=True)
+class Block:
+    """A column block of a table: ``cols`` columns from ``col_offset``, as a sub-table."""
+
+    table: Table
+    parent: str
+    col_offset: int
+
+    @property
+    def cols(self) -> int:
+        """Width of the block."""
+        return self.table.dim
+
+
+def whole_blocks(task: Task) -> tuple[Block, ...]:
+    """One block per table (no splits)."""
+    return tuple(Block(t, t.name, 0) for t in task.tables)
+
+
+def split_block(blocks: tuple[Block, ...], i: int) -> tuple[Block, ...]:
+    """``blocks`` with block i halved (two blocks of cols/2)."""
+    b = blocks[i]
+    half = b.cols // 2
+    parts = tuple(Block(b.table.with_dim(half, name=f"{b.parent}[{off}:{off + half}]"), b.parent, off)
+                  for off in (b.col_offset, b.col_offset + half))
+    return blocks[:i] + parts + blocks[i + 1:]
+
+
+class ShardCoster:
+    """Predicted fused compute (fw, bw ms) of device shards, incremental where the model allows."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.incremental = hasattr(model, "embed") and hasattr(model, "predict_sums")
+        self._emb: dict[Table, np.ndarray] = {}
+        self._cache: dict[tuple, np.ndarray] = {}
+
+    def embed(self, blocks: Sequence[Block]) -> np.ndarray:
+        """(n, d) encodings of the blocks (cached per sub-table)."""
+        new = [b.table for b in blocks if b.table not in self._emb]
+        if new:
+            for t, row in zip(new, self.model.embed(new)):
+                self._emb[t] = row
+        return np.stack([self._emb[b.table] for b in blocks])
+
+    def shards(self, shards: Sequence[Sequence[Table]]) -> np.ndarray:
+        """(n, 2) fw/bw ms through ``predict``, cached by shard content."""
+        keys = [tuple(sorted((t.name, t.dim) for t in s)) for s in shards]
+        todo = [i for i, k in enumerate(keys) if k not in self._cache]
+        if todo:
+            for i, row in zip(todo, self.model.predict([shards[i] for i in todo])):
+                self._cache[keys[i]] = np.asarray(row, dtype=float)
+        return np.stack([self._cache[k] for k in keys]) if keys else np.zeros((0, 2))
+
+
+@dataclass
+class NeuroShardSharder:
+    """NeuroShard (module docstring) over a cost-model bundle (name of a shipped one or a path)."""
+
+    name: str = "neuroshard"
+    model: str | CostModelBundle = "neuroshard"
+    column_wise: bool = True
+    caps: tuple[float, ...] = DEFAULT_CAPS
+    beam_width: int = 3
+    max_splits: int = 10
+    top_n: int = 10
+    profile: str = "cpu"
+    _bundle: CostModelBundle | None = field(default=None, repr=False)
+
+    def bundle(self) -> CostModelBundle:
+        """The cost model (loaded once)."""
+        if self._bundle is None:
+            self._bundle = self.model if isinstance(self.model, CostModelBundle) else load_bundle(self.model, self.profile)
+        return self._bundle
+
+    def comm_for(self, ngpu: int) -> Any:
+        """The bundle's comm model, or the shipped analytic one where it has none for ``ngpu``."""
+        comm = self.bundle().comm
+        try:
+            comm.predict([[4] * ngpu])
+            return comm
+        except ShardlabError:
+            return load_bundle("analytic", self.profile).comm
+
+    def table_wise(self, task: Task, blocks: tuple[Block, ...], coster: ShardCoster, comm: Any
+                   ) -> tuple[list[int], Simulated] | None:
+        """Best greedy assignment over the caps: (device of each block, simulated cost), or None
+        when no cap gives a memory-feasible assignment."""
+        g = task.ngpu
+        mem_need = np.array([task.block_bytes(b.table.rows, b.cols) for b in blocks], dtype=np.int64)
+        dims = np.array([b.cols for b in blocks])
+        if coster.incremental:
+            emb = coster.embed(blocks)
+            single = coster.model.predict_sums(emb, np.ones(len(blocks))).sum(axis=1)
+        else:
+            emb = None
+            single = coster.shards([[b.table] for b in blocks]).sum(axis=1)
+        order = sorted(range(len(blocks)), key=lambda i: (-single[i], i))
+        mean_dim = dims.sum() / g
+        best: tuple[list[int], Simulated] | None = None
+        for cap in self.caps:
+            got = self._greedy(task, blocks, order, emb, mem_need, dims, cap * mean_dim, coster)
+            if got is None:
+                continue
+            devices, compute = got
+            sim = simulate_from(compute, [int(dims[np.array(devices) == d].sum()) for d in range(g)], comm)
+            if best is None or sim.cost_ms < best[1].cost_ms - 1e-12:
+                best = (devices, sim)
+        return best
+
+    def _greedy(self, task: Task, blocks: tuple[Block, ...], order: list[int], emb: np.ndarray | None,
+                mem_need: np.ndarray, dims: np.ndarray, dim_cap: float, coster: ShardCoster
+                ) -> tuple[list[int], np.ndarray] | None:
+        g = task.ngpu
+        mem = np.zeros(g, dtype=np.int64)
+        dsum = np.zeros(g)
+        counts = np.zeros(g)
+        cost = np.zeros((g, 2))
+        sums = None if emb is None else np.zeros((g, emb.shape[1]))
+        members: list[list[Table]] = [[] for _ in range(g)]
+        devices = [0] * len(blocks)
+        for i in order:
+            fits = mem + mem_need[i] <= task.mem_cap_bytes
+            ok = fits & (dsum + dims[i] <= dim_cap + 1e-9)
+            if not ok.any():
+                ok = fits
+            if not ok.any():
+                return None
+            cand = np.flatnonzero(ok)
+            if sums is not None:
+                pred = coster.model.predict_sums(sums[cand] + emb[i], counts[cand] + 1)
+            else:
+                pred = coster.shards([members[d] + [blocks[i].table] for d in cand])
+            total = pred.sum(axis=1)
+            j = min(range(len(cand)), key=lambda k: (round(float(total[k]), 9), mem[cand[k]], cand[k]))
+            d = int(cand[j])
+            devices[i] = d
+            mem[d] += mem_need[i]
+            dsum[d] += dims[i]
+            counts[d] += 1
+            cost[d] = pred[j]
+            members[d].append(blocks[i].table)
+            if sums is not None:
+                sums[d] += emb[i]
+        return devices, cost
+
+    def shard(self, task: Task, seed: int = 0) -> Plan:
+        """Search a plan (deterministic: the seed is recorded, nothing here is random)."""
+        task.check_feasible(column_wise=self.column_wise)
+        coster = ShardCoster(self.bundle().compute)
+        comm = self.comm_for(task.ngpu)
+        blocks = whole_blocks(task)
+        best = self.table_wise(task, blocks, coster, comm)
+        best_blocks = blocks
+        if self.column_wise:
+            beam = [(best[1].cost_ms if best else float("inf"), blocks)]
+            seen = {self._key(blocks)}
+            for _ in range(self.max_splits):
+                scored = []
+                for _, state in beam:
+                    for i in self._candidates(state, coster):
+                        nxt = split_block(state, i)
+                        key = self._key(nxt)
+                        if key in seen:
+                            continue
+                        seen.add(key)
+                        got = self.table_wise(task, nxt, coster, comm)
+                        if got is not None:
+                            scored.append((got[1].cost_ms, nxt, got))
+                if not scored:
+                    break
+                scored.sort(key=lambda x: x[0])
+                beam = [(c, st) for c, st, _ in scored[: self.beam_width]]
+                if best is None or scored[0][0] < best[1].cost_ms - 1e-12:
+                    best, best_blocks = scored[0][2], scored[0][1]
+        if best is None:
+            raise InfeasibleError(f"task '{task.name}': neuroshard found no memory-feasible plan", "", 0.0)
+        return self._plan(task, best_blocks, best[0], seed)
+
+    @staticmethod
+    def _key(blocks: tuple[Block, ...]) -> tuple:
+        return tuple(sorted((b.parent, b.col_offset, b.cols) for b in blocks))
+
+    def _candidates(self, blocks: tuple[Block, ...], coster: ShardCoster) -> list[int]:
+        ok = [i for i, b in enumerate(blocks) if b.cols % 8 == 0]
+        if not ok:
+            return []
+        by_size = sorted(ok, key=lambda i: (-blocks[i].table.size, i))[: self.top_n]
+        if coster.incremental:
+            single = coster.model.predict_sums(coster.embed([blocks[i] for i in ok]), np.ones(len(ok))).sum(axis=1)
+        else:
+            single = coster.shards([[blocks[i].table] for i in ok]).sum(axis=1)
+        by_cost = [ok[j] for j in sorted(range(len(ok)), key=lambda j: (-single[j], ok[j]))[: self.top_n]]
+        return sorted(set(by_size) | set(by_cost))
+
+    def _plan(self, task: Task, blocks: tuple[Block, ...], devices: list[int], seed: int) -> Plan:
+        placements = tuple(Placement(b.parent, b.col_offset, b.cols, 0, b.table.rows, d)
+                           for b, d in zip(blocks, devices))
+        return Plan(task.name, self.name, task.ngpu, placements, seed)
+
+
+register_sharder("neuroshard", NeuroShardSharder)
+register_sharder("neuroshard_tw", lambda: NeuroShardSharder(name="neuroshard_tw", column_wise=False))

@@ -1,0 +1,98 @@
+"""TorchRec's EmbeddingShardingPlanner as a baseline sharder (TORCHREC_PLANNER.md).
+
+The task's tables become an ``EmbeddingBagCollection`` on the meta device (no memory, no
+process group); the planner is built with a ``Topology`` of G ranks whose HBM is the task's
+cap (no storage reservation: shardlab's cap already is the budget, so both sides get the same
+room), a per-rank batch of B / G, each table's pooling factor, the fused kernel and the
+task's optimizer; ``planner.plan(module, sharders)`` runs its analytic perf model and greedy
+partitioner; its ``ShardingPlan`` becomes our Plan (one placement per shard).
+
+Modes: ``torchrec`` constrains sharding types to table-wise and column-wise (comparable with the
+seeds); ``torchrec_free`` also allows row-wise and table-row-wise (data-parallel is left out:
+a replicated table is not a placement of each row once). The default proposers take minutes past
+~200 tables (STACK_NOTES.md); above ``fast_above`` tables the greedy and uniform proposers are
+used instead, and the plan's method name says which (``torchrec[greedy+uniform]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardlab.errors import ShardlabError
+from shardlab.plan import Placement, Plan
+from shardlab.tables import Task
+
+CONSTRAINED = ("table_wise", "column_wise")
+FREE = ("table_wise", "column_wise", "row_wise", "table_row_wise")
+OPTIMIZERS = {"exact_sgd": "EXACT_SGD", "exact_rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
+              "exact_adagrad": "EXACT_ADAGRAD"}
+
+
+def _torchrec():
+    try:
+        import torchrec  # noqa: F401
+    except Exception as e:  # pragma: no cover - depends on the install
+        raise ShardlabError(f"torchrec planner: torchrec is not importable ({type(e).__name__}: {e}); "
+                            "install it with scripts/setup.sh (SHARDLAB_TORCHREC=1)") from e
+
+
+@dataclass
+class TorchRecSharder:
+    """TorchRec planner baseline (module docstring)."""
+
+    name: str = "torchrec"
+    sharding_types: tuple[str, ...] = CONSTRAINED
+    fast_above: int = 200
+    compute_device: str = "cuda"
+
+    def shard(self, task: Task, seed: int = 0) -> Plan:
+        """Plan with TorchRec's planner (deterministic; ``seed`` is recorded)."""
+        _torchrec()
+        import torch
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType
+        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+        from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+        from torchrec.distributed.planner.proposers import GreedyProposer, UniformProposer
+        from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+        from torchrec.modules.embedding_configs import EmbeddingBagConfig
+        from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+        task.check_feasible(column_wise="column_wise" in self.sharding_types)
+        configs = [EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,
+                                      feature_names=[f"f_{t.name}"]) for t in task.tables]
+        module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
+        topology = Topology(world_size=task.ngpu, compute_device=self.compute_device, hbm_cap=task.mem_cap_bytes,
+                            local_world_size=task.ngpu)
+        constraints = {t.name: ParameterConstraints(sharding_types=list(self.sharding_types),
+                                                    compute_kernels=["fused"], pooling_factors=[t.pooling_factor])
+                       for t in task.tables}
+        fast = len(task.tables) > self.fast_above
+        kwargs = {"proposer": [GreedyProposer(), UniformProposer()]} if fast else {}
+        planner = EmbeddingShardingPlanner(topology=topology, batch_size=max(1, task.batch_size // task.ngpu),
+                                           constraints=constraints,
+                                           storage_reservation=FixedPercentageStorageReservation(0.0), **kwargs)
+        sharder = EmbeddingBagCollectionSharder(fused_params={
+            "optimizer": getattr(EmbOptimType, OPTIMIZERS[task.optimizer]), "learning_rate": 0.01})
+        try:
+            sharding_plan = planner.plan(module, [sharder])
+        except Exception as e:
+            raise ShardlabError(f"task '{task.name}': torchrec planner failed: {str(e).splitlines()[0]}") from e
+        method = self.name + ("[greedy+uniform]" if fast else "")
+        return plan_from_sharding_plan(task, sharding_plan, method, seed)
+
+
+def plan_from_sharding_plan(task: Task, sharding_plan, method: str, seed: int = 0) -> Plan:
+    """Our Plan from a TorchRec ``ShardingPlan`` (one placement per shard)."""
+    placements = []
+    for module_plan in sharding_plan.plan.values():
+        for table, ps in module_plan.items():
+            if ps.sharding_spec is None:
+                raise ShardlabError(f"table '{table}': sharding type {ps.sharding_type} has no shards "
+                                    "(data-parallel is not representable as placements)")
+            for shard, rank in zip(ps.sharding_spec.shards, ps.ranks):
+                rows, cols = (int(x) for x in shard.shard_sizes)
+                if rows == 0 or cols == 0:
+                    continue  # row-wise: trailing empty shards
+                placements.append(Placement(table, int(shard.shard_offsets[1]), cols, int(shard.shard_offsets[0]),
+                                            rows, int(rank)))
+    return Plan(task.name, method, task.ngpu, tuple(placements), seed)

@@ -1,0 +1,112 @@
+"""NeuroShard, DreamShard and AutoShard search: feasible plans, same seed same plan, and the
+search actually uses its cost model (it beats the heuristics under that model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from shardlab.costmodel.bundle import load_bundle
+from shardlab.costmodel.neural import AutoShardCompute
+from shardlab.costmodel.train import load_samples
+from shardlab.data.tasks import generate_task
+from shardlab.evaluate import estimate_plan
+from shardlab.plan import validate_plan
+from shardlab.search import get_sharder, run_sharder
+from shardlab.search.autoshard import AutoShardAgent, train_autoshard, vtrace
+from shardlab.search.dreamshard import DreamShardAgent, reinforce
+from shardlab.search.neuroshard import NeuroShardSharder, split_block, whole_blocks
+
+
+@pytest.fixture(scope="module")
+def analytic():
+    return load_bundle("analytic")
+
+
+@pytest.fixture(scope="module")
+def task():
+    return generate_task(ntables=30, ngpu=4, mem_cap_gb=4.0, batch_size=4096, seed=3)
+
+
+def test_split_block_halves_columns(task):
+    blocks = split_block(whole_blocks(task), 0)
+    assert blocks[0].cols == blocks[1].cols == task.tables[0].dim // 2
+    assert (blocks[0].col_offset, blocks[1].col_offset) == (0, task.tables[0].dim // 2)
+
+
+@pytest.mark.parametrize("column_wise", [False, True])
+def test_neuroshard_beats_heuristics_under_its_model(analytic, task, column_wise):
+    sharder = NeuroShardSharder(model=analytic, column_wise=column_wise, max_splits=3)
+    plan = run_sharder(sharder, task, seed=0)
+    validate_plan(task, plan)
+    again = run_sharder(NeuroShardSharder(model=analytic, column_wise=column_wise, max_splits=3), task, seed=0)
+    assert again.placements == plan.placements
+    cost = estimate_plan(task, plan, analytic, lower_bound=False).cost_ms
+    for name in ("size_greedy", "dim_greedy", "lookup_greedy", "random"):
+        other = estimate_plan(task, run_sharder(get_sharder(name), task), analytic, lower_bound=False).cost_ms
+        assert cost <= other + 1e-9, name
+
+
+def test_neuroshard_column_wise_can_split(analytic):
+    # one huge-lookup table dominates: splitting it is the only way to balance
+    task = generate_task(ntables=6, ngpu=4, mem_cap_gb=4.0, batch_size=4096, seed=11)
+    tw = run_sharder(NeuroShardSharder(model=analytic, column_wise=False), task)
+    cw = run_sharder(NeuroShardSharder(model=analytic, column_wise=True, max_splits=4), task)
+    validate_plan(task, cw)
+    assert estimate_plan(task, cw, analytic, False).cost_ms <= estimate_plan(task, tw, analytic, False).cost_ms + 1e-9
+
+
+def test_neuroshard_same_seed_same_plan(analytic, task):
+    a = NeuroShardSharder(model=analytic, max_splits=2).shard(task, seed=5)
+    b = NeuroShardSharder(model=analytic, max_splits=2).shard(task, seed=5)
+    assert a.placements == b.placements
+
+
+def test_vtrace_on_policy_equals_monte_carlo_returns():
+    logp = torch.log(torch.full((2, 3), 0.5))
+    values = torch.tensor([[0.1, 0.2, 0.3], [0.0, 0.0, 0.0]])
+    vs, adv = vtrace(logp, logp, values, torch.tensor([1.0, -1.0]))
+    assert torch.allclose(vs, torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]]))
+    assert torch.allclose(adv, vs - values)
+
+
+@pytest.fixture(scope="module")
+def small_cost():
+    compute = [s for s in load_samples("compute") if ":train:" in s["key"]][:600]
+    return AutoShardCompute(epochs=30, seed=0).fit(compute[:500], compute[500:])
+
+
+def test_autoshard_trains_and_plans_feasibly(small_cost, task):
+    agent = train_autoshard(small_cost, updates=6, episodes=4, ntables=(8, 12), progress=False, seed=1)
+    assert len(agent.history_) == 6 and all(-1.0 <= h["mean_reward"] <= 1.0 for h in agent.history_)
+    plan = agent.plan(task)
+    validate_plan(task, plan)
+    again = train_autoshard(small_cost, updates=6, episodes=4, ntables=(8, 12), progress=False, seed=1)
+    assert again.plan(task).placements == plan.placements
+
+
+def test_autoshard_generalises_to_other_sizes(small_cost, tmp_path):
+    agent = AutoShardAgent(small_cost, seed=0)
+    agent.save(str(tmp_path / "a.pt"))
+    loaded = AutoShardAgent.load(str(tmp_path / "a.pt"))
+    big = generate_task(ntables=50, ngpu=8, mem_cap_gb=4.0, batch_size=4096, seed=2)
+    p1, p2 = agent.plan(big), loaded.plan(big)
+    validate_plan(big, p1)
+    assert p1.placements == p2.placements
+
+
+def test_dreamshard_reinforce_lowers_predicted_cost(task):
+    from shardlab.costmodel.dreamshard import DreamShardCost
+
+    plans = load_samples("plan")
+    compute = [s for s in load_samples("compute") if ":train:" in s["key"]][:300]
+    cost = DreamShardCost(epochs=20, seed=0).fit(plans, compute)
+    agent = DreamShardAgent(cost, seed=0)
+    torch.manual_seed(0)
+    curve = reinforce(agent, [task], updates=30, episodes=16, lr=5e-3, seed=0)
+    assert np.mean(curve[-5:]) < np.mean(curve[:5])
+    plan = agent.plan(task)
+    validate_plan(task, plan)
+    big = generate_task(ntables=50, ngpu=8, mem_cap_gb=4.0, batch_size=4096, seed=2)
+    validate_plan(big, agent.plan(big))   # other numbers of tables and devices, unchanged
