@@ -170,10 +170,10 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True) 
         balanced = [total_dim // g + (1 if i < total_dim % g else 0) for i in range(g)]
         comm = 0.0
         if g > 1:
-            c = np.asarray(model.comm.predict([balanced], None))[0]
+            c = np.asarray(model.comm_for(g)[0].predict([balanced], None))[0]
             comm = float((c[:, 0] + c[:, 1]).min())
         bound = whole / g + comm
-    return Evaluation(task.name, plan.method, model.source, devices, bound)
+    return Evaluation(task.name, plan.method, model.source + model.comm_for(plan.ngpu)[1], devices, bound)
 
 
 def fused_and_summed(samples: Iterable[Mapping[str, Any]], singles: Mapping[str, Mapping[str, Any]]

@@ -30,9 +30,11 @@ def task():
 
 
 def test_split_block_halves_columns(task):
-    blocks = split_block(whole_blocks(task), 0)
-    assert blocks[0].cols == blocks[1].cols == task.tables[0].dim // 2
-    assert (blocks[0].col_offset, blocks[1].col_offset) == (0, task.tables[0].dim // 2)
+    i = next(k for k, t in enumerate(task.tables) if t.dim >= 8)
+    blocks = split_block(whole_blocks(task), i)
+    assert blocks[i].cols == blocks[i + 1].cols == task.tables[i].dim // 2
+    assert (blocks[i].col_offset, blocks[i + 1].col_offset) == (0, task.tables[i].dim // 2)
+    assert blocks[i].parent == blocks[i + 1].parent == task.tables[i].name
 
 
 @pytest.mark.parametrize("column_wise", [False, True])

@@ -67,11 +67,49 @@ def nnls_relative(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return w
 
 
-class AnalyticCompute:
+class _AnalyticModel:
+    """Shared parameters, (de)serialisation and file I/O of the analytic models: the constructor
+    arguments named in ``CONFIG`` plus the fitted ``coef_fw_`` / ``coef_bw_``."""
+
+    KIND = ""
+    CONFIG: tuple[str, ...] = ()
+    coef_fw_: np.ndarray | None
+    coef_bw_: np.ndarray | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready parameters."""
+        return {"kind": self.KIND, **{k: getattr(self, k) for k in self.CONFIG},
+                "coef_fw": None if self.coef_fw_ is None else self.coef_fw_.tolist(),
+                "coef_bw": None if self.coef_bw_ is None else self.coef_bw_.tolist()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Any:
+        """Inverse of :meth:`to_dict`."""
+        m = cls(*(d[k] for k in cls.CONFIG))
+        m.coef_fw_ = None if d["coef_fw"] is None else np.array(d["coef_fw"])
+        m.coef_bw_ = None if d["coef_bw"] is None else np.array(d["coef_bw"])
+        return m
+
+    def save(self, path: str) -> None:
+        """See :func:`save_analytic`."""
+        save_analytic(self, path)
+
+    @classmethod
+    def load(cls, path: str) -> Any:
+        """See :func:`load_analytic`; the file must hold this class's model."""
+        m = load_analytic(path)
+        if not isinstance(m, cls):
+            raise ShardlabError(f"analytic model '{path}': holds a {m.target} model, not a {cls.target} model")
+        return m
+
+
+class AnalyticCompute(_AnalyticModel):
     """TorchRec-style fused-op compute model (module docstring); ``fit`` sets ``coef_fw_``
     (3,) and ``coef_bw_`` (4,) and the batch size and precision it was fitted at."""
 
     target = "compute"
+    KIND = "analytic_compute"
+    CONFIG = ("batch_size", "weights_precision", "profile")
 
     def __init__(self, batch_size: int | None = None, weights_precision: str = "fp32", profile: str = "cpu"):
         self.batch_size = batch_size
@@ -142,38 +180,13 @@ class AnalyticCompute:
                 out[i] = (f @ self.coef_fw_, b @ self.coef_bw_)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready parameters."""
-        return {"kind": "analytic_compute", "batch_size": self.batch_size, "profile": self.profile,
-                "weights_precision": self.weights_precision,
-                "coef_fw": None if self.coef_fw_ is None else self.coef_fw_.tolist(),
-                "coef_bw": None if self.coef_bw_ is None else self.coef_bw_.tolist()}
 
-    def save(self, path: str) -> None:
-        """See :func:`save_analytic`."""
-        save_analytic(self, path)
-
-    @classmethod
-    def load(cls, path: str) -> "AnalyticCompute":
-        """See :func:`load_analytic`."""
-        m = load_analytic(path)
-        if not isinstance(m, cls):
-            raise ShardlabError(f"analytic model '{path}': holds a {m.target} model, not a compute model")
-        return m
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AnalyticCompute":
-        """Inverse of :meth:`to_dict`."""
-        m = cls(d["batch_size"], d["weights_precision"], d["profile"])
-        m.coef_fw_ = None if d["coef_fw"] is None else np.array(d["coef_fw"])
-        m.coef_bw_ = None if d["coef_bw"] is None else np.array(d["coef_bw"])
-        return m
-
-
-class AnalyticComm:
+class AnalyticComm(_AnalyticModel):
     """Bandwidth + latency + waiting all-to-all model for any G (module docstring)."""
 
     target = "comm"
+    KIND = "analytic_comm"
+    CONFIG = ("batch_size", "bytes_per_value", "profile")
 
     def __init__(self, batch_size: int | None = None, bytes_per_value: int = 4, profile: str = "cpu"):
         self.batch_size = batch_size
@@ -234,41 +247,14 @@ class AnalyticComm:
             out[i, :, 1] = x[:, :5] @ self.coef_bw_
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready parameters."""
-        return {"kind": "analytic_comm", "batch_size": self.batch_size, "profile": self.profile,
-                "bytes_per_value": self.bytes_per_value,
-                "coef_fw": None if self.coef_fw_ is None else self.coef_fw_.tolist(),
-                "coef_bw": None if self.coef_bw_ is None else self.coef_bw_.tolist()}
 
-    def save(self, path: str) -> None:
-        """See :func:`save_analytic`."""
-        save_analytic(self, path)
-
-    @classmethod
-    def load(cls, path: str) -> "AnalyticComm":
-        """See :func:`load_analytic`."""
-        m = load_analytic(path)
-        if not isinstance(m, cls):
-            raise ShardlabError(f"analytic model '{path}': holds a {m.target} model, not a comm model")
-        return m
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AnalyticComm":
-        """Inverse of :meth:`to_dict`."""
-        m = cls(d["batch_size"], d["bytes_per_value"], d["profile"])
-        m.coef_fw_ = None if d["coef_fw"] is None else np.array(d["coef_fw"])
-        m.coef_bw_ = None if d["coef_bw"] is None else np.array(d["coef_bw"])
-        return m
-
-
-def save_analytic(model: AnalyticCompute | AnalyticComm, path: str) -> None:
+def save_analytic(model: _AnalyticModel, path: str) -> None:
     """Write an analytic model as JSON (parameters, provenance, held-out metrics), atomically."""
     write_json_atomic(path, {"format": FORMAT, "model": model.to_dict(), "provenance": model.provenance_,
                              "metrics": model.metrics_})
 
 
-def load_analytic(path: str) -> AnalyticCompute | AnalyticComm:
+def load_analytic(path: str) -> Any:
     """Read a file written by :func:`save_analytic`."""
     d = read_json(path)
     if d.get("format") != FORMAT:

@@ -93,10 +93,10 @@ def markdown_table(result: Mapping[str, Any]) -> list[str]:
     lines = []
     for set_name, entry in result.items():
         lines += [f"### {set_name.replace('_', ' ')}: {entry['compared']} of {entry['samples']} samples compared", "",
-                  "| model | MAPE | median APE | p90 APE | RMSE (ms) | Spearman | Kendall |",
+                  "| model | MAPE | median APE | p90 APE | MSE (ms²) | Spearman | Kendall |",
                   "|---|---|---|---|---|---|---|"]
         for name, e in entry["models"].items():
             lines.append(f"| {name} | {e['mape']:.3f} | {e['median_ape']:.3f} | {e['p90_ape']:.3f} | "
-                         f"{e['rmse_ms']:.2f} | {e['spearman']:.3f} | {e['kendall']:.3f} |")
+                         f"{e['mse']:.1f} | {e['spearman']:.3f} | {e['kendall']:.3f} |")
         lines.append("")
     return lines

@@ -38,9 +38,20 @@ class CostModelBundle:
         """Evaluation label (the compute model's; both models share the profile)."""
         return self.compute.source
 
+    def comm_for(self, ngpu: int) -> tuple[CommModel, str]:
+        """The comm model for ``ngpu`` devices and the label to add to ``source``: the bundle's
+        own, or -- where it has none for that G (a neural comm model is trained per G) -- the
+        shipped analytic comm model, labelled ``+analytic-comm``."""
+        try:
+            self.comm.predict([[4] * ngpu])
+            return self.comm, ""
+        except ShardlabError:
+            profile = getattr(self.compute, "profile_", {}).get("name", "cpu")
+            return load_bundle("analytic", profile).comm, "+analytic-comm"
+
     def simulate(self, shards: Sequence[Sequence[Table]]) -> Simulated:
-        """Predicted per-device costs of one plan (ms)."""
-        return simulate(shards, self.compute, self.comm)
+        """Predicted per-device costs of one plan (ms), with :meth:`comm_for` the plan's G."""
+        return simulate(shards, self.compute, self.comm_for(len(shards))[0])
 
     def save(self, path: str | os.PathLike) -> None:
         """Write a manifest JSON at ``path`` (``<name>.json``) and the two model files beside it

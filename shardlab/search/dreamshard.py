@@ -107,7 +107,7 @@ class DreamShardAgent:
             logits = logits.masked_fill(~fits, float("-inf"))
             dist = torch.distributions.Categorical(logits=logits)
             a = logits.argmax(dim=1) if greedy else dist.sample() if generator is None else \
-                torch.multinomial(dist.probs, 1, generator=generator).squeeze(1)
+                torch.multinomial(dist.probs.detach(), 1, generator=generator).squeeze(1)
             log_prob = log_prob + dist.log_prob(a)
             entropy = entropy + dist.entropy()
             actions.append(a)

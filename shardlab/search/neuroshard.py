@@ -25,7 +25,7 @@ import numpy as np
 
 from shardlab.costmodel.base import Simulated, simulate_from
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
-from shardlab.errors import InfeasibleError, ShardlabError
+from shardlab.errors import InfeasibleError
 from shardlab.plan import Placement, Plan
 from shardlab.search.base import register_sharder
 from shardlab.tables import Table, Task
@@ -111,12 +111,7 @@ class NeuroShardSharder:
 
     def comm_for(self, ngpu: int) -> Any:
         """The bundle's comm model, or the shipped analytic one where it has none for ``ngpu``."""
-        comm = self.bundle().comm
-        try:
-            comm.predict([[4] * ngpu])
-            return comm
-        except ShardlabError:
-            return load_bundle("analytic", self.profile).comm
+        return self.bundle().comm_for(ngpu)[0]
 
     def table_wise(self, task: Task, blocks: tuple[Block, ...], coster: ShardCoster, comm: Any
                    ) -> tuple[list[int], Simulated] | None:
