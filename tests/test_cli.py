@@ -47,8 +47,12 @@ def test_bad_input_is_one_line_and_nonzero(tmp_path, capsys):
     assert main(["tasks", "--ntables", "100000"]) == 2
     assert "field 'ntables'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        main(["shard", str(tmp_path / "bad.json"), "--method", "neuroshard"])
-    assert e.value.code == 2  # not a sharder (yet): argparse refuses it
+        main(["shard", str(tmp_path / "bad.json"), "--method", "no_such_method"])
+    assert e.value.code == 2  # not a sharder: argparse refuses it
+    capsys.readouterr()
+    (tmp_path / "ok.json").write_text(json.dumps(Task("cli", 2, 1.0, (make_table("a"),)).to_dict()))
+    assert main(["shard", str(tmp_path / "ok.json"), "--method", "random", "--model", "analytic"]) == 2
+    assert "field 'model' does not apply to method 'random'" in capsys.readouterr().err
 
 
 def test_module_entry_point(tmp_path):
