@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -38,7 +38,7 @@ from shardlab import constants as C
 from shardlab.costmodel.neural import AutoShardCompute, _seeded, mlp
 from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.plan import Plan
-from shardlab.search.base import policy_provenance
+from shardlab.search.base import PolicySharder, policy_provenance
 from shardlab.tables import Task
 
 FORMAT = "shardlab-autoshard-policy-v1"
@@ -276,25 +276,10 @@ def refit_cost_online(agent: AutoShardAgent, store: str, compute_samples: Sequen
 
 
 @dataclass
-class AutoShardSharder:
+class AutoShardSharder(PolicySharder):
     """Shard with a trained AutoShard policy (a shipped one by name, or a path)."""
 
     name: str = "autoshard"
     model: str = "autoshard_policy"
-    profile: str = "cpu"
-    _agent: AutoShardAgent | None = field(default=None, repr=False)
-
-    def agent(self) -> AutoShardAgent:
-        """The policy (loaded once)."""
-        if self._agent is None:
-            from shardlab.costmodel.bundle import models_dir
-
-            path = self.model if os.path.exists(self.model) else str(models_dir(self.profile) / f"{self.model}.pt")
-            self._agent = AutoShardAgent.load(path)
-        return self._agent
-
-    def shard(self, task: Task, seed: int = 0) -> Plan:
-        """Table-wise plan by greedy decoding (deterministic)."""
-        task.check_feasible()
-        return self.agent().plan(task, seed, self.name)
+    agent_class = AutoShardAgent
 

@@ -7,8 +7,10 @@ the same task and seed always give the same plan. Register a new one with
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import time
-from typing import Callable, Protocol, runtime_checkable
+from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
 
 from shardlab import constants as C
 from shardlab.errors import InfeasibleError, ShardlabError
@@ -102,3 +104,31 @@ def policy_provenance(cost_model: object) -> dict:
 
     return {**environment("cpu"), "command": " ".join(sys.argv), "cost_model": getattr(cost_model, "source", "?"),
             "cost_model_provenance": getattr(cost_model, "provenance_", {})}
+
+
+@dataclass
+class PolicySharder:
+    """A sharder that decodes a trained RL policy (``agent_class.load``) greedily: ``model`` is
+    a shipped policy's name (``datasets/<profile>/models/<name>.pt``) or a path."""
+
+    name: str = ""
+    model: str = ""
+    profile: str = "cpu"
+    _agent: Any = field(default=None, repr=False)
+    agent_class: ClassVar[Any] = None
+
+    def agent(self) -> Any:
+        """The policy (loaded once)."""
+        if self._agent is None:
+            import os
+
+            from shardlab.costmodel.bundle import models_dir
+
+            path = self.model if os.path.exists(self.model) else str(models_dir(self.profile) / f"{self.model}.pt")
+            self._agent = self.agent_class.load(path)
+        return self._agent
+
+    def shard(self, task: Task, seed: int = 0) -> Plan:
+        """Table-wise plan by greedy decoding (deterministic)."""
+        task.check_feasible()
+        return self.agent().plan(task, seed, self.name)

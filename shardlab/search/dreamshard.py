@@ -19,7 +19,7 @@ Readable top to bottom, CleanRL style:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -32,7 +32,7 @@ from shardlab.costmodel.neural import _seeded, mlp
 from shardlab.data.features import FeatureScaler
 from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.plan import Plan
-from shardlab.search.base import policy_provenance
+from shardlab.search.base import PolicySharder, policy_provenance
 from shardlab.tables import Table, Task
 
 FORMAT = "shardlab-dreamshard-policy-v1"
@@ -190,28 +190,12 @@ def reinforce(agent: DreamShardAgent, tasks: Sequence[Task], updates: int, episo
 
 
 @dataclass
-class DreamShardSharder:
+class DreamShardSharder(PolicySharder):
     """Shard with a trained DreamShard policy (a shipped one by name, or a path)."""
 
     name: str = "dreamshard"
     model: str = "dreamshard_policy"
-    profile: str = "cpu"
-    _agent: DreamShardAgent | None = field(default=None, repr=False)
-
-    def agent(self) -> DreamShardAgent:
-        """The policy (loaded once)."""
-        if self._agent is None:
-            from shardlab.costmodel.bundle import models_dir
-
-            path = self.model if os.path.exists(self.model) else str(models_dir(self.profile) / f"{self.model}.pt")
-            self._agent = DreamShardAgent.load(path)
-        return self._agent
-
-    def shard(self, task: Task, seed: int = 0) -> Plan:
-        """Table-wise plan by greedy decoding (deterministic)."""
-        task.check_feasible()
-        torch.manual_seed(seed)
-        return self.agent().plan(task, seed, self.name)
+    agent_class = DreamShardAgent
 
 
 
