@@ -26,7 +26,6 @@ large stacks, which this CPU-pinned install (torch 2.13.0 + fbgemm-gpu-cpu 1.8.0
 from __future__ import annotations
 
 import copy
-import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -36,9 +35,9 @@ from torch import nn
 
 from shardlab import constants as C
 from shardlab.costmodel.neural import AutoShardCompute, _seeded, mlp
-from shardlab.errors import InfeasibleError, ShardlabError
+from shardlab.errors import InfeasibleError
 from shardlab.plan import Plan
-from shardlab.search.base import PolicySharder, policy_provenance
+from shardlab.search.base import PolicyAgent, PolicySharder
 from shardlab.tables import Task
 
 FORMAT = "shardlab-autoshard-policy-v1"
@@ -67,28 +66,12 @@ class AutoShardPolicy(nn.Module):
         return self.logit(torch.cat([hs, a, hs * a], dim=-1)).squeeze(-1), self.value(h).squeeze(-1), hc
 
 
-@dataclass
-class Trajectory:
-    """One batch of B episodes of T steps: actions (B, T), behaviour log-probs (B, T), final
-    rewards (B,)."""
-
-    actions: torch.Tensor
-    behaviour_log_prob: torch.Tensor
-    reward: torch.Tensor
-
-
-class AutoShardAgent:
+class AutoShardAgent(PolicyAgent):
     """Policy + cost model + the episode of the MDP."""
 
-    def __init__(self, cost: AutoShardCompute, policy: AutoShardPolicy | None = None, seed: int = 0):
-        self.cost = cost
-        self.policy = policy or AutoShardPolicy()
-        self.seed = seed
-
-    def order(self, task: Task) -> list[int]:
-        """Tables by predicted single-table cost, descending (ties: task order)."""
-        single = self.cost.predict([[t] for t in task.tables]).sum(axis=1)
-        return sorted(range(len(task.tables)), key=lambda i: (-single[i], i))
+    FORMAT = FORMAT
+    POLICY = AutoShardPolicy
+    COST = AutoShardCompute
 
     def run(self, policy: AutoShardPolicy, task: Task, n: int, actions: torch.Tensor | None = None,
             greedy: bool = False, mask: bool = False, generator: torch.Generator | None = None
@@ -155,38 +138,6 @@ class AutoShardAgent:
             devices[i] = int(acts[step])
         return Plan.table_wise(task, devices, method, seed)
 
-    def save(self, path: str) -> None:
-        """Policy + cost model in one torch file (atomic)."""
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, exist_ok=True)
-        tmp = os.path.join(d, f".{os.path.basename(path)}.tmp")
-        self.cost.save(tmp + ".cost")
-        blob = torch.load(tmp + ".cost", weights_only=False)
-        os.remove(tmp + ".cost")
-        torch.save({"format": FORMAT, "policy": self.policy.state_dict(), "cost": blob, "seed": self.seed,
-                    "history": getattr(self, "history_", []),
-                    "provenance": policy_provenance(self.cost)}, tmp)
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, path: str) -> "AutoShardAgent":
-        """Inverse of :meth:`save`."""
-        if not os.path.exists(path):
-            raise ShardlabError(f"autoshard policy '{path}': no such file")
-        d = torch.load(path, map_location="cpu", weights_only=False)
-        if d.get("format") != FORMAT:
-            raise ShardlabError(f"autoshard policy '{path}': field 'format' must be '{FORMAT}'")
-        torch.save(d["cost"], path + ".cost.tmp")
-        try:
-            cost = AutoShardCompute.load(path + ".cost.tmp")
-        finally:
-            os.remove(path + ".cost.tmp")
-        policy = AutoShardPolicy()
-        policy.load_state_dict(d["policy"])
-        agent = cls(cost, policy, d["seed"])
-        agent.history_ = d.get("history", [])
-        agent.provenance_ = d.get("provenance", {})
-        return agent
 
 
 def vtrace(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, values: torch.Tensor,

@@ -132,3 +132,65 @@ class PolicySharder:
         """Table-wise plan by greedy decoding (deterministic)."""
         task.check_feasible()
         return self.agent().plan(task, seed, self.name)
+
+
+class PolicyAgent:
+    """Shared parts of the RL agents: a cost model (``cost``), a policy network (``policy``),
+    the seeds' table order, and one atomic torch file holding both networks. Subclasses set
+    ``FORMAT``, ``POLICY`` (the policy network class) and ``COST`` (the cost model class)."""
+
+    FORMAT = ""
+    POLICY: ClassVar[Any] = None
+    COST: ClassVar[Any] = None
+
+    def __init__(self, cost: Any, policy: Any = None, seed: int = 0):
+        self.cost = cost
+        self.policy = policy or self.POLICY()
+        self.seed = seed
+        self.history_: list[dict[str, Any]] = []
+        self.provenance_: dict[str, Any] = {}
+
+    def order(self, task: Task) -> list[int]:
+        """Table indices by predicted single-table compute cost, descending (ties: task order)."""
+        single = self.cost.predict([[t] for t in task.tables]).sum(axis=1)
+        return sorted(range(len(task.tables)), key=lambda i: (-single[i], i))
+
+    def save(self, path: str) -> None:
+        """Policy + cost model (+ history, provenance) in one torch file, written atomically."""
+        import os
+
+        import torch
+
+        d = os.path.dirname(os.path.abspath(path))
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, f".{os.path.basename(path)}.tmp")
+        self.cost.save(tmp + ".cost")
+        blob = torch.load(tmp + ".cost", weights_only=False)
+        os.remove(tmp + ".cost")
+        torch.save({"format": self.FORMAT, "policy": self.policy.state_dict(), "cost": blob, "seed": self.seed,
+                    "history": self.history_, "provenance": policy_provenance(self.cost)}, tmp)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str) -> Any:
+        """Inverse of :meth:`save`; one-line errors for a missing or foreign file."""
+        import os
+
+        import torch
+
+        if not os.path.exists(path):
+            raise ShardlabError(f"policy '{path}': no such file")
+        d = torch.load(path, map_location="cpu", weights_only=False)
+        if not isinstance(d, dict) or d.get("format") != cls.FORMAT:
+            raise ShardlabError(f"policy '{path}': field 'format' must be '{cls.FORMAT}'")
+        torch.save(d["cost"], path + ".cost.tmp")
+        try:
+            cost = cls.COST.load(path + ".cost.tmp")
+        finally:
+            os.remove(path + ".cost.tmp")
+        policy = cls.POLICY()
+        policy.load_state_dict(d["policy"])
+        agent = cls(cost, policy, d["seed"])
+        agent.history_ = d.get("history", [])
+        agent.provenance_ = d.get("provenance", {})
+        return agent

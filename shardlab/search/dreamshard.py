@@ -18,7 +18,6 @@ Readable top to bottom, CleanRL style:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -30,9 +29,9 @@ from shardlab import constants as C
 from shardlab.costmodel.dreamshard import DreamShardCost
 from shardlab.costmodel.neural import _seeded, mlp
 from shardlab.data.features import FeatureScaler
-from shardlab.errors import InfeasibleError, ShardlabError
+from shardlab.errors import InfeasibleError
 from shardlab.plan import Plan
-from shardlab.search.base import PolicySharder, policy_provenance
+from shardlab.search.base import PolicyAgent, PolicySharder
 from shardlab.tables import Table, Task
 
 FORMAT = "shardlab-dreamshard-policy-v1"
@@ -63,22 +62,16 @@ class Episodes:
     cost_ms: torch.Tensor
 
 
-class DreamShardAgent:
+class DreamShardAgent(PolicyAgent):
     """Policy + cost network + the table order and rollout of the estimated MDP."""
 
-    def __init__(self, cost: DreamShardCost, policy: PolicyNet | None = None, seed: int = 0):
-        self.cost = cost
-        self.policy = policy or PolicyNet()
-        self.seed = seed
+    FORMAT = FORMAT
+    POLICY = PolicyNet
+    COST = DreamShardCost
 
     def _features(self, tables: Sequence[Table]) -> torch.Tensor:
         scaler: FeatureScaler = self.cost.scaler_  # the cost network's normalisation, shared
         return torch.from_numpy(scaler.transform(list(tables)))
-
-    def order(self, task: Task) -> list[int]:
-        """Table indices by predicted single-table compute cost, descending (ties: task order)."""
-        single = self.cost.predict([[t] for t in task.tables]).sum(axis=1)
-        return sorted(range(len(task.tables)), key=lambda i: (-single[i], i))
 
     def rollout(self, task: Task, n: int, greedy: bool = False, generator: torch.Generator | None = None
                 ) -> Episodes:
@@ -130,40 +123,6 @@ class DreamShardAgent:
             ep = self.rollout(task, 1, greedy=True)
         return Plan.table_wise(task, [int(d) for d in ep.actions[0]], method, seed)
 
-    def save(self, path: str) -> None:
-        """Policy + cost network in one torch file (atomic)."""
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, exist_ok=True)
-        cost_path = os.path.join(d, f".{os.path.basename(path)}.cost.tmp")
-        self.cost.save(cost_path)
-        cost_blob = torch.load(cost_path, weights_only=False)
-        os.remove(cost_path)
-        tmp = os.path.join(d, f".{os.path.basename(path)}.tmp")
-        torch.save({"format": FORMAT, "policy": self.policy.state_dict(), "cost": cost_blob,
-                    "seed": self.seed, "history": getattr(self, "history_", []),
-                    "provenance": policy_provenance(self.cost)}, tmp)
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, path: str) -> "DreamShardAgent":
-        """Inverse of :meth:`save`."""
-        if not os.path.exists(path):
-            raise ShardlabError(f"dreamshard policy '{path}': no such file")
-        d = torch.load(path, map_location="cpu", weights_only=False)
-        if d.get("format") != FORMAT:
-            raise ShardlabError(f"dreamshard policy '{path}': field 'format' must be '{FORMAT}'")
-        tmp = f"{path}.cost.tmp"
-        torch.save(d["cost"], tmp)
-        try:
-            cost = DreamShardCost.load(tmp)
-        finally:
-            os.remove(tmp)
-        policy = PolicyNet()
-        policy.load_state_dict(d["policy"])
-        agent = cls(cost, policy, d["seed"])
-        agent.history_ = d.get("history", [])
-        agent.provenance_ = d.get("provenance", {})
-        return agent
 
 
 def reinforce(agent: DreamShardAgent, tasks: Sequence[Task], updates: int, episodes: int = 16,
