@@ -76,6 +76,12 @@ class _AnalyticModel:
     coef_fw_: np.ndarray | None
     coef_bw_: np.ndarray | None
 
+    def _unfitted(self) -> None:
+        self.coef_fw_ = None
+        self.coef_bw_ = None
+        self.provenance_: dict[str, Any] = {}
+        self.metrics_: dict[str, Any] = {}
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready parameters."""
         return {"kind": self.KIND, **{k: getattr(self, k) for k in self.CONFIG},
@@ -115,10 +121,7 @@ class AnalyticCompute(_AnalyticModel):
         self.batch_size = batch_size
         self.weights_precision = weights_precision
         self.profile = profile
-        self.coef_fw_: np.ndarray | None = None
-        self.coef_bw_: np.ndarray | None = None
-        self.provenance_: dict[str, Any] = {}
-        self.metrics_: dict[str, Any] = {}
+        self._unfitted()
 
     @property
     def source(self) -> str:
@@ -192,10 +195,7 @@ class AnalyticComm(_AnalyticModel):
         self.batch_size = batch_size
         self.bytes_per_value = bytes_per_value
         self.profile = profile
-        self.coef_fw_: np.ndarray | None = None
-        self.coef_bw_: np.ndarray | None = None
-        self.provenance_: dict[str, Any] = {}
-        self.metrics_: dict[str, Any] = {}
+        self._unfitted()
 
     @property
     def source(self) -> str:
