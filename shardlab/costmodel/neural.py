@@ -297,12 +297,12 @@ class NeuroShardCompute(_Estimator):
         """(m, 2) fw/bw ms of m shards given their summed encodings (m, 32) and table counts (m,).
         Runs the head in NumPy (float64): search calls this for a few devices at a time, where
         torch's per-call overhead would dominate."""
-        _, head = self._parts()
         layers = getattr(self, "_np_head", None)
-        if layers is None or layers[0] is not head:
+        if layers is None or layers[0] is not self.net_:  # cached per fitted network
+            _, head = self._parts()
             mats = [(m.weight.detach().numpy().T.astype(np.float64), m.bias.detach().numpy().astype(np.float64))
                     for m in head if isinstance(m, nn.Linear)]
-            self._np_head = layers = (head, mats)
+            self._np_head = layers = (self.net_, mats)
         h = np.atleast_2d(np.asarray(sums, dtype=np.float64))
         mats = layers[1]
         for i, (w, b) in enumerate(mats):

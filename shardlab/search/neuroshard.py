@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from shardlab.costmodel.base import Simulated, simulate_from
+from shardlab.costmodel.base import Simulated, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.errors import InfeasibleError
 from shardlab.plan import Placement, Plan
@@ -129,25 +129,62 @@ class NeuroShardSharder:
         order = sorted(range(len(blocks)), key=lambda i: (-single[i], i))
         mean_dim = dims.sum() / g
         best: tuple[list[int], Simulated] | None = None
-        for cap in self.caps:
-            got = self._greedy(task, blocks, order, emb, mem_need, dims, cap * mean_dim, coster)
-            if got is None:
-                continue
-            devices, compute = got
-            sim = simulate_from(compute, [int(dims[np.array(devices) == d].sum()) for d in range(g)], comm)
+        dim_caps = np.array(self.caps) * mean_dim
+        if emb is not None:
+            results = self._greedy_caps(task, order, emb, mem_need, dims, dim_caps, coster.model)
+        else:
+            results = [self._greedy(task, blocks, order, mem_need, dims, c, coster) for c in dim_caps]
+        done = [got for got in results if got is not None]
+        if not done:
+            return None
+        dev = np.array([got[0] for got in done])
+        dsums = np.stack([np.bincount(row, weights=dims, minlength=g) for row in dev]).astype(int)
+        sims = simulate_many(np.stack([got[1] for got in done]), dsums, comm)
+        for (devices, _), sim in zip(done, sims):
             if best is None or sim.cost_ms < best[1].cost_ms - 1e-12:
                 best = (devices, sim)
         return best
 
-    def _greedy(self, task: Task, blocks: tuple[Block, ...], order: list[int], emb: np.ndarray | None,
-                mem_need: np.ndarray, dims: np.ndarray, dim_cap: float, coster: ShardCoster
-                ) -> tuple[list[int], np.ndarray] | None:
+    @staticmethod
+    def _greedy_caps(task: Task, order: list[int], emb: np.ndarray, mem_need: np.ndarray, dims: np.ndarray,
+                     dim_caps: np.ndarray, model: Any) -> list[tuple[list[int], np.ndarray] | None]:
+        """The greedy placement for every cap at once (caps are a batch dimension: one model
+        call per block for all caps and devices). Ties: less memory, then the lower device."""
+        c, g = len(dim_caps), task.ngpu
+        mem = np.zeros((c, g), dtype=np.int64)
+        dsum = np.zeros((c, g))
+        counts = np.zeros((c, g))
+        cost = np.zeros((c, g, 2))
+        sums = np.zeros((c, g, emb.shape[1]))
+        alive = np.ones(c, dtype=bool)
+        devices = np.zeros((c, len(mem_need)), dtype=int)
+        rows = np.arange(c)
+        for i in order:
+            fits = mem + mem_need[i] <= task.mem_cap_bytes
+            ok = fits & (dsum + dims[i] <= dim_caps[:, None] + 1e-9)
+            ok = np.where(ok.any(axis=1, keepdims=True), ok, fits)
+            alive &= ok.any(axis=1)
+            pred = model.predict_sums((sums + emb[i]).reshape(c * g, -1), (counts + 1).reshape(-1)).reshape(c, g, 2)
+            total = np.where(ok, np.round(pred.sum(axis=2), 9), np.inf)
+            # lexicographic (total, memory, device) per cap: memory breaks exact ties of total
+            best_total = total.min(axis=1, keepdims=True)
+            tied_mem = np.where(total == best_total, mem, np.iinfo(np.int64).max)
+            d = np.argmin(tied_mem, axis=1)
+            devices[:, i] = d
+            mem[rows, d] += mem_need[i]
+            dsum[rows, d] += dims[i]
+            counts[rows, d] += 1
+            cost[rows, d] = pred[rows, d]
+            sums[rows, d] += emb[i]
+        return [(devices[k].tolist(), cost[k]) if alive[k] else None for k in range(c)]
+
+    def _greedy(self, task: Task, blocks: tuple[Block, ...], order: list[int], mem_need: np.ndarray,
+                dims: np.ndarray, dim_cap: float, coster: ShardCoster) -> tuple[list[int], np.ndarray] | None:
+        """One cap's greedy placement through ``predict`` (models without incremental sums)."""
         g = task.ngpu
         mem = np.zeros(g, dtype=np.int64)
         dsum = np.zeros(g)
-        counts = np.zeros(g)
         cost = np.zeros((g, 2))
-        sums = None if emb is None else np.zeros((g, emb.shape[1]))
         members: list[list[Table]] = [[] for _ in range(g)]
         devices = [0] * len(blocks)
         for i in order:
@@ -158,21 +195,15 @@ class NeuroShardSharder:
             if not ok.any():
                 return None
             cand = np.flatnonzero(ok)
-            if sums is not None:
-                pred = coster.model.predict_sums(sums[cand] + emb[i], counts[cand] + 1)
-            else:
-                pred = coster.shards([members[d] + [blocks[i].table] for d in cand])
+            pred = coster.shards([members[d] + [blocks[i].table] for d in cand])
             total = pred.sum(axis=1)
             j = min(range(len(cand)), key=lambda k: (round(float(total[k]), 9), mem[cand[k]], cand[k]))
             d = int(cand[j])
             devices[i] = d
             mem[d] += mem_need[i]
             dsum[d] += dims[i]
-            counts[d] += 1
             cost[d] = pred[j]
             members[d].append(blocks[i].table)
-            if sums is not None:
-                sums[d] += emb[i]
         return devices, cost
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
