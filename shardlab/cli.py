@@ -1,5 +1,5 @@
 """The ``shardlab`` command line (INTERFACES.md). Verbs: ``tasks``, ``shard``,
-``profile compute|comm|single|plans``, ``train`` and ``evaluate --measure|--model|--analytic``.
+``profile compute|comm|single|plans``, ``train``, ``evaluate --measure|--model|--analytic``, ``export-torchrec`` and ``report``.
 
 Each verb prints a one-line summary (or, with ``--json``, the machine-readable result) and
 exits non-zero with one line naming the bad input on error. The CLI holds no logic of its
@@ -232,6 +232,35 @@ def cmd_export_torchrec(args: argparse.Namespace) -> None:
     _emit(args, f"export-torchrec {plan.method}: {len(data['plan'])} tables ({', '.join(kinds)}) -> {args.out}", data)
 
 
+def cmd_report(args: argparse.Namespace) -> None:
+    """Write a standalone HTML comparison of plans of one task (costs from a model or measured)."""
+    from shardlab.evaluate import estimate_plan, measure_plan
+    from shardlab.io import load_plan, load_task
+    from shardlab.report.html import write_report
+
+    task = load_task(args.task)
+    plans = {}
+    for path in args.plans:
+        plan = load_plan(path)
+        if plan.task != task.name:
+            raise ShardlabError(f"report: plan '{path}': field 'task' = {plan.task!r} is not the task {task.name!r}")
+        plans[plan.method] = plan
+    if args.measure:
+        from shardlab.profile.hardware import profile_with
+
+        prof = profile_with(args.profile)
+        evaluations = {m: measure_plan(task, p, prof) for m, p in plans.items()}
+    else:
+        from shardlab.costmodel.bundle import load_bundle
+
+        model = load_bundle(args.model, args.profile)
+        evaluations = {m: estimate_plan(task, p, model) for m, p in plans.items()}
+    out = write_report(args.html, task, plans, evaluations, {"command": " ".join(sys.argv)})
+    best = min(evaluations.items(), key=lambda kv: kv[1].cost_ms)
+    _emit(args, f"report {task.name}: {len(plans)} plans, best {best[0]} {best[1].cost_ms:.3f} ms "
+                f"({best[1].source}) -> {out}", {m: e.to_dict() for m, e in evaluations.items()})
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every verb that works so far."""
     from shardlab.search import sharder_names
@@ -351,6 +380,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--module", default="sparse.ebc", help="module path of the EmbeddingBagCollection")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_export_torchrec)
+
+    p = sub.add_parser("report", help="standalone HTML comparison of plans (works offline)")
+    p.add_argument("plans", nargs="+", help="Plan JSON files of the same task")
+    p.add_argument("--task", required=True, help="Task JSON file")
+    p.add_argument("--html", required=True, help="where to write the report")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--model", default="neuroshard", help="cost model (shipped name or manifest path)")
+    how.add_argument("--measure", action="store_true", help="measure every plan on this machine")
+    p.add_argument("--profile", default="cpu")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("train", help="train a cost model on measured samples")
     p.add_argument("kind", choices=["analytic", "neuroshard", "autoshard", "dreamshard", "dreamshard_policy",

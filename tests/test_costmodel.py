@@ -132,3 +132,16 @@ def test_bundle_train_save_load_and_simulate(tmp_path, compute_samples, comm_sam
     assert sim.cost_ms == pytest.approx(float(sim.total.max()))
     with pytest.raises(ShardlabError, match="no such file or shipped model"):
         load_bundle("no-such-model")
+
+
+def test_estimate_plan_labels_its_source_and_falls_back_for_untrained_device_counts():
+    from shardlab.data.tasks import generate_task
+    from shardlab.evaluate import estimate_plan
+    from shardlab.search import get_sharder, run_sharder
+
+    neural = load_bundle("neuroshard")
+    for g, suffix in ((4, ""), (2, "+analytic-comm")):
+        task = generate_task(ntables=10, ngpu=g, mem_cap_gb=4.0, batch_size=4096, seed=g)
+        ev = estimate_plan(task, run_sharder(get_sharder("dim_greedy"), task), neural)
+        assert ev.source == "model:neuroshard-compute@cpu[batch_size=4096]" + suffix
+        assert ev.cost_ms == max(d.total_ms for d in ev.per_device) and ev.lower_bound_ms > 0
