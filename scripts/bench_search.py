@@ -97,8 +97,9 @@ def main() -> int:
              f"Simulated: every plan through one cost model ({model.source}; its lower bound is the model's, chunked "
              "by 15 tables). Measured: fused fbgemm ops per device in turn and gloo all-to-alls between G real "
              "ranks on this machine, waiting included; measured lower bound = all tables fused / G + balanced "
-             "all-to-all (not a guarantee on CPU: datasets/cpu/NOTES.md). `wins vs X`: fraction of tasks strictly "
-             "cheaper than X.", ""]
+             "all-to-all (not a guarantee on CPU: datasets/cpu/NOTES.md); nan where all tables together exceed the "
+             "compute profiler's 8 GB limit, so the bound cannot be measured. `wins vs X`: fraction of tasks "
+             "strictly cheaper than X.", ""]
     for key, sm in summaries.items():
         lines += [f"## {key.split('_')[0]} costs", "",
                   "| setting | method | mean cost (ms) | mean cost / lower bound | mean search (s) | "
