@@ -22,7 +22,7 @@ def device_cost_figure(evaluations: Mapping[str, Evaluation], height: int = 420)
     lower bound (if any) as dashed lines. Sources are named in the title."""
     names = list(evaluations)
     fig = make_subplots(rows=1, cols=max(len(names), 1), shared_yaxes=True,
-                        subplot_titles=[f"{m}: {evaluations[m].cost_ms:.2f} ms" for m in names])
+                        subplot_titles=[f"{m}<br>{evaluations[m].cost_ms:.2f} ms" for m in names])
     for col, m in enumerate(names, start=1):
         ev = evaluations[m]
         x = [f"GPU {d.device}" for d in ev.per_device]
