@@ -35,7 +35,7 @@ def device_cost_figure(evaluations: Mapping[str, Evaluation], height: int = 420)
         if ev.lower_bound_ms:
             fig.add_hline(y=ev.lower_bound_ms, line_dash="dot", line_color="gray", row=1, col=col)
     sources = sorted({ev.source for ev in evaluations.values()})
-    fig.update_layout(barmode="stack", height=height, legend_title_text="cost part",
+    fig.update_layout(barmode="stack", height=height, legend_title_text="cost part", margin=dict(t=130),
                       title=f"Per-GPU cost (ms), {' / '.join(sources)}<br><sup>dashed: plan cost (the straggler); "
                             "dotted: lower bound</sup>")
     fig.update_yaxes(title_text="ms", row=1, col=1)
