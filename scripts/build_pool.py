@@ -5,7 +5,7 @@ Build (writes <out>/pool.json.gz and <out>/PROVENANCE.md):
     .venv/bin/python scripts/build_pool.py --preset dlrm2021 --seed 0 --out datasets/dlrm_synth
     .venv/bin/python scripts/build_pool.py --preset dlrm2022 --seed 0 --out datasets/dlrm_synth_2022
 
-Calibrate (prints fitted hyperparameters to copy into ``shardlab.data.generator.PRESETS``):
+Calibrate (prints fitted hyperparameters to copy into ``shardlab.data.presets.PRESETS``):
     .venv/bin/python scripts/build_pool.py --preset dlrm2021 --calibrate
 
 Calibration minimises L1(accesses) + 0.5 L1(unique rows) + |log(unique fraction / target)| of

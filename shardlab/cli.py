@@ -190,13 +190,13 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def train_policy(args: argparse.Namespace) -> None:
     """DreamShard / AutoShard policy training; measured plans of the policy go to --store."""
+    from shardlab.costmodel.bundle import load_bundle
     from shardlab.costmodel.train import load_samples
 
     if not args.store:
         raise ShardlabError(f"train {args.kind}: field 'store' is required (measured plans of the policy go there)")
     compute = [s for s in load_samples("compute", None, args.dataset) if ":train:" in s["key"]]
     if args.kind == "dreamshard_policy":
-        from shardlab.costmodel.bundle import load_bundle
         from shardlab.search.dreamshard import train_dreamshard
 
         cost = load_bundle(args.cost_model or "dreamshard", args.dataset).compute
@@ -207,7 +207,6 @@ def train_policy(args: argparse.Namespace) -> None:
         last = agent.history_[-1]["mean_predicted_cost_ms"][-10:]
         summary = f"{len(agent.history_)} iterations, last mean predicted cost {sum(last) / len(last):.2f} ms"
     else:
-        from shardlab.costmodel.bundle import load_bundle
         from shardlab.search.autoshard import train_autoshard
 
         cost = load_bundle(args.cost_model or "autoshard", args.dataset).compute

@@ -27,7 +27,7 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
-from shardlab.profile.campaign import single_key
+from shardlab.profile.campaign import singles_of
 from shardlab.profile.compute import measure_compute
 from shardlab.profile.hardware import HardwareProfile, get_profile
 from shardlab.tables import Table, Task
@@ -147,11 +147,15 @@ def measure_lower_bound(task: Task, profile: str | HardwareProfile = "cpu", benc
     if sum(t.memory_bytes(profile.weights_precision, profile.optimizer) for t in task.tables) > max_gb * C.GB:
         return None
     whole = measure_compute(list(task.tables), profile, max_gb=max_gb)
-    total_dim = sum(t.dim for t in task.tables)
-    g = task.ngpu
-    balanced = [total_dim // g + (1 if i < total_dim % g else 0) for i in range(g)]
-    fw, bw = _comm(balanced, None, profile, bench)
-    return whole.total_ms / g + min(f + b for f, b in zip(fw, bw))
+    fw, bw = _comm(balanced_dims(task), None, profile, bench)
+    return whole.total_ms / task.ngpu + min(f + b for f, b in zip(fw, bw))
+
+
+def balanced_dims(task: Task) -> list[int]:
+    """The task's total dim spread as evenly as integers allow over its G devices (the
+    communication term of the lower bound)."""
+    total, g = sum(t.dim for t in task.tables), task.ngpu
+    return [total // g + (1 if i < total % g else 0) for i in range(g)]
 
 
 def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True) -> Evaluation:
@@ -164,6 +168,7 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True) 
     a model's bound is only as good as the model."""
     validate_plan(task, plan)
     per_dev = device_tables(task, plan)
+    comm_model, comm_label = model.comm_for(plan.ngpu)
     sim = model.simulate(per_dev)
     mem = [b / C.GB for b in device_memory_bytes(task, plan)]
     devices = tuple(DeviceCost(g, float(sim.fw_compute[g]), float(sim.bw_compute[g]), float(sim.fw_comm[g]),
@@ -172,29 +177,26 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True) 
     if lower_bound:
         chunks = [list(task.tables[i:i + BOUND_CHUNK]) for i in range(0, len(task.tables), BOUND_CHUNK)]
         whole = float(np.asarray(model.compute.predict(chunks)).sum())
-        g = task.ngpu
-        total_dim = sum(t.dim for t in task.tables)
-        balanced = [total_dim // g + (1 if i < total_dim % g else 0) for i in range(g)]
         comm = 0.0
-        if g > 1:
-            c = np.asarray(model.comm_for(g)[0].predict([balanced], None))[0]
+        if task.ngpu > 1:
+            c = np.asarray(comm_model.predict([balanced_dims(task)], None))[0]
             comm = float((c[:, 0] + c[:, 1]).min())
-        bound = whole / g + comm
-    return Evaluation(task.name, plan.method, model.source + model.comm_for(plan.ngpu)[1], devices, bound)
+        bound = whole / task.ngpu + comm
+    return Evaluation(task.name, plan.method, model.source + comm_label, devices, bound)
 
 
 def fused_and_summed(samples: Iterable[Mapping[str, Any]], singles: Mapping[str, Mapping[str, Any]]
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(fused total ms, sum of single-table totals ms, number of tables) for every measured
     compute sample whose tables were all measured alone (``singles`` by
-    :func:`~shardlab.profile.campaign.single_key`); arrays of equal length."""
+    :func:`~shardlab.profile.campaign.singles_of`); arrays of equal length."""
     fused, summed, n = [], [], []
     for s in samples:
-        keys = [single_key(s["profile"]["name"], t) for t in s["tables"]]
-        if all(k in singles for k in keys):
+        alone = singles_of(s, singles)
+        if alone is not None:
             fused.append(s["total_ms"])
-            summed.append(sum(singles[k]["total_ms"] for k in keys))
-            n.append(len(keys))
+            summed.append(sum(x["total_ms"] for x in alone))
+            n.append(len(alone))
     return np.asarray(fused), np.asarray(summed), np.asarray(n)
 
 
@@ -205,14 +207,13 @@ def subadditivity(samples: Sequence[Mapping[str, Any]], singles: Mapping[str, Ma
     of the same). Returns counts, ratio quantiles, and the violation rate by tables per shard."""
     rows = []
     for s in samples:
-        keys = [single_key(s["profile"]["name"], t) for t in s["tables"]]
-        if len(keys) < 2 or not all(k in singles for k in keys):
+        alone = singles_of(s, singles)
+        if alone is None or len(alone) < 2:
             continue
-        summed = sum(singles[k]["total_ms"] for k in keys)
+        summed = sum(x["total_ms"] for x in alone)
         noise = (s["total_spread_ms"][1] - s["total_spread_ms"][0]) / s["total_ms"]
-        noise += float(np.median([(singles[k]["total_spread_ms"][1] - singles[k]["total_spread_ms"][0])
-                                  / singles[k]["total_ms"] for k in keys]))
-        rows.append((s["total_ms"] / summed, noise, len(keys), s["total_ms"]))
+        noise += float(np.median([(x["total_spread_ms"][1] - x["total_spread_ms"][0]) / x["total_ms"] for x in alone]))
+        rows.append((s["total_ms"] / summed, noise, len(alone), s["total_ms"]))
     if not rows:
         return {"compared": 0}
     r = np.array(rows)

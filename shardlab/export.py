@@ -19,7 +19,7 @@ from shardlab.plan import Plan, validate_plan
 from shardlab.tables import Task
 
 
-def sharding_type_of(table: str, rows: int, dim: int, blocks: list[Any], ngpu: int) -> str:
+def sharding_type_of(table: str, rows: int, dim: int, blocks: list[Any]) -> str:
     """TorchRec sharding type of one table's placements (see the module docstring)."""
     if len(blocks) == 1 and blocks[0].rows == rows and blocks[0].cols == dim:
         return "table_wise"
@@ -44,7 +44,7 @@ def export_torchrec(task: Task, plan: Plan, module: str = "sparse.ebc", local_wo
                            "plan": {}, "constraints": {}}
     for t in task.tables:
         blocks = sorted(by_table[t.name], key=lambda b: (b.row_offset, b.col_offset))
-        kind = sharding_type_of(t.name, t.rows, t.dim, blocks, plan.ngpu)
+        kind = sharding_type_of(t.name, t.rows, t.dim, blocks)
         out["plan"][t.name] = {
             "sharding_type": kind, "compute_kernel": "fused", "ranks": [b.device for b in blocks],
             "shards": [{"shard_offsets": [b.row_offset, b.col_offset], "shard_sizes": [b.rows, b.cols],

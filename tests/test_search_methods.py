@@ -112,3 +112,20 @@ def test_dreamshard_reinforce_lowers_predicted_cost(task):
     validate_plan(task, plan)
     big = generate_task(ntables=50, ngpu=8, mem_cap_gb=4.0, batch_size=4096, seed=2)
     validate_plan(big, agent.plan(big))   # other numbers of tables and devices, unchanged
+
+
+def test_neuroshard_generic_path_matches_incremental(analytic, task):
+    """A model with only ``predict`` (no embed/predict_sums) takes the cached generic path and,
+    for the additive analytic model, must find the same plan as the incremental path."""
+    from shardlab.costmodel.bundle import CostModelBundle
+
+    class PredictOnly:
+        source, target = analytic.compute.source, "compute"
+
+        def predict(self, shards):
+            return analytic.compute.predict(shards)
+
+    generic = CostModelBundle(PredictOnly(), analytic.comm)
+    a = NeuroShardSharder(model=analytic, column_wise=False).shard(task)
+    b = NeuroShardSharder(model=generic, column_wise=False).shard(task)
+    assert a.placements == b.placements

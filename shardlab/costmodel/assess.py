@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from shardlab.costmodel.metrics import errors, split_samples
-from shardlab.profile.campaign import single_key
+from shardlab.profile.campaign import singles_of
 from shardlab.tables import Table
 
 #: Bins of tables per shard for the error breakdown.
@@ -42,9 +42,9 @@ def sum_of_singles(samples: Sequence[Mapping[str, Any]], singles: Mapping[str, M
     """(summed single-table total ms, mask of samples whose tables were all measured alone)."""
     out, ok = np.full(len(samples), np.nan), np.zeros(len(samples), dtype=bool)
     for i, s in enumerate(samples):
-        keys = [single_key(s["profile"]["name"], t) for t in s["tables"]]
-        if all(k in singles for k in keys):
-            out[i] = sum(singles[k]["total_ms"] for k in keys)
+        alone = singles_of(s, singles)
+        if alone is not None:
+            out[i] = sum(x["total_ms"] for x in alone)
             ok[i] = True
     return out, ok
 

@@ -93,24 +93,17 @@ def simulate(shards: Sequence[Sequence[Table]], compute: ComputeModel, comm: Com
 
 def simulate_from(compute_ms: np.ndarray, dims: Sequence[int], comm: CommModel) -> Simulated:
     """:func:`simulate` from already-predicted (G, 2) fw/bw compute ms and the G dim sums."""
-    c = np.asarray(compute_ms, dtype=float)
-    if len(dims) < 2:
-        zero = np.zeros(len(dims))
-        return Simulated(c[:, 0], c[:, 1], zero, zero)
-    bw = np.asarray(comm.predict([dims], None), dtype=float)[0, :, 1]
-    ready = c.sum(axis=1) + bw
-    delays = ready - ready.min()
-    fw = np.asarray(comm.predict([dims], [delays.tolist()]), dtype=float)[0, :, 0]
-    return Simulated(c[:, 0], c[:, 1], fw, bw)
+    return simulate_many(np.asarray(compute_ms, dtype=float)[None], np.asarray([dims]), comm)[0]
 
 
 def simulate_many(compute_ms: np.ndarray, dims: np.ndarray, comm: CommModel) -> list[Simulated]:
     """:func:`simulate_from` for n plans of the same G at once (two batched comm calls):
-    ``compute_ms`` (n, G, 2) fw/bw ms, ``dims`` (n, G) dim sums."""
+    ``compute_ms`` (n, G, 2) fw/bw ms, ``dims`` (n, G) dim sums. One device: no all-to-all."""
     c = np.asarray(compute_ms, dtype=float)
     d = np.asarray(dims)
     if d.shape[1] < 2:
-        return [simulate_from(c[k], d[k].tolist(), comm) for k in range(len(d))]
+        zero = np.zeros(d.shape[1])
+        return [Simulated(c[k, :, 0], c[k, :, 1], zero, zero) for k in range(len(d))]
     bw = np.asarray(comm.predict(d, None), dtype=float)[:, :, 1]
     ready = c.sum(axis=2) + bw
     delays = ready - ready.min(axis=1, keepdims=True)

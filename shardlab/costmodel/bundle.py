@@ -12,10 +12,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute
-from shardlab.data.pool import datasets_dir
 from shardlab.costmodel.base import CommModel, ComputeModel, Simulated, simulate
-from shardlab.costmodel.metrics import errors, split_samples
+from shardlab.costmodel.metrics import errors
+from shardlab.data.pool import datasets_dir
 from shardlab.errors import ShardlabError
 from shardlab.io import read_json, write_json_atomic
 from shardlab.tables import Table
@@ -32,6 +31,7 @@ class CostModelBundle:
     comm: CommModel
     provenance: dict[str, Any] = field(default_factory=dict)
     heldout: dict[str, Any] = field(default_factory=dict)
+    _comm_by_g: dict[int, tuple[CommModel, str]] = field(default_factory=dict, repr=False)
 
     @property
     def source(self) -> str:
@@ -42,12 +42,14 @@ class CostModelBundle:
         """The comm model for ``ngpu`` devices and the label to add to ``source``: the bundle's
         own, or -- where it has none for that G (a neural comm model is trained per G) -- the
         shipped analytic comm model, labelled ``+analytic-comm``."""
-        try:
-            self.comm.predict([[4] * ngpu])
-            return self.comm, ""
-        except ShardlabError:
-            profile = getattr(self.compute, "profile_", {}).get("name", "cpu")
-            return load_bundle("analytic", profile).comm, "+analytic-comm"
+        if ngpu not in self._comm_by_g:
+            try:
+                self.comm.predict([[4] * ngpu])
+                self._comm_by_g[ngpu] = (self.comm, "")
+            except ShardlabError:
+                profile = getattr(self.compute, "profile_", {}).get("name", "cpu")
+                self._comm_by_g[ngpu] = (load_bundle("analytic", profile).comm, "+analytic-comm")
+        return self._comm_by_g[ngpu]
 
     def simulate(self, shards: Sequence[Sequence[Table]]) -> Simulated:
         """Predicted per-device costs of one plan (ms), with :meth:`comm_for` the plan's G."""
@@ -84,18 +86,6 @@ def heldout_errors(compute: ComputeModel, comm: CommModel, compute_test: Sequenc
         out[f"comm{g}_bw"] = errors(np.concatenate([q[:, 1] for q in preds]),
                                     np.concatenate([s["bw_comm_ms"] for s in ss]))
     return out
-
-
-def fit_analytic(compute_samples: Sequence[dict[str, Any]], comm_samples: Sequence[dict[str, Any]],
-                 provenance: dict[str, Any] | None = None) -> CostModelBundle:
-    """Fit both analytic models on the train+val splits (by key) and report test errors."""
-    cs, ms = split_samples(compute_samples), split_samples(comm_samples)
-    compute = AnalyticCompute().fit(cs["train"] + cs["val"])
-    comm = AnalyticComm().fit(ms["train"] + ms["val"])
-    heldout = heldout_errors(compute, comm, cs["test"], ms["test"])
-    heldout["split"] = {"rule": "sha256(key) 80/10/10; fitted on train+val",
-                        "compute": {k: len(v) for k, v in cs.items()}, "comm": {k: len(v) for k, v in ms.items()}}
-    return CostModelBundle(compute, comm, dict(provenance or {}), heldout)
 
 
 def models_dir(profile: str = "cpu") -> Path:

@@ -120,6 +120,13 @@ def single_key(profile_name: str, table: dict[str, Any]) -> str:
     return f"single:{profile_name}:{table['name']}@d{table['dim']}"
 
 
+def singles_of(sample: dict[str, Any], singles: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The single-table samples (from ``singles``, by :func:`single_key`) of every table of a
+    measured compute sample, or None when one of its tables was not measured alone."""
+    keys = [single_key(sample["profile"]["name"], t) for t in sample["tables"]]
+    return [singles[k] for k in keys] if all(k in singles for k in keys) else None
+
+
 def run_single_table_costs(store_path: str, profile: str | HardwareProfile = "cpu", workers: int = 1,
                            max_samples: int | None = None, progress: bool = True) -> int:
     """Measure, alone, every (table, dim) that appears in the store's compute samples of

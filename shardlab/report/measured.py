@@ -5,7 +5,7 @@ measured and under which hardware profile."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import plotly.graph_objects as go

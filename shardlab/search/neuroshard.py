@@ -109,10 +109,6 @@ class NeuroShardSharder:
             self._bundle = self.model if isinstance(self.model, CostModelBundle) else load_bundle(self.model, self.profile)
         return self._bundle
 
-    def comm_for(self, ngpu: int) -> Any:
-        """The bundle's comm model, or the shipped analytic one where it has none for ``ngpu``."""
-        return self.bundle().comm_for(ngpu)[0]
-
     def table_wise(self, task: Task, blocks: tuple[Block, ...], coster: ShardCoster, comm: Any
                    ) -> tuple[list[int], Simulated] | None:
         """Best greedy assignment over the caps: (device of each block, simulated cost), or None
@@ -210,7 +206,7 @@ class NeuroShardSharder:
         """Search a plan (deterministic: the seed is recorded, nothing here is random)."""
         task.check_feasible(column_wise=self.column_wise)
         coster = ShardCoster(self.bundle().compute)
-        comm = self.comm_for(task.ngpu)
+        comm = self.bundle().comm_for(task.ngpu)[0]
         blocks = whole_blocks(task)
         best = self.table_wise(task, blocks, coster, comm)
         best_blocks = blocks
