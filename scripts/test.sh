@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Set up .venv (scripts/setup.sh), then run every test in one pytest session: the unit and
-# integration tests in tests/, and every notebook in notebooks/ as executed by papermill with
+# Set up .venv (scripts/setup.sh) and Debian's chromium (scripts/setup_browser.sh), then run
+# every test in one pytest session: the unit and integration tests in tests/ (browser tests
+# included), and every notebook in notebooks/ as executed by papermill with
 # the small parameters of notebooks/ci/<name>.yaml, validated by nbval (--nbval-lax).
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -x -k plan`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/setup_browser.sh   # Debian's chromium for the browser tests (tests/browser.py)
 export PATH="$PWD/.venv/bin:$PATH" PYTHONUNBUFFERED=1 PYDEVD_DISABLE_FILE_VALIDATION=1
 build="$PWD/build/notebooks"
 rm -rf "$build" && mkdir -p "$build"

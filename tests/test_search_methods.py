@@ -129,3 +129,16 @@ def test_neuroshard_generic_path_matches_incremental(analytic, task):
     a = NeuroShardSharder(model=analytic, column_wise=False).shard(task)
     b = NeuroShardSharder(model=generic, column_wise=False).shard(task)
     assert a.placements == b.placements
+
+
+def test_method_list_reads_papermill_strings():
+    from shardlab.errors import ShardlabError
+    from shardlab.search import method_list
+
+    assert method_list("random, neuroshard") == ["random", "neuroshard"]
+    assert method_list('["random", "dim_greedy"]') == ["random", "dim_greedy"]
+    assert method_list(["torchrec"]) == ["torchrec"]
+    with pytest.raises(ShardlabError, match="field 'methods': 'nope' is not a sharder"):
+        method_list("random,nope")
+    with pytest.raises(ShardlabError, match="field 'methods' is empty"):
+        method_list("[]")

@@ -27,7 +27,7 @@ def test_widget_redraws_on_selection_and_source_toggle():
     assert list(fig.data[0].y) == [d.fw_compute_ms for d in sim["random"].per_device]
     controls["plan A"].value = "dim_greedy"
     assert list(fig.data[1].y) == [d.bw_compute_ms for d in sim["dim_greedy"].per_device]
-    assert fig.layout.annotations[0].text.startswith("dim_greedy: ")
+    assert fig.layout.annotations[0].text.startswith("<b>dim_greedy</b><br>cost ")
     assert any("t" in c for c in fig.data[0].customdata)          # hover lists tables
     controls["costs"].value = "measured"
     assert list(fig.data[4 + 2].y) == [d.fw_comm_ms for d in other["neuroshard_tw"].per_device]

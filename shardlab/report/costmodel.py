@@ -27,15 +27,14 @@ def learning_curve_figure(history: Sequence[Mapping[str, Any]], title: str = "")
     return fig
 
 
-def predicted_vs_measured_figure(series: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
-                                 title: str) -> go.Figure:
+def predicted_vs_measured_figure(series: Mapping[str, tuple], title: str) -> go.Figure:
     """Scatter of predicted against measured ms (log axes) with y = x; ``series`` maps a label
-    to (predicted ms, measured ms, tables per shard)."""
+    to (predicted ms, measured ms, tables per shard[, per-shard description]), arrays of [n]."""
     fig = go.Figure()
     lo, hi = np.inf, 0.0
-    for label, (pred, true, n) in series.items():
-        fig.add_trace(go.Scatter(x=true, y=pred, mode="markers", name=label, opacity=0.6,
-                                 text=[f"{k} tables" for k in n]))
+    for label, (pred, true, n, *about) in series.items():
+        text = [f"{k} tables" + (f": {a}" if about else "") for k, a in zip(n, about[0] if about else n)]
+        fig.add_trace(go.Scatter(x=true, y=pred, mode="markers", name=label, opacity=0.6, text=text))
         lo, hi = min(lo, float(np.min(true)), float(np.min(pred))), max(hi, float(np.max(true)), float(np.max(pred)))
     if hi > 0:
         fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured",

@@ -17,28 +17,34 @@ PARTS = (("fw_compute_ms", "forward compute", "#4C78A8"), ("bw_compute_ms", "bac
          ("bw_comm_ms", "backward all-to-all", "#E45756"))
 
 
-def device_cost_figure(evaluations: Mapping[str, Evaluation], height: int = 420) -> go.Figure:
-    """One panel per method: per-GPU stacked cost parts (ms); the straggler's total and the
-    lower bound (if any) as dashed lines. Sources are named in the title."""
+def device_cost_figure(evaluations: Mapping[str, Evaluation], height: int | None = None, per_row: int = 5) -> go.Figure:
+    """One panel per method (``per_row`` panels a row): per-GPU stacked cost parts (ms); the
+    straggler's total and the lower bound (if any) as dashed and dotted lines. Sources are named
+    in the title. ``height`` (px) defaults to 150 + 330 per row of panels."""
     names = list(evaluations)
-    fig = make_subplots(rows=1, cols=max(len(names), 1), shared_yaxes=True,
+    cols = max(1, min(len(names), per_row))
+    rows = max(1, -(-len(names) // cols))
+    fig = make_subplots(rows=rows, cols=cols, shared_yaxes=True, vertical_spacing=0.3 / rows,
                         subplot_titles=[f"{m}<br>{evaluations[m].cost_ms:.2f} ms" for m in names])
-    for col, m in enumerate(names, start=1):
-        ev = evaluations[m]
+    for k, m in enumerate(names):
+        ev, row, col = evaluations[m], k // cols + 1, k % cols + 1
         x = [f"GPU {d.device}" for d in ev.per_device]
         for key, label, colour in PARTS:
             fig.add_trace(go.Bar(x=x, y=[getattr(d, key) for d in ev.per_device], name=label, legendgroup=label,
-                                 showlegend=col == 1, marker_color=colour,
+                                 showlegend=k == 0, marker_color=colour,
                                  hovertemplate=f"{m} %{{x}}<br>{label}: %{{y:.3f}} ms<extra></extra>"),
-                          row=1, col=col)
-        fig.add_hline(y=ev.cost_ms, line_dash="dash", line_color="black", row=1, col=col)
+                          row=row, col=col)
+        fig.add_hline(y=ev.cost_ms, line_dash="dash", line_color="black", row=row, col=col)
         if ev.lower_bound_ms:
-            fig.add_hline(y=ev.lower_bound_ms, line_dash="dot", line_color="gray", row=1, col=col)
+            fig.add_hline(y=ev.lower_bound_ms, line_dash="dot", line_color="gray", row=row, col=col)
     sources = sorted({ev.source for ev in evaluations.values()})
-    fig.update_layout(barmode="stack", height=height, legend_title_text="cost part", margin=dict(t=130),
+    fig.update_layout(barmode="stack", height=height or 150 + 330 * rows, legend_title_text="cost part",
+                      margin=dict(t=130),
                       title=f"Per-GPU cost (ms), {' / '.join(sources)}<br><sup>dashed: plan cost (the straggler); "
                             "dotted: lower bound</sup>")
-    fig.update_yaxes(title_text="ms", row=1, col=1)
+    for row in range(1, rows + 1):
+        fig.update_yaxes(title_text="ms", row=row, col=1)
+    fig.update_yaxes(matches="y")
     return fig
 
 

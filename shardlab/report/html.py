@@ -33,7 +33,7 @@ def report_html(task: Task, plans: Mapping[str, Plan], evaluations: Mapping[str,
         plan = plans.get(str(row["method"]))
         row["search (s)"] = None if plan is None or plan.search_seconds is None else round(plan.search_seconds, 4)
         row["seed"] = None if plan is None else plan.seed
-    figs = [device_cost_figure(evaluations, height=460), device_load_figure(task, plans, height=640)]
+    figs = [device_cost_figure(evaluations), device_load_figure(task, plans, height=640)]
     parts = [fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False}) for fig in figs]
     prov_rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
                         for k, v in provenance.items())

@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from shardlab.evaluate import fused_and_summed
 
-__all__ = ["sample_features", "fused_and_summed", "cost_vs_features_figure", "fused_vs_sum_figure",
+__all__ = ["sample_features", "sample_label", "fused_and_summed", "cost_vs_features_figure", "fused_vs_sum_figure",
            "campaign_summary"]
 
 
@@ -28,6 +28,13 @@ def sample_features(sample: Mapping[str, Any]) -> dict[str, float]:
             "total_ms": sample["total_ms"]}
 
 
+def sample_label(sample: Mapping[str, Any], most: int = 8) -> str:
+    """The sample's table names (at most ``most``, then a count), with their dims."""
+    tables = sample["tables"]
+    names = [f"{t.get('name', '?')}@{t['dim']}" for t in tables[:most]]
+    return ", ".join(names) + (f" and {len(tables) - most} more" if len(tables) > most else "")
+
+
 def cost_vs_features_figure(samples: list[Mapping[str, Any]]) -> go.Figure:
     """Measured fused forward+backward time (ms) against dim sum, lookups and weights."""
     feats = [sample_features(s) for s in samples]
@@ -35,7 +42,7 @@ def cost_vs_features_figure(samples: list[Mapping[str, Any]]) -> go.Figure:
     fig = make_subplots(rows=1, cols=3, shared_yaxes=True, subplot_titles=(
         "dim sum", "lookups per batch (millions of values)", "weights (millions)"))
     y = [f["total_ms"] for f in feats]
-    text = [f"{f['n_tables']} tables" for f in feats]
+    text = [f"{f['n_tables']} tables: " + sample_label(s) for f, s in zip(feats, samples)]
     for col, key in enumerate(("dim_sum", "lookups_m", "weights_m"), start=1):
         fig.add_trace(go.Scatter(x=[f[key] for f in feats], y=y, mode="markers", text=text,
                                  marker=dict(color=[f["n_tables"] for f in feats], colorscale="Viridis",

@@ -33,8 +33,8 @@ def _panel(fig: go.Figure, col: int, method: str, ev: Evaluation, hover: list[st
         tr = fig.data[4 * (col - 1) + k]
         tr.x, tr.y, tr.customdata = x, [getattr(d, key) for d in ev.per_device], hover
         tr.hovertemplate = f"{method} %{{x}}<br>{label}: %{{y:.3f}} ms<br>tables: %{{customdata}}<extra></extra>"
-    bound = f", bound {ev.lower_bound_ms:.2f}" if ev.lower_bound_ms else ""
-    fig.layout.annotations[col - 1].text = f"{method}: {ev.cost_ms:.2f} ms{bound}"
+    bound = f", bound {ev.lower_bound_ms:.2f} ms" if ev.lower_bound_ms else ""
+    fig.layout.annotations[col - 1].text = f"<b>{method}</b><br>cost {ev.cost_ms:.2f} ms{bound}"
     xref, yref = ("x domain", "y") if col == 1 else ("x2 domain", "y2")
     lines: list[dict[str, Any]] = []
     lines.append(dict(type="line", xref=xref, yref=yref, x0=0, x1=1, y0=ev.cost_ms, y1=ev.cost_ms,
@@ -60,7 +60,8 @@ def balance_widget(task: Task, plans: Mapping[str, Plan], simulated: Mapping[str
         for key, label, colour in PARTS:
             fig.add_bar(x=[], y=[], name=label, legendgroup=label, showlegend=col == 1, marker_color=colour,
                         row=1, col=col)
-    fig.update_layout(barmode="stack", height=460, yaxis_title="ms", legend_title_text="cost part")
+    fig.update_layout(barmode="stack", height=500, yaxis_title="ms", margin=dict(t=150, r=20),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.16, x=0, title_text=""))
     left = w.Dropdown(options=methods, value=methods[0], description="plan A")
     right = w.Dropdown(options=methods, value=methods[-1], description="plan B")
     source = w.ToggleButtons(options=list(sources), value="simulated", description="costs",
@@ -81,6 +82,7 @@ def balance_widget(task: Task, plans: Mapping[str, Plan], simulated: Mapping[str
     for control in (left, right, source):
         control.observe(redraw, names="value")
     redraw()
-    box = w.VBox([w.HBox([left, right, source]), fig, caption])
+    fig.layout.autosize = True
+    box = w.VBox([w.HBox([left, right, source]), fig, caption], layout=w.Layout(width="100%"))
     box.figure, box.controls = fig, {"plan A": left, "plan B": right, "costs": source}
     return box

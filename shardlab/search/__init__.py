@@ -5,7 +5,7 @@ Importing this package registers the built-in sharders (heuristics, NeuroShard; 
 
 from shardlab.search import heuristics  # noqa: F401  (registers the heuristics)
 from shardlab.search import neuroshard  # noqa: F401  (registers neuroshard, neuroshard_tw)
-from shardlab.search.base import (Sharder, get_sharder, register_sharder, run_sharder,
+from shardlab.search.base import (Sharder, get_sharder, method_list, register_sharder, run_sharder,
                                   run_sharders, sharder_names)
 
 
@@ -32,5 +32,5 @@ def _torchrec(name: str, free: bool):
 register_sharder("torchrec", _torchrec("torchrec", False))
 register_sharder("torchrec_free", _torchrec("torchrec_free", True))
 
-__all__ = ["Sharder", "get_sharder", "register_sharder", "run_sharder", "run_sharders",
+__all__ = ["Sharder", "get_sharder", "method_list", "register_sharder", "run_sharder", "run_sharders",
            "sharder_names"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import time
-from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
+from typing import Any, Callable, ClassVar, Protocol, Sequence, runtime_checkable
 
 from shardlab import constants as C
 from shardlab.errors import InfeasibleError, ShardlabError
@@ -48,6 +48,21 @@ def get_sharder(name: str) -> Sharder:
         return _REGISTRY[name]()
     except KeyError:
         raise ShardlabError(f"method '{name}' is not a sharder; known: {', '.join(_REGISTRY)}") from None
+
+
+def method_list(methods: str | Sequence[str]) -> list[str]:
+    """Method names from a list, or from a string as papermill's ``-p methods ...`` passes it:
+    comma-separated (``random,neuroshard``) or a JSON/Python-style list (``["random"]``).
+    Every name must be registered (one-line error naming the bad one)."""
+    if isinstance(methods, str):
+        methods = [m.strip().strip("'\"") for m in methods.strip().strip("[]").split(",")]
+    names = [m for m in methods if m]
+    if not names:
+        raise ShardlabError("field 'methods' is empty: name at least one sharder")
+    for name in names:
+        if name not in _REGISTRY:
+            raise ShardlabError(f"field 'methods': '{name}' is not a sharder; known: {', '.join(_REGISTRY)}")
+    return names
 
 
 def run_sharder(sharder: Sharder, task: Task, seed: int = 0) -> Plan:

@@ -51,7 +51,8 @@ class TorchRecSharder:
         import torch
         from fbgemm_gpu.split_embedding_configs import EmbOptimType
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-        from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+        from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+        from torchrec.distributed.planner.types import HardwareConfig, KernelConfig, TopologyFactory, TrainerConfig
         from torchrec.distributed.planner.proposers import GreedyProposer, UniformProposer
         from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
         from torchrec.modules.embedding_configs import EmbeddingBagConfig
@@ -61,8 +62,10 @@ class TorchRecSharder:
         configs = [EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,
                                       feature_names=[f"f_{t.name}"]) for t in task.tables]
         module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
-        topology = Topology(world_size=task.ngpu, compute_device=self.compute_device, hbm_cap=task.mem_cap_bytes,
-                            local_world_size=task.ngpu)
+        topology = TopologyFactory.create_topology(
+            trainer_config=TrainerConfig(world_size=task.ngpu, local_world_size=task.ngpu),
+            hardware_config=HardwareConfig(hbm_cap_bytes=task.mem_cap_bytes),
+            kernel_config=KernelConfig(compute_device=self.compute_device))
         constraints = {t.name: ParameterConstraints(sharding_types=list(self.sharding_types),
                                                     compute_kernels=["fused"], pooling_factors=[t.pooling_factor])
                        for t in task.tables}
