@@ -151,6 +151,29 @@ def measure_lower_bound(task: Task, profile: str | HardwareProfile = "cpu", benc
     return whole.total_ms / task.ngpu + min(f + b for f, b in zip(fw, bw))
 
 
+def measure_plans(task: Task, plans: Mapping[str, Plan], profile: str | HardwareProfile = "cpu",
+                  lower_bound: bool = True, progress: bool = True) -> dict[str, Evaluation]:
+    """Measure several plans of one task (:func:`measure_plan` each) with one set of G ranks and
+    ONE measured lower bound shared by all, so ratios to the bound compare plans, not the noise
+    of repeated bound measurements. Returns method -> Evaluation, in ``plans``' order."""
+    from contextlib import ExitStack
+
+    from tqdm.auto import tqdm
+
+    profile = get_profile(profile)
+    with ExitStack() as stack:
+        bench = None
+        if task.ngpu > 1:
+            from shardlab.profile.comm import CommBench
+
+            device = "cuda" if profile.comm_backend == "nccl" else "cpu"
+            bench = stack.enter_context(CommBench(task.ngpu, profile.batch_size, profile.comm_backend, device))
+        out = {m: measure_plan(task, p, profile, bench, lower_bound=False)
+               for m, p in tqdm(plans.items(), desc="measuring plans", disable=not progress)}
+        bound = measure_lower_bound(task, profile, bench) if lower_bound else None
+    return {m: Evaluation(e.task, e.method, e.source, e.per_device, bound) for m, e in out.items()}
+
+
 def balanced_dims(task: Task) -> list[int]:
     """The task's total dim spread as evenly as integers allow over its G devices (the
     communication term of the lower bound)."""

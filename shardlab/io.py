@@ -7,7 +7,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from shardlab.errors import ShardlabError
 from shardlab.plan import Plan
@@ -72,3 +72,11 @@ def load_plan(path: str | os.PathLike) -> Plan:
 def save_plan(plan: Plan, path: str | os.PathLike) -> Path:
     """Save ``plan`` as Plan JSON (atomically)."""
     return write_json_atomic(path, plan.to_dict())
+
+
+def names_list(value: str | Iterable[str]) -> list[str]:
+    """Names from a list, or from a string as papermill's ``-p name ...`` passes one:
+    comma-separated (``4x50,8x80``) or list-like (``["4x50", "8x80"]``); blanks dropped."""
+    if isinstance(value, str):
+        value = [v.strip().strip("'\"") for v in value.strip().strip("[]").split(",")]
+    return [str(v).strip() for v in value if str(v).strip()]

@@ -93,7 +93,12 @@ def jupyter_lab(root: str | os.PathLike, scratch: str | os.PathLike, token: str 
     from pathlib import Path
 
     port, scratch = free_port(), Path(scratch)
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(scratch / "rt"), "JUPYTER_CONFIG_DIR": str(scratch / "cfg")}
+    settings = scratch / "lab-settings"
+    news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True, exist_ok=True)
+    news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))   # no news pop-up
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(scratch / "rt"), "JUPYTER_CONFIG_DIR": str(scratch / "cfg"),
+           "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(scratch / "lab-workspaces")}
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip", "127.0.0.1", f"--port={port}",
            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--allow-root",
            "--LabApp.expose_app_in_browser=True"]

@@ -7,7 +7,7 @@ import pytest
 
 from shardlab import Placement, Plan, ShardlabError
 from shardlab.data.tasks import generate_task
-from shardlab.evaluate import device_tables, measure_plan
+from shardlab.evaluate import device_tables, measure_plan, measure_plans
 from shardlab.profile.hardware import profile_with
 from shardlab.search import get_sharder, run_sharder
 
@@ -55,3 +55,14 @@ def test_column_blocks_and_row_blocks(task):
                                      *placements[2:]))
     with pytest.raises(ShardlabError, match="row-wise blocks cannot be measured"):
         device_tables(task, rows)
+
+
+def test_measure_plans_shares_one_bound(task):
+    plans = {m: run_sharder(get_sharder(m), task) for m in ("random", "size_greedy", "dim_greedy")}
+    evs = measure_plans(task, plans, FAST, progress=False)
+    assert list(evs) == list(plans) and [e.method for e in evs.values()] == list(plans)
+    bounds = {e.lower_bound_ms for e in evs.values()}
+    assert len(bounds) == 1 and next(iter(bounds)) > 0            # one measured bound for all plans
+    for m, e in evs.items():
+        assert e.source == "measured:cpu[batch_size=256,repeats=3,warmup=1]" and len(e.per_device) == task.ngpu
+        assert all(d.fw_compute_ms > 0 or not device_tables(task, plans[m])[d.device] for d in e.per_device)

@@ -15,7 +15,7 @@ from tests.browser import chromium_page, jupyter_lab, run_notebook_in_lab
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "shardlab-test"
-NOTEBOOKS = {"search.ipynb", "profile.ipynb", "train_cost_model.ipynb", "explore_data.ipynb"}
+NOTEBOOKS = {"search.ipynb", "profile.ipynb", "train_cost_model.ipynb", "explore_data.ipynb", "benchmark.ipynb"}
 
 
 def test_jupyter_lab_serves_the_notebooks(tmp_path):

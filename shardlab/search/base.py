@@ -14,6 +14,7 @@ from typing import Any, Callable, ClassVar, Protocol, Sequence, runtime_checkabl
 
 from shardlab import constants as C
 from shardlab.errors import InfeasibleError, ShardlabError
+from shardlab.io import names_list
 from shardlab.plan import Plan, validate_plan
 from shardlab.tables import Table, Task
 
@@ -54,9 +55,7 @@ def method_list(methods: str | Sequence[str]) -> list[str]:
     """Method names from a list, or from a string as papermill's ``-p methods ...`` passes it:
     comma-separated (``random,neuroshard``) or a JSON/Python-style list (``["random"]``).
     Every name must be registered (one-line error naming the bad one)."""
-    if isinstance(methods, str):
-        methods = [m.strip().strip("'\"") for m in methods.strip().strip("[]").split(",")]
-    names = [m for m in methods if m]
+    names = names_list(methods)
     if not names:
         raise ShardlabError("field 'methods' is empty: name at least one sharder")
     for name in names:

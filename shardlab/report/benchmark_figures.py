@@ -1,0 +1,234 @@
+"""Figures and the standalone HTML page of a search benchmark (rows of
+:func:`shardlab.report.benchmark.run_benchmark`): cost / lower bound per method (box with every
+task as a point, one panel per setting), search time per method (s, log axis), and win rates
+against each baseline (heatmap per setting). Every figure names where its costs come from
+(``simulated by model:...`` or ``measured:<profile>``). The page embeds plotly.js once and
+fetches nothing, so it works offline."""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import plotly
+import plotly.graph_objects as go
+import plotly.offline
+from plotly.subplots import make_subplots
+
+from shardlab.io import write_json_atomic
+from shardlab.report.benchmark import (BASELINES, bound_key, done, ratio, settings_of, skipped, summarise,
+                                       summary_rows)
+from shardlab.report.figures import rows_to_html
+from shardlab.report.html import STYLE
+
+PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D", "#BAB0AC",
+           "#EECA3B", "#17BECF")
+
+
+def cost_label(rows: Sequence[dict[str, Any]], key: str = "simulated_ms") -> str:
+    """Where the costs under ``key`` come from: ``"simulated by <model source>"`` or
+    ``"measured:<profile>"`` (every distinct source, joined by ' / ')."""
+    field = "source" if key == "measured_ms" else "sim_source"
+    sources = sorted({str(r[field]) for r in done(rows, key) if r.get(field)}) or ["?"]
+    return ("measured on this machine: " if key == "measured_ms" else "simulated by ") + " / ".join(sources)
+
+
+def _settings(rows: Sequence[dict[str, Any]], settings: Sequence[str] | str | None) -> list[str]:
+    if settings is None:
+        return settings_of(rows)
+    return [settings] if isinstance(settings, str) else list(settings)
+
+
+def _colour(methods: Sequence[str], m: str) -> str:
+    return PALETTE[list(methods).index(m) % len(PALETTE)]
+
+
+def ratio_figure(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str = "simulated_ms",
+                 settings: Sequence[str] | str | None = None, height: int = 520) -> go.Figure:
+    """Cost / lower bound (dimensionless; 1 = at the bound, dotted line) per method: a box with
+    every task as a point, one panel per setting (default: every setting in ``rows``). Hover
+    gives the task, the cost and the bound (ms). Tasks without a bound are left out."""
+    names = _settings(rows, settings)
+    ok = done(rows, key)
+    fig = make_subplots(rows=1, cols=max(len(names), 1), shared_yaxes=True, subplot_titles=names,
+                        horizontal_spacing=0.03)
+    for col, setting in enumerate(names, start=1):
+        for m in methods:
+            mine = [r for r in ok if r["setting"] == setting and r["method"] == m and r.get(bound_key(key))]
+            fig.add_trace(go.Box(x=[m] * len(mine), y=[ratio(r, key) for r in mine], name=m, legendgroup=m,
+                                 showlegend=col == 1, marker_color=_colour(methods, m), boxpoints="all",
+                                 jitter=0.4, pointpos=0,
+                                 customdata=[[r["task"], r[key], r[bound_key(key)]] for r in mine],
+                                 hovertemplate=f"{setting} {m}, task %{{customdata[0]}}<br>cost "
+                                               "%{customdata[1]:.2f} ms, bound %{customdata[2]:.2f} ms<br>"
+                                               "ratio %{y:.3f}<extra></extra>"),
+                          row=1, col=col)
+        fig.add_hline(y=1.0, line_dash="dot", line_color="gray", row=1, col=col)
+    fig.update_layout(height=height, margin=dict(t=120), showlegend=False,
+                      title="Plan cost / lower bound per method (1 = at the bound)<br>"
+                            f"<sup>{html.escape(cost_label(rows, key))}; one point per task</sup>")
+    fig.update_xaxes(tickangle=-45, categoryorder="array", categoryarray=list(methods))
+    fig.update_yaxes(title_text="cost / lower bound", row=1, col=1)
+    return fig
+
+
+def search_time_figure(rows: Sequence[dict[str, Any]], methods: Sequence[str],
+                       settings: Sequence[str] | str | None = None, height: int = 420) -> go.Figure:
+    """Search time (s, log axis) per method, one point per task, coloured by setting: the
+    wall-clock time of ``shard`` on this machine, including loading a model or policy."""
+    names = _settings(rows, settings)
+    fig = go.Figure()
+    for k, setting in enumerate(names):
+        mine = [r for r in done(rows) if r["setting"] == setting and r["method"] in methods]
+        mine.sort(key=lambda r: list(methods).index(r["method"]))
+        fig.add_trace(go.Box(x=[r["method"] for r in mine], y=[max(r["search_s"], 1e-6) for r in mine], name=setting,
+                             marker_color=PALETTE[k % len(PALETTE)], boxpoints="all", jitter=0.4, pointpos=0,
+                             customdata=[r["task"] for r in mine],
+                             hovertemplate=f"{setting} %{{x}}, task %{{customdata}}<br>%{{y:.4g}} s<extra></extra>"))
+    fig.update_layout(boxmode="group", height=height, legend_title_text="setting",
+                      title="Search time per method (s, log axis)<br><sup>wall clock on this machine, one point per "
+                            "task</sup>", margin=dict(t=100))
+    fig.update_xaxes(categoryorder="array", categoryarray=list(methods))
+    fig.update_yaxes(type="log", title_text="search time (s)")
+    return fig
+
+
+def win_matrix(summary: Mapping[tuple[str, str], Mapping[str, Any]], setting: str, methods: Sequence[str],
+               baselines: Sequence[str] = BASELINES) -> list[list[float | None]]:
+    """Win rates of :func:`~shardlab.report.benchmark.summarise` for one setting as a
+    ``len(methods) x len(baselines)`` list of lists: fraction in [0, 1] of tasks on which the row
+    method is strictly cheaper than the column baseline; None for a method against itself and
+    where there is nothing to compare."""
+    out = []
+    for m in methods:
+        wins = summary.get((setting, m), {}).get("wins", {})
+        out.append([None if b == m else wins.get(b) for b in baselines])
+    return out
+
+
+def win_rate_figure(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str = "simulated_ms",
+                    baselines: Sequence[str] = BASELINES, settings: Sequence[str] | str | None = None,
+                    height: int | None = None) -> go.Figure:
+    """Heatmap per setting: rows are methods, columns baselines, cells the fraction of tasks
+    (0..1) on which the method is strictly cheaper (costs under ``key``); blank where a method
+    meets itself or either was skipped."""
+    names = _settings(rows, settings)
+    ran = {r["method"] for r in done(rows, key)}
+    baselines = [b for b in baselines if b in ran]
+    summary = summarise(rows, methods, key, baselines)
+    fig = make_subplots(rows=1, cols=max(len(names), 1), shared_yaxes=True, subplot_titles=names,
+                        horizontal_spacing=0.04)
+    for col, setting in enumerate(names, start=1):
+        z = win_matrix(summary, setting, methods, baselines)
+        fig.add_trace(go.Heatmap(z=z, x=list(baselines), y=list(methods), zmin=0, zmax=1, colorscale="RdBu",
+                                 showscale=col == 1, colorbar=dict(title="win rate"),
+                                 text=[["" if v is None else f"{v:.2f}" for v in line] for line in z],
+                                 texttemplate="%{text}", hoverongaps=False,
+                                 hovertemplate=f"{setting}: %{{y}} beats %{{x}} on %{{z:.2f}} of tasks<extra></extra>"),
+                      row=1, col=col)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(height=height or 160 + 28 * len(methods), margin=dict(t=120), plot_bgcolor="white",
+                      title=f"Win rate against each baseline (fraction of tasks strictly cheaper)<br><sup>"
+                            f"{html.escape(cost_label(rows, key))}; blank: a method against itself</sup>")
+    return fig
+
+
+def benchmark_figures(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str = "simulated_ms",
+                      baselines: Sequence[str] = BASELINES, settings: Sequence[str] | str | None = None
+                      ) -> dict[str, go.Figure]:
+    """The three figures for one cost key: ``ratio``, ``search_time``, ``win_rate``."""
+    return {"ratio": ratio_figure(rows, methods, key, settings),
+            "search_time": search_time_figure(rows, methods, settings),
+            "win_rate": win_rate_figure(rows, methods, key, baselines, settings)}
+
+
+def benchmark_html(rows: Sequence[dict[str, Any]], methods: Sequence[str], keys: Sequence[str] = ("simulated_ms",),
+                   baselines: Sequence[str] = BASELINES, provenance: Mapping[str, Any] | None = None,
+                   title: str = "Search benchmark") -> str:
+    """The page as one HTML string: per cost key the summary table and the ratio and win-rate
+    figures, then search time, skipped methods and provenance; plotly.js inlined once."""
+    def part(fig: go.Figure) -> str:
+        return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+
+    body = []
+    for key in keys:
+        figs = benchmark_figures(rows, methods, key, baselines)
+        kind = "Measured" if key == "measured_ms" else "Simulated"
+        body += [f"<h2>{kind} costs</h2>", f"<p>{html.escape(cost_label(rows, key))}. Costs in ms per training step; "
+                 "the ratio is the plan cost over that source's lower bound; <code>wins vs X</code> is the fraction "
+                 "of tasks on which the method is strictly cheaper than X.</p>",
+                 f'<div class="wide">{rows_to_html(summary_rows(rows, methods, key, baselines))}</div>',
+                 part(figs["ratio"]), part(figs["win_rate"])]
+    body += ["<h2>Search time</h2>", part(search_time_figure(rows, methods))]
+    skips = skipped(rows)
+    if skips:
+        body += ["<h2>Skipped</h2>", "<p>Methods that raised an error on a task (not counted above).</p>",
+                 rows_to_html([{k: r[k] for k in ("setting", "task", "method", "skipped")} for r in skips])]
+    prov = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+                   for k, v in (provenance or {}).items())
+    body += ["<h2>Provenance</h2>", f'<table class="prov">{prov}</table>']
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{STYLE}
+td{{white-space:nowrap}}.wide{{overflow-x:auto}}</style>
+<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>
+<body>
+<h1>{html.escape(title)}</h1>
+<p>{len({(r['setting'], r['task']) for r in rows})} held-out tasks over {len(settings_of(rows))} settings
+({', '.join(html.escape(s) for s in settings_of(rows))}), {len(methods)} methods.</p>
+{''.join(body)}
+</body></html>
+"""
+
+
+def write_benchmark(out_dir: str | os.PathLike, rows: Sequence[dict[str, Any]], methods: Sequence[str],
+                    keys: Sequence[str] = ("simulated_ms",), baselines: Sequence[str] = BASELINES,
+                    provenance: Mapping[str, Any] | None = None) -> dict[str, Path]:
+    """Write ``<out_dir>/benchmark.html`` (:func:`benchmark_html`) and ``<out_dir>/benchmark.json``
+    (provenance, methods, every row, and the summary rows per cost key), each atomically;
+    returns {"html": path, "json": path}. ``provenance`` is completed with the machine,
+    versions, date and the cost sources."""
+    from shardlab.profile.provenance import environment
+
+    prov = {**environment("cpu"), "plotly": plotly.__version__,
+            "report date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            **{f"costs ({k})": cost_label(rows, k) for k in keys}, **(provenance or {})}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "benchmark.html"
+    tmp = page.with_name(f".{page.name}.tmp")
+    tmp.write_text(benchmark_html(rows, methods, keys, baselines, prov), encoding="utf-8")
+    os.replace(tmp, page)
+    data = write_json_atomic(out / "benchmark.json", {
+        "provenance": prov, "methods": list(methods), "baselines": list(baselines), "rows": list(rows),
+        "summary": {k: summary_rows(rows, methods, k, baselines) for k in keys}})
+    return {"html": page, "json": data}
+
+
+def benchmark_widget(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str = "simulated_ms",
+                     baselines: Sequence[str] = BASELINES) -> Any:
+    """For JupyterLab: a setting dropdown above the three :func:`benchmark_figures` of that
+    setting as plotly ``FigureWidget``s, updated in place through ``batch_update`` (never an
+    ``Output`` redraw or ``interactive_output``, which can hang papermill: STACK_NOTES.md).
+    Returns the ``VBox`` (``.figures``: name -> FigureWidget, ``.controls``: the dropdown)."""
+    import ipywidgets as w
+
+    names = settings_of(rows)
+    pick = w.Dropdown(options=names, value=names[0], description="setting")
+    figs = {k: go.FigureWidget(f) for k, f in benchmark_figures(rows, methods, key, baselines, names[0]).items()}
+
+    def redraw(*_: Any) -> None:
+        new = benchmark_figures(rows, methods, key, baselines, pick.value)
+        for k, fw in figs.items():     # one setting always has the same traces (empty where no rows)
+            with fw.batch_update():
+                for trace, fresh in zip(fw.data, new[k].data):
+                    trace.update({a: v for a, v in fresh.to_plotly_json().items() if a not in ("type", "uid")})
+                fw.layout.update(new[k].layout.to_plotly_json())
+
+    pick.observe(redraw, names="value")
+    box = w.VBox([pick, *figs.values()])
+    box.figures, box.controls = figs, {"setting": pick}
+    return box

@@ -1,0 +1,183 @@
+"""The search benchmark (shardlab.report.benchmark, benchmark_figures): one row per (task,
+method) with failing methods recorded as skipped, summaries that match hand computation, win
+rates in [0, 1] that never compare a method with itself, a standalone offline page, and the
+same simulated costs for the same seed."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from shardlab.costmodel.bundle import load_bundle
+from shardlab.errors import InfeasibleError, ShardlabError
+from shardlab.io import names_list
+from shardlab.report.benchmark import (BASELINES, SETTINGS, as_settings, benchmark_tasks, parse_setting,
+                                       ratio, run_benchmark, summarise, summary_rows)
+from shardlab.report.benchmark_figures import benchmark_widget, win_matrix, win_rate_figure, write_benchmark
+from shardlab.search import base
+
+METHODS = ["random", "size_greedy", "lookup_greedy", "neuroshard_tw", "always_fails"]
+
+
+class AlwaysFails:
+    name = "always_fails"
+
+    def shard(self, task, seed=0):
+        raise InfeasibleError(f"task '{task.name}': nothing fits\nsecond line", "t0", 1.0)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_bundle("neuroshard")
+
+
+@pytest.fixture(scope="module")
+def bench(model):
+    """Two small settings, two tasks each; a sharder that always raises and an unknown name."""
+    mp = pytest.MonkeyPatch()
+    mp.setitem(base._REGISTRY, "always_fails", AlwaysFails)
+    try:
+        tasks = benchmark_tasks(["2x6", "4x8-14"], 2, seed=3)
+        rows = run_benchmark(tasks, METHODS + ["no_such_method"], model, progress=False)
+    finally:
+        mp.undo()
+    return tasks, rows
+
+
+def test_parse_setting():
+    assert parse_setting("4x10-60") == (4, (10, 60)) and parse_setting("8x80") == (8, (80, 80))
+    assert SETTINGS == {"4x10-60": (4, (10, 60)), "4x50": (4, (50, 50)), "8x80": (8, (80, 80))}
+    for bad in ("4x", "x50", "4x60-10", "0x5", "four"):
+        with pytest.raises(ShardlabError, match="setting"):
+            parse_setting(bad)
+    assert names_list('["4x50", "8x80"]') == names_list("4x50,8x80") == names_list(["4x50", "8x80"]) == ["4x50", "8x80"]
+    assert as_settings("2x4") == {"2x4": (2, (4, 4))}
+    with pytest.raises(ShardlabError, match="settings"):
+        as_settings([])
+
+
+def test_tasks_of_seed_0_are_the_benchmark_scripts():
+    """reports/search_benchmark.* were made with these draws: 58 and 41 tables at 4 x 10-60."""
+    tasks = benchmark_tasks(SETTINGS, 2, seed=0)
+    assert [(s, len(t.tables), t.ngpu) for s, t in tasks] == [
+        ("4x10-60", 58, 4), ("4x10-60", 41, 4), ("4x50", 50, 4), ("4x50", 50, 4), ("8x80", 80, 8), ("8x80", 80, 8)]
+    assert tasks[1][1].name.endswith("seed1001") and tasks[1][1].batch_size == 4096
+    other = benchmark_tasks(SETTINGS, 2, seed=1)
+    assert [t.name for _, t in other] != [t.name for _, t in tasks]
+
+
+def test_one_row_per_task_and_method_failures_skipped(bench):
+    tasks, rows = bench
+    methods = METHODS + ["no_such_method"]
+    assert len(rows) == len(tasks) * len(methods)
+    keys = [(r["setting"], r["task"], r["method"]) for r in rows]
+    assert sorted(keys) == sorted((s, k, m) for s in ("2x6", "4x8-14") for k in range(2) for m in methods)
+    for r in rows:
+        if r["method"] in ("always_fails", "no_such_method"):
+            assert set(r) == {"setting", "task", "method", "skipped"} and "\n" not in r["skipped"]
+        else:
+            assert "skipped" not in r and r["simulated_ms"] > 0 and r["simulated_bound_ms"] > 0
+            assert r["sim_source"].startswith("model:neuroshard") and r["search_s"] >= 0
+            assert len(r["simulated_per_device"]) == (2 if r["setting"] == "2x6" else 4)
+            assert r["simulated_ms"] == pytest.approx(max(
+                d["fw_compute_ms"] + d["bw_compute_ms"] + d["fw_comm_ms"] + d["bw_comm_ms"]
+                for d in r["simulated_per_device"]))
+    assert any("nothing fits" in r.get("skipped", "") for r in rows)
+    assert any("not a sharder" in r.get("skipped", "") for r in rows)
+
+
+def test_summary_matches_hand_computation(bench):
+    _, rows = bench
+    sm = summarise(rows, METHODS, "simulated_ms")
+    assert not any(m == "always_fails" for _, m in sm)          # skipped everywhere: no entry
+    for setting in ("2x6", "4x8-14"):
+        for m in METHODS[:-1]:
+            mine = [r for r in rows if r["setting"] == setting and r["method"] == m]
+            ratios = [r["simulated_ms"] / r["simulated_bound_ms"] for r in mine]
+            s = sm[(setting, m)]
+            assert s["cost_ms"] == pytest.approx(np.mean([r["simulated_ms"] for r in mine]))
+            assert s["ratio_to_bound"] == pytest.approx(np.mean(ratios))
+            assert min(ratios) - 1e-12 <= s["ratio_to_bound"] <= max(ratios) + 1e-12
+            assert s["ratio_to_bound"] == pytest.approx(np.mean([ratio(r) for r in mine]))
+    table = summary_rows(rows, METHODS, "simulated_ms")
+    fails = [t for t in table if t["method"] == "always_fails"]
+    assert [(t["tasks"], t["skipped"], t["mean cost (ms)"]) for t in fails] == [(0, 2, None)] * 2
+
+
+def _row(setting, task, method, cost, bound=10.0):
+    return {"setting": setting, "task": task, "method": method, "search_s": 0.1, "simulated_ms": cost,
+            "simulated_bound_ms": bound}
+
+
+def test_win_rates_by_hand():
+    """Strictly cheaper only; ties lose; skipped tasks are not compared; self excluded."""
+    rows = [_row("s", 0, "a", 10.0), _row("s", 0, "random", 12.0),
+            _row("s", 1, "a", 12.0), _row("s", 1, "random", 12.0),                      # tie: no win
+            _row("s", 2, "a", 11.0), _row("s", 2, "random", 15.0),
+            {"setting": "s", "task": 3, "method": "a", "skipped": "infeasible"}, _row("s", 3, "random", 99.0),
+            _row("s", 3, "torchrec", 5.0, bound=None)]
+    sm = summarise(rows, ["a", "random", "torchrec"], "simulated_ms", baselines=["random", "torchrec"])
+    assert sm[("s", "a")]["wins"] == {"random": pytest.approx(2 / 3)}        # task 3 skipped by a
+    assert sm[("s", "a")]["ratio_to_bound"] == pytest.approx(np.mean([1.0, 1.2, 1.1]))
+    assert sm[("s", "random")]["wins"] == {"torchrec": 0.0}                   # only task 3 in common
+    assert "random" not in sm[("s", "random")]["wins"]
+    assert math.isnan(sm[("s", "torchrec")]["ratio_to_bound"])               # no bound at all
+    assert sm[("s", "torchrec")]["wins"] == {"random": 1.0}
+
+
+def test_win_rates_in_unit_interval_and_never_self(bench):
+    _, rows = bench
+    methods = METHODS[:-1]
+    baselines = ["random", "size_greedy", "lookup_greedy"]
+    sm = summarise(rows, methods, "simulated_ms", baselines)
+    for (setting, m), s in sm.items():
+        assert m not in s["wins"]
+        assert set(s["wins"]) == set(baselines) - {m}
+        assert all(0.0 <= v <= 1.0 for v in s["wins"].values())
+        z = win_matrix(sm, setting, methods, baselines)
+        for i, mm in enumerate(methods):
+            for j, b in enumerate(baselines):
+                assert (z[i][j] is None) == (mm == b)
+    fig = win_rate_figure(rows, methods, "simulated_ms", BASELINES)
+    assert len(fig.data) == 2 and list(fig.data[0].x) == ["random", "size_greedy", "lookup_greedy"]
+
+
+def test_page_is_standalone_and_rows_round_trip(bench, tmp_path):
+    _, rows = bench
+    paths = write_benchmark(tmp_path / "out", rows, METHODS, provenance={"seed": 3})
+    text = paths["html"].read_text()
+    assert not re.search(r"<script[^>]+src=", text)
+    assert "Plotly" in text and text.count("plotly-graph-div") >= 3
+    assert "model:neuroshard" in text and "Skipped" in text and "nothing fits" in text
+    data = json.loads(paths["json"].read_text())
+    assert len(data["rows"]) == len(rows) and data["methods"] == METHODS
+    assert [r["method"] for r in data["summary"]["simulated_ms"]][:len(METHODS)] == METHODS
+
+
+def test_same_seed_same_simulated_costs(bench, model):
+    tasks, rows = bench
+    again = run_benchmark(benchmark_tasks(["2x6", "4x8-14"], 2, seed=3), METHODS[:-1], model, progress=False)
+    first = {(r["setting"], r["task"], r["method"]): r for r in rows if "skipped" not in r}
+    assert len(again) == len(first)
+    for r in again:
+        old = first[(r["setting"], r["task"], r["method"])]
+        assert r["simulated_ms"] == old["simulated_ms"] and r["simulated_bound_ms"] == old["simulated_bound_ms"]
+        assert r["simulated_per_device"] == old["simulated_per_device"]
+
+
+def test_widget_redraws_the_chosen_setting_in_place(bench):
+    _, rows = bench
+    methods = METHODS[:-1]
+    box = benchmark_widget(rows, methods)
+    fig = box.figures["ratio"]
+    before = fig
+    for setting in ("4x8-14", "2x6"):
+        box.controls["setting"].value = setting
+        assert box.figures["ratio"] is before and fig.layout.annotations[0].text == setting
+        for trace, m in zip(fig.data, methods):
+            want = [ratio(r) for r in rows if r["setting"] == setting and r["method"] == m]
+            assert list(trace.y) == pytest.approx(want)
