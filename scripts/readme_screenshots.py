@@ -43,16 +43,18 @@ def main() -> int:
         (tmp / "root").mkdir()
         # the report: the same notebook headless
         subprocess.run([PAPERMILL, "--no-progress-bar", str(ROOT / "notebooks" / "search.ipynb"),
-                        str(tmp / "headless.ipynb"), *params, "-p", "out_dir", str(tmp / "run")], check=True)
+                        str(tmp / "headless.ipynb"), *params, "-p", "out_dir", "", "-p", "report_dir", str(tmp / "run")],
+                       check=True)
         with chromium_page(width=1280, height=1150) as page:
-            page.goto((tmp / "run" / "report.html").as_uri())
+            page.goto(next((tmp / "run").glob("search-*.html")).as_uri())
             page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
             page.wait_for_timeout(500)
             page.screenshot(path=str(out / "report.png"))
             assert not page.errors, page.errors
         # the widget: the notebook in JupyterLab, interactive
         subprocess.run([PAPERMILL, "--prepare-only", str(ROOT / "notebooks" / "search.ipynb"),
-                        str(tmp / "root" / "search.ipynb"), *params, "-p", "interactive", "True", "-p", "out_dir", ""],
+                        str(tmp / "root" / "search.ipynb"), *params, "-p", "interactive", "True", "-p", "out_dir", "",
+                        "-p", "report_dir", ""],
                        check=True, capture_output=True)
         with jupyter_lab(tmp / "root", tmp) as base, chromium_page(width=1200, height=1000, allow=(base,)) as page:
             run_notebook_in_lab(page, base, "search.ipynb")

@@ -233,7 +233,7 @@ def cmd_export_torchrec(args: argparse.Namespace) -> None:
 
 def cmd_report(args: argparse.Namespace) -> None:
     """Write a standalone HTML comparison of plans of one task (costs from a model or measured)."""
-    from shardlab.evaluate import estimate_plan, measure_plan
+    from shardlab.evaluate import estimate_plan, measure_plans
     from shardlab.io import load_plan, load_task
     from shardlab.report.html import write_report
 
@@ -248,13 +248,14 @@ def cmd_report(args: argparse.Namespace) -> None:
         from shardlab.profile.hardware import profile_with
 
         prof = profile_with(args.profile)
-        evaluations = {m: measure_plan(task, p, prof) for m, p in plans.items()}
+        evaluations = measure_plans(task, plans, prof)       # one measured bound shared by all plans
     else:
         from shardlab.costmodel.bundle import load_bundle
 
         model = load_bundle(args.model, args.profile)
         evaluations = {m: estimate_plan(task, p, model) for m, p in plans.items()}
-    out = write_report(args.html, task, plans, evaluations, {"command": " ".join(sys.argv)})
+    html = args.html or f"reports/{task.name}.html"
+    out = write_report(html, task, plans, evaluations, {"command": " ".join(sys.argv)})
     best = min(evaluations.items(), key=lambda kv: kv[1].cost_ms)
     _emit(args, f"report {task.name}: {len(plans)} plans, best {best[0]} {best[1].cost_ms:.3f} ms "
                 f"({best[1].source}) -> {out}", {m: e.to_dict() for m, e in evaluations.items()})
@@ -383,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="standalone HTML comparison of plans (works offline)")
     p.add_argument("plans", nargs="+", help="Plan JSON files of the same task")
     p.add_argument("--task", required=True, help="Task JSON file")
-    p.add_argument("--html", required=True, help="where to write the report")
+    p.add_argument("--html", default=None, help="where to write the report (default reports/<task>.html)")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--model", default="neuroshard", help="cost model (shipped name or manifest path)")
     how.add_argument("--measure", action="store_true", help="measure every plan on this machine")

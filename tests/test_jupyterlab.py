@@ -45,7 +45,7 @@ WIDGET_TITLES = "[...document.querySelectorAll('.jp-OutputArea-output .js-plotly
 
 def test_balance_widget_is_live_in_jupyterlab(tmp_path):
     (tmp_path / "root").mkdir()
-    prepare_search_notebook(tmp_path / "root", interactive=True, ngpu=4, ntables=20, out_dir="",
+    prepare_search_notebook(tmp_path / "root", interactive=True, ngpu=4, ntables=20, out_dir="", report_dir="",
                             methods="random,dim_greedy,neuroshard")
     with jupyter_lab(tmp_path / "root", tmp_path, TOKEN) as base, \
             chromium_page(width=1400, height=1000, allow=(base,)) as page:

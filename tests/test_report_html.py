@@ -40,3 +40,13 @@ def test_report_cli(tmp_path, capsys):
     assert main(["report", str(tmp_path / "random.json"), "--task", str(tmp_path / "o.json"),
                  "--html", str(tmp_path / "x.html")]) == 2
     assert "field 'task'" in capsys.readouterr().err
+
+
+def test_report_cli_defaults_to_reports_dir(tmp_path, monkeypatch, capsys):
+    task = generate_task(ntables=6, ngpu=2, mem_cap_gb=4.0, batch_size=4096, seed=11)
+    save_task(task, tmp_path / "t.json")
+    save_plan(run_sharder(get_sharder("size_greedy"), task), tmp_path / "p.json")
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "p.json", "--task", "t.json", "--model", "analytic"]) == 0
+    assert (tmp_path / "reports" / f"{task.name}.html").stat().st_size > 1_000_000
+    assert f"reports/{task.name}.html" in capsys.readouterr().out
