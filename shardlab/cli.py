@@ -202,7 +202,7 @@ def train_policy(args: argparse.Namespace) -> None:
         cost = load_bundle(args.cost_model or "dreamshard", args.dataset).compute
         agent = train_dreamshard(args.store, cost, compute, iterations=args.iterations,
                                  measure_per_iteration=args.measure, updates_per_iteration=args.updates,
-                                 seed=args.seed, progress=not args.no_progress,
+                                 ngpu=args.ngpu, seed=args.seed, progress=not args.no_progress,
                                  initial_plans=load_samples("plan", None, args.dataset))
         last = agent.history_[-1]["mean_predicted_cost_ms"][-10:]
         summary = f"{len(agent.history_)} iterations, last mean predicted cost {sum(last) / len(last):.2f} ms"
@@ -210,7 +210,7 @@ def train_policy(args: argparse.Namespace) -> None:
         from shardlab.search.autoshard import train_autoshard
 
         cost = load_bundle(args.cost_model or "autoshard", args.dataset).compute
-        agent = train_autoshard(cost, updates=args.updates * args.iterations, measure_store=args.store,
+        agent = train_autoshard(cost, updates=args.updates * args.iterations, measure_store=args.store, ngpu=args.ngpu,
                                 refit_every=args.updates, measure_plans=args.measure, compute_samples=compute,
                                 seed=args.seed, progress=not args.no_progress)
         last = [h["mean_reward"] for h in agent.history_[-10:]]
@@ -404,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=10, help="policies: measure/refit/RL iterations")
     p.add_argument("--updates", type=int, default=50, help="policies: RL updates per iteration")
     p.add_argument("--measure", type=int, default=4, help="policies: plans measured per iteration")
+    p.add_argument("--ngpu", type=int, nargs="+", default=[4], help="policies: device counts to train for")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true")

@@ -142,3 +142,44 @@ def test_method_list_reads_papermill_strings():
         method_list("random,nope")
     with pytest.raises(ShardlabError, match="field 'methods' is empty"):
         method_list("[]")
+
+
+def test_dreamshard_loop_measures_plans_for_every_device_count(tmp_path):
+    """The full loop with measured plans (tiny and fast): each iteration's measured plans are
+    spread over the device counts, land in the store as plan:<G>, and refit the cost network."""
+    from shardlab.costmodel.dreamshard import DreamShardCost
+    from shardlab.profile.hardware import profile_with
+    from shardlab.profile.store import SampleStore
+    from shardlab.search.dreamshard import train_dreamshard
+
+    compute = [s for s in load_samples("compute") if ":train:" in s["key"]][:200]
+    cost = DreamShardCost(epochs=5, seed=0).fit(load_samples("plan")[:20], compute)
+    store = str(tmp_path / "policy.db")
+    fast = profile_with("cpu", batch_size=256, repeats=2, warmup=1)
+    agent = train_dreamshard(store, cost, compute, iterations=2, measure_per_iteration=3, updates_per_iteration=2,
+                             ngpu=[2, 3], ntables=(4, 6), profile=fast, cost_epochs=3, progress=False)
+    with SampleStore(store) as s:
+        counts = {k: s.count(k) for k in s.kinds()}
+    assert counts == {"plan:2": 3, "plan:3": 3}            # 6 plans over 2 iterations, alternating G
+    assert [h["measured_plans"] for h in agent.history_] == [3, 6]
+    assert agent.cost is not cost                          # refit on the measured plans
+    validate_plan(task3 := generate_task(ntables=9, ngpu=3, mem_cap_gb=4.0, batch_size=4096, seed=4),
+                  agent.plan(task3))
+
+
+def test_autoshard_refit_measures_exactly_n_plans_per_call(small_cost, tmp_path):
+    """Each online refit adds exactly ``n_plans`` measured plans to the replay store (a refit
+    once re-measured every earlier plan under a new key, so the buffer grew quadratically)."""
+    from shardlab.profile.hardware import profile_with
+    from shardlab.profile.store import SampleStore
+    from shardlab.search.autoshard import refit_cost_online
+
+    agent = AutoShardAgent(small_cost, seed=0)
+    agent.cost.epochs = 2
+    fast = profile_with("cpu", batch_size=256, repeats=2, warmup=1)
+    store = str(tmp_path / "auto.db")
+    compute = [s for s in load_samples("compute") if ":train:" in s["key"]][:80]
+    for call in range(3):
+        refit_cost_online(agent, store, compute, 2, (4, 6), fast, 2, seed=call, campaign_seed=0)
+        with SampleStore(store) as s:
+            assert s.count("plan:2") == 2 * (call + 1)

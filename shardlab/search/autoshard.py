@@ -163,14 +163,16 @@ def vtrace(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, values: torc
     return vs, advantage
 
 
-def train_autoshard(cost: AutoShardCompute, updates: int = 300, episodes: int = 16, ngpu: int = 4,
+def train_autoshard(cost: AutoShardCompute, updates: int = 300, episodes: int = 16, ngpu: int | Sequence[int] = 4,
                     ntables: tuple[int, int] = (10, 60), sync_every: int = 4, lr: float = 5e-4,
                     entropy_coef: float = 1e-2, value_coef: float = 0.5, measure_store: str | None = None,
                     refit_every: int = 100, measure_plans: int = 2, compute_samples: Sequence[dict[str, Any]] = (),
                     profile: str = "cpu", seed: int = 0, progress: bool = True) -> AutoShardAgent:
     """Actor-learner training (module docstring). With ``measure_store``, every ``refit_every``
     updates ``measure_plans`` greedy plans are measured through the evaluator into the store
-    (kind ``plan:<G>``) and the cost model is refit on ``compute_samples`` + those shards."""
+    (kind ``plan:<G>``) and the cost model is refit on ``compute_samples`` + those shards.
+    ``ngpu``: one device count or several (training tasks cycle over them, and so do the
+    measured plans), so one policy serves them all."""
     from tqdm.auto import tqdm
 
     from shardlab.data.tasks import generate_task
@@ -181,8 +183,9 @@ def train_autoshard(cost: AutoShardCompute, updates: int = 300, episodes: int = 
     behaviour = copy.deepcopy(agent.policy)
     opt = torch.optim.Adam(agent.policy.parameters(), lr=lr)
     batch = cost.profile_.get("batch_size", C.DEFAULT_BATCH_SIZE)
-    tasks = [generate_task(ntables=int(rng.integers(ntables[0], ntables[1] + 1)), ngpu=ngpu, batch_size=batch,
-                           seed=int(rng.integers(2**31)), split="train") for _ in range(16)]
+    gpus = [int(ngpu)] if np.isscalar(ngpu) else [int(g) for g in ngpu]
+    tasks = [generate_task(ntables=int(rng.integers(ntables[0], ntables[1] + 1)), ngpu=gpus[j % len(gpus)],
+                           batch_size=batch, seed=int(rng.integers(2**31)), split="train") for j in range(16)]
     history = []
     for k in tqdm(range(updates), desc="autoshard V-trace", disable=not progress):
         task = tasks[k % len(tasks)]
@@ -200,25 +203,30 @@ def train_autoshard(cost: AutoShardCompute, updates: int = 300, episodes: int = 
         history.append({"update": k, "mean_reward": float(reward.mean()),
                         "feasible": float((reward >= 0).float().mean())})
         if measure_store and (k + 1) % refit_every == 0:
-            agent.cost = refit_cost_online(agent, measure_store, compute_samples, ngpu, ntables, profile,
-                                           measure_plans, seed + k)
+            g = gpus[((k + 1) // refit_every - 1) % len(gpus)]
+            agent.cost = refit_cost_online(agent, measure_store, compute_samples, g, ntables, profile,
+                                           measure_plans, seed + k, campaign_seed=seed)
     agent.history_ = history
     return agent
 
 
 def refit_cost_online(agent: AutoShardAgent, store: str, compute_samples: Sequence[dict[str, Any]], ngpu: int,
-                      ntables: tuple[int, int], profile: str, n_plans: int, seed: int) -> AutoShardCompute:
-    """Measure ``n_plans`` more greedy policy plans (evaluator) and refit the cost model on the
-    compute samples plus every measured device shard in the store (the replay buffer)."""
+                      ntables: tuple[int, int], profile: str, n_plans: int, seed: int,
+                      campaign_seed: int = 0) -> AutoShardCompute:
+    """Measure ``n_plans`` more greedy policy plans on ``ngpu`` devices (evaluator) and refit the
+    cost model on the compute samples plus every measured device shard of every plan in the
+    store, whatever its G (the replay buffer). ``campaign_seed`` keys the measured plans (the
+    same for a whole training run, so each call adds exactly ``n_plans``); ``seed`` the refit."""
     from shardlab.profile.store import SampleStore
-    from shardlab.search.plan_campaign import run_plan_campaign
+    from shardlab.search.plan_campaign import plan_prefix, run_plan_campaign
 
+    prefix = plan_prefix(ngpu, profile, seed=campaign_seed)
     with SampleStore(store) as s:
-        have = s.count(f"plan:{ngpu}")
-    run_plan_campaign(store, have + n_plans, ngpu, profile, ntables=ntables, seed=seed,
+        have = sum(k.startswith(prefix) for k in s.keys(f"plan:{ngpu}"))
+    run_plan_campaign(store, have + n_plans, ngpu, profile, ntables=ntables, seed=campaign_seed,
                       plan_for=lambda task, i: agent.plan(task, i), progress=False)
     with SampleStore(store) as s:
-        plans = [p for p in s.samples(f"plan:{ngpu}")]
+        plans = [p for kind in s.kinds() if kind.startswith("plan:") for p in s.samples(kind)]
     shards = [{"key": f"{p['key']}:dev{d}", "tables": tabs, "fw_ms": c["fw_compute_ms"], "bw_ms": c["bw_compute_ms"],
                "profile": p["profile"]} for p in plans for d, (tabs, c) in enumerate(zip(p["devices"], p["per_device"]))
               if tabs]

@@ -37,6 +37,12 @@ def plan_record(task: Task, plan: Plan, ev: Evaluation, profile: HardwareProfile
             "profile": profile.to_dict()}
 
 
+def plan_prefix(ngpu: int, profile: str | HardwareProfile = "cpu", pool: str = C.DEFAULT_POOL,
+                split: str = "train", seed: int = 0) -> str:
+    """The key prefix of a plan campaign's samples; sample i is ``f"{prefix}{i}"``."""
+    return f"plan:{ngpu}:{get_profile(profile).name}:{pool}:{split}:s{seed}:"
+
+
 def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = 4, profile: str | HardwareProfile = "cpu",
                       pool: str = C.DEFAULT_POOL, split: str = "train", ntables: tuple[int, int] = (10, 60),
                       mem_cap_gb: float = 4.0, methods: Sequence[str] = DEFAULT_METHODS, seed: int = 0,
@@ -47,7 +53,7 @@ def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = 4, profile: str
     from shardlab.profile.comm import CommBench
 
     prof = get_profile(profile)
-    prefix = f"plan:{ngpu}:{prof.name}:{pool}:{split}:s{seed}:"
+    prefix = plan_prefix(ngpu, prof, pool, split, seed)
     provenance = {**environment(prof.device), "profile": prof.to_dict(), "pool": pool, "split": split,
                   "campaign": {"kind": "plan", "seed": seed, "ntables": list(ntables), "ngpu": ngpu,
                                "mem_cap_gb": mem_cap_gb, "methods": list(methods)}}
