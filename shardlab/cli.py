@@ -3,18 +3,20 @@
 
 Each verb prints a one-line summary (or, with ``--json``, the machine-readable result) and
 exits non-zero with one line naming the bad input on error. The CLI holds no logic of its
-own: it parses arguments and calls the package, as the notebooks do.
+own: it parses arguments and calls the package, as the notebooks do. The measurement and
+training verbs live in :mod:`shardlab.cli_campaigns`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from shardlab import constants as C
+from shardlab.cli_campaigns import (_emit, cmd_profile_comm, cmd_profile_compute, cmd_profile_plans,
+                                    cmd_profile_single, cmd_train)
 from shardlab.errors import ShardlabError
 
 
@@ -23,10 +25,6 @@ def _dims(text: str) -> list[int]:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"--dims must be comma-separated integers, got {text!r}") from None
-
-
-def _emit(args: argparse.Namespace, summary: str, data: object) -> None:
-    print(json.dumps(data, indent=1) if args.json else summary)
 
 
 def cmd_tasks(args: argparse.Namespace) -> None:
@@ -80,70 +78,6 @@ def cmd_shard(args: argparse.Namespace) -> None:
           plan.to_dict())
 
 
-def cmd_profile_compute(args: argparse.Namespace) -> None:
-    """Run (or resume) a compute campaign into a sample store."""
-    from shardlab.profile.campaign import run_compute_campaign
-    from shardlab.profile.hardware import profile_with
-    from shardlab.profile.store import SampleStore
-
-    prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
-    added = run_compute_campaign(args.store, args.samples, prof, pool=args.pool, split=args.split,
-                                 max_tables=args.max_tables, mem_cap_gb=args.mem_gb,
-                                 workers=args.workers, seed=args.seed, progress=not args.no_progress)
-    with SampleStore(args.store) as store:
-        total = store.count("compute")
-    _emit(args, f"profile compute ({prof.name}): added {added} samples, {total} compute samples in "
-                f"{args.store}", {"added": added, "compute_samples": total, "profile": prof.to_dict()})
-
-
-def cmd_profile_comm(args: argparse.Namespace) -> None:
-    """Run (or resume) a comm campaign for each requested device count."""
-    from shardlab.profile.campaign import run_comm_campaign
-    from shardlab.profile.hardware import profile_with
-    from shardlab.profile.store import SampleStore
-
-    prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
-    added = {g: run_comm_campaign(args.store, args.samples, g, prof, seed=args.seed,
-                                  max_delay_ms=args.max_delay_ms, progress=not args.no_progress)
-             for g in args.ngpu}
-    with SampleStore(args.store) as store:
-        kinds = store.kinds()
-    counts = ", ".join(f"G={g}: +{n} ({kinds.get(f'comm:{g}', 0)} stored)" for g, n in added.items())
-    _emit(args, f"profile comm ({prof.name}): {counts} in {args.store}",
-          {"added": added, "stored": kinds, "profile": prof.to_dict()})
-
-
-def cmd_profile_single(args: argparse.Namespace) -> None:
-    """Measure alone every table of the stored compute samples (for fused-vs-sum checks)."""
-    from shardlab.profile.campaign import run_single_table_costs
-    from shardlab.profile.hardware import profile_with
-    from shardlab.profile.store import SampleStore
-
-    prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
-    added = run_single_table_costs(args.store, prof, workers=args.workers, max_samples=args.max_samples,
-                                   progress=not args.no_progress)
-    with SampleStore(args.store) as store:
-        total = store.count("single")
-    _emit(args, f"profile single ({prof.name}): added {added}, {total} single-table costs in {args.store}",
-          {"added": added, "single_samples": total, "profile": prof.to_dict()})
-
-
-def cmd_profile_plans(args: argparse.Namespace) -> None:
-    """Measure plans of random tasks (heuristic sharders) into the store (kind plan:<G>)."""
-    from shardlab.profile.hardware import profile_with
-    from shardlab.profile.store import SampleStore
-    from shardlab.search.plan_campaign import run_plan_campaign
-
-    prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
-    added = run_plan_campaign(args.store, args.samples, args.ngpu, prof, pool=args.pool, split=args.split,
-                              ntables=(args.min_tables, args.max_tables), mem_cap_gb=args.mem_gb,
-                              seed=args.seed, progress=not args.no_progress)
-    with SampleStore(args.store) as store:
-        total = store.count(f"plan:{args.ngpu}")
-    _emit(args, f"profile plans ({prof.name}, G={args.ngpu}): added {added}, {total} measured plans in "
-                f"{args.store}", {"added": added, "plans": total, "profile": prof.to_dict()})
-
-
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Measure a plan's cost on this machine (Evaluation JSON)."""
     from shardlab.evaluate import measure_plan
@@ -166,57 +100,6 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     where = f" -> {args.out}" if args.out else ""
     _emit(args, f"evaluate {plan.method} on {task.name}: {ev.cost_ms:.3f} ms ({ev.source}){bound}{where}",
           ev.to_dict())
-
-
-def cmd_train(args: argparse.Namespace) -> None:
-    """Train a cost-model bundle (or an RL policy) on measured samples; save it with provenance."""
-    from shardlab.costmodel.train import load_samples, train_bundle
-
-    if args.kind.endswith("_policy"):
-        return train_policy(args)
-
-    compute = load_samples("compute", args.store, args.dataset, args.profile)
-    comm = load_samples("comm", args.store, args.dataset, args.profile)
-    label = f"store:{args.store}" if args.store else f"dataset:{args.dataset}"
-    plans = load_samples("plan", args.store, args.dataset, args.profile) if args.kind == "dreamshard" else []
-    bundle = train_bundle(args.kind, compute, comm, seed=args.seed, epochs=args.epochs,
-                          progress=not args.no_progress, data_label=label, plan_samples=plans)
-    bundle.save(args.out)
-    h = bundle.heldout
-    _emit(args, f"train {args.kind}: {len(compute)} compute + {len(comm)} comm samples ({label}); held-out "
-                f"compute MAPE {h['compute_total']['mape']:.3f}, Spearman {h['compute_total']['spearman']:.3f}"
-                f" -> {args.out}", {"out": args.out, "heldout": h})
-
-
-def train_policy(args: argparse.Namespace) -> None:
-    """DreamShard / AutoShard policy training; measured plans of the policy go to --store."""
-    from shardlab.costmodel.bundle import load_bundle
-    from shardlab.costmodel.train import load_samples
-
-    if not args.store:
-        raise ShardlabError(f"train {args.kind}: field 'store' is required (measured plans of the policy go there)")
-    compute = [s for s in load_samples("compute", None, args.dataset) if ":train:" in s["key"]]
-    if args.kind == "dreamshard_policy":
-        from shardlab.search.dreamshard import train_dreamshard
-
-        cost = load_bundle(args.cost_model or "dreamshard", args.dataset).compute
-        agent = train_dreamshard(args.store, cost, compute, iterations=args.iterations,
-                                 measure_per_iteration=args.measure, updates_per_iteration=args.updates,
-                                 ngpu=args.ngpu, seed=args.seed, progress=not args.no_progress,
-                                 initial_plans=load_samples("plan", None, args.dataset))
-        last = agent.history_[-1]["mean_predicted_cost_ms"][-10:]
-        summary = f"{len(agent.history_)} iterations, last mean predicted cost {sum(last) / len(last):.2f} ms"
-    else:
-        from shardlab.search.autoshard import train_autoshard
-
-        cost = load_bundle(args.cost_model or "autoshard", args.dataset).compute
-        agent = train_autoshard(cost, updates=args.updates * args.iterations, measure_store=args.store, ngpu=args.ngpu,
-                                refit_every=args.updates, measure_plans=args.measure, compute_samples=compute,
-                                seed=args.seed, progress=not args.no_progress)
-        last = [h["mean_reward"] for h in agent.history_[-10:]]
-        summary = f"{len(agent.history_)} updates, last mean reward {sum(last) / len(last):.3f}"
-    agent.save(args.out)
-    _emit(args, f"train {args.kind}: {summary} -> {args.out}", {"out": args.out, "history": agent.history_})
 
 
 def cmd_export_torchrec(args: argparse.Namespace) -> None:
