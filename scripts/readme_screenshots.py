@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.browser import chromium_page, jupyter_lab, run_notebook_in_lab  # noqa: E402
+from tests.browser import chromium_page, jupyter_lab, prepare_notebook, run_notebook_in_lab  # noqa: E402
 
 PAPERMILL = str(Path(sys.executable).with_name("papermill"))
 
@@ -36,8 +36,8 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    params = ["-p", "ngpu", str(args.ngpu), "-p", "ntables", str(args.ntables), "-p", "methods", args.methods,
-              "-p", "measure", str(args.measure)]
+    values = {"ngpu": args.ngpu, "ntables": args.ntables, "methods": args.methods, "measure": args.measure}
+    params = [a for k, v in values.items() for a in ("-p", k, str(v))]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "root").mkdir()
@@ -52,10 +52,7 @@ def main() -> int:
             page.screenshot(path=str(out / "report.png"))
             assert not page.errors, page.errors
         # the widget: the notebook in JupyterLab, interactive
-        subprocess.run([PAPERMILL, "--prepare-only", str(ROOT / "notebooks" / "search.ipynb"),
-                        str(tmp / "root" / "search.ipynb"), *params, "-p", "interactive", "True", "-p", "out_dir", "",
-                        "-p", "report_dir", ""],
-                       check=True, capture_output=True)
+        prepare_notebook("search", tmp / "root", **values, interactive=True, out_dir="", report_dir="")
         with jupyter_lab(tmp / "root", tmp) as base, chromium_page(width=1200, height=1000, allow=(base,)) as page:
             run_notebook_in_lab(page, base, "search.ipynb")
             page.wait_for_selector(".jp-OutputArea-output .jupyter-widgets .js-plotly-plot .trace.bars",

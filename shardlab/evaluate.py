@@ -101,9 +101,8 @@ def _comm(dim_sums: Sequence[int], delays: Sequence[float] | None, profile: Hard
 
     if len(dim_sums) < 2:
         return [0.0] * len(dim_sums), [0.0] * len(dim_sums)
-    device = "cuda" if profile.comm_backend == "nccl" else "cpu"
     if bench is None:
-        with CommBench(len(dim_sums), profile.batch_size, profile.comm_backend, device) as b:
+        with CommBench.for_profile(len(dim_sums), profile) as b:
             s = b.measure(dim_sums, delays, repeats=profile.repeats, warmup=profile.warmup)
     else:
         s = bench.measure(dim_sums, delays, repeats=profile.repeats, warmup=profile.warmup)
@@ -166,8 +165,7 @@ def measure_plans(task: Task, plans: Mapping[str, Plan], profile: str | Hardware
         if task.ngpu > 1:
             from shardlab.profile.comm import CommBench
 
-            device = "cuda" if profile.comm_backend == "nccl" else "cpu"
-            bench = stack.enter_context(CommBench(task.ngpu, profile.batch_size, profile.comm_backend, device))
+            bench = stack.enter_context(CommBench.for_profile(task.ngpu, profile))
         out = {m: measure_plan(task, p, profile, bench, lower_bound=False)
                for m, p in tqdm(plans.items(), desc="measuring plans", disable=not progress)}
         bound = measure_lower_bound(task, profile, bench) if lower_bound else None

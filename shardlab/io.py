@@ -40,6 +40,30 @@ def write_json_atomic(path: str | os.PathLike, data: Any, indent: int | None = 1
     return path
 
 
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` via a temporary file and ``os.replace``; parent
+    folders are created. Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def torch_save_atomic(obj: Any, path: str | os.PathLike) -> Path:
+    """``torch.save`` ``obj`` to ``path`` via a temporary file and ``os.replace``; parent
+    folders are created. Returns the path."""
+    import torch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+    return path
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """Read JSON (gzip-compressed when the name ends in ``.gz``); one-line error if unreadable."""
     path = Path(path)

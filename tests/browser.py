@@ -138,3 +138,19 @@ def run_notebook_in_lab(page: object, base: str, name: str, token: str = "shardl
                            " && w.sessionContext.session.kernel && w.content && w.content.widgets.length > 0; }",
                            timeout=timeout_ms)
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+
+
+def prepare_notebook(name: str, folder: str | os.PathLike, **params: object) -> str:
+    """``notebooks/<name>.ipynb`` with ``params`` injected by papermill (``--prepare-only``: not
+    executed), written to ``folder``; returns its path. For opening in JupyterLab."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = Path(folder) / f"{name}.ipynb"
+    args = [a for k, v in params.items() for a in ("-p", k, str(v))]
+    subprocess.run([str(Path(sys.executable).with_name("papermill")), "--prepare-only",
+                    str(root / "notebooks" / f"{name}.ipynb"), str(out), *args], check=True, capture_output=True)
+    return str(out)
+

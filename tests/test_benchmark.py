@@ -181,3 +181,20 @@ def test_widget_redraws_the_chosen_setting_in_place(bench):
         for trace, m in zip(fig.data, methods):
             want = [ratio(r) for r in rows if r["setting"] == setting and r["method"] == m]
             assert list(trace.y) == pytest.approx(want)
+
+
+def test_measured_benchmark_shares_one_bound_per_task(model):
+    """With measure=True every plan of a task is measured (real kernels, real gloo ranks) against
+    one measured bound; skipped methods get no measured fields."""
+    from shardlab.profile.hardware import profile_with
+
+    fast = profile_with("cpu", batch_size=256, repeats=2, warmup=1)
+    tasks = benchmark_tasks(["2x6"], 1, seed=5)
+    lines = []
+    rows = run_benchmark(tasks, ["random", "size_greedy", "no_such_method"], model, measure=True, progress=False,
+                         profile=fast, log=lines.append)
+    measured = [r for r in rows if "measured_ms" in r]
+    assert [r["method"] for r in measured] == ["random", "size_greedy"] and "measured_ms" not in rows[2]
+    assert len({r["measured_bound_ms"] for r in measured}) == 1 and measured[0]["measured_bound_ms"] > 0
+    assert all(r["source"] == f"measured:{fast.name}" and r["measured_ms"] > 0 for r in measured)
+    assert len(lines) == 3 and "measured" in lines[0] and "no_such_method" in lines[2]

@@ -6,12 +6,10 @@ headless Chromium drives it with the network off."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
-from tests.browser import chromium_page, jupyter_lab, run_notebook_in_lab
+from tests.browser import chromium_page, jupyter_lab, prepare_notebook, run_notebook_in_lab
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "shardlab-test"
@@ -30,23 +28,14 @@ def test_jupyter_lab_serves_the_notebooks(tmp_path):
             assert r.status == 200 and "JupyterLab" in r.read().decode()
 
 
-def prepare_search_notebook(folder: Path, **params: object) -> Path:
-    """The search notebook with ``params`` injected by papermill (not executed), in ``folder``."""
-    out = folder / "search.ipynb"
-    args = [a for k, v in params.items() for a in ("-p", k, str(v))]
-    subprocess.run([str(Path(sys.executable).with_name("papermill")), "--prepare-only",
-                    str(ROOT / "notebooks" / "search.ipynb"), str(out), *args], check=True, capture_output=True)
-    return out
-
-
 WIDGET_TITLES = "[...document.querySelectorAll('.jp-OutputArea-output .js-plotly-plot .annotation-text')]" \
                 ".map(e => e.textContent)"
 
 
 def test_balance_widget_is_live_in_jupyterlab(tmp_path):
     (tmp_path / "root").mkdir()
-    prepare_search_notebook(tmp_path / "root", interactive=True, ngpu=4, ntables=20, out_dir="", report_dir="",
-                            methods="random,dim_greedy,neuroshard")
+    prepare_notebook("search", tmp_path / "root", interactive=True, ngpu=4, ntables=20, out_dir="", report_dir="",
+                     methods="random,dim_greedy,neuroshard")
     with jupyter_lab(tmp_path / "root", tmp_path, TOKEN) as base, \
             chromium_page(width=1400, height=1000, allow=(base,)) as page:
         run_notebook_in_lab(page, base, "search.ipynb", TOKEN)

@@ -31,6 +31,7 @@ from shardlab import constants as C
 from shardlab.costmodel.metrics import split_samples
 from shardlab.data.features import FeatureScaler
 from shardlab.errors import ShardlabError
+from shardlab.io import torch_save_atomic
 from shardlab.tables import Table
 
 FORMAT = "shardlab-neural-v1"
@@ -175,26 +176,36 @@ class _Estimator:
     def _payload(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def state(self) -> dict[str, Any]:
+        """Everything the model file holds, as one in-memory dict (see :meth:`from_state`)."""
+        return {"format": FORMAT, "class": type(self).__name__, "config": self.config(),
+                "provenance": self.provenance_, "metrics": self.metrics_, "history": self.history_,
+                "profile": self.profile_, **self._payload()}
+
     def save(self, path: str) -> None:
         """Write the model file atomically (torch.save to a temporary file, then rename)."""
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, exist_ok=True)
-        tmp = os.path.join(d, f".{os.path.basename(path)}.tmp")
-        torch.save({"format": FORMAT, "class": type(self).__name__, "config": self.config(),
-                    "provenance": self.provenance_, "metrics": self.metrics_, "history": self.history_,
-                    "profile": self.profile_, **self._payload()}, tmp)
-        os.replace(tmp, path)
+        torch_save_atomic(self.state(), path)
 
     @classmethod
-    def _read(cls, path: str) -> dict[str, Any]:
+    def check_state(cls, d: Any, where: str) -> dict[str, Any]:
+        """``d`` if it is a state of this class (:meth:`state`); else a one-line error naming ``where``."""
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise ShardlabError(f"cost model '{where}': field 'format' must be '{FORMAT}'")
+        if d["class"] != cls.__name__:
+            raise ShardlabError(f"cost model '{where}': holds a {d['class']}, not a {cls.__name__}")
+        return d
+
+    @classmethod
+    def load(cls, path: str) -> Any:
+        """Read a model file written by :meth:`save`."""
         if not os.path.exists(path):
             raise ShardlabError(f"cost model '{path}': no such file")
-        d = torch.load(path, map_location="cpu", weights_only=False)
-        if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise ShardlabError(f"cost model '{path}': field 'format' must be '{FORMAT}'")
-        if d["class"] != cls.__name__:
-            raise ShardlabError(f"cost model '{path}': holds a {d['class']}, not a {cls.__name__}")
-        return d
+        return cls.from_state(cls.check_state(torch.load(path, map_location="cpu", weights_only=False), path))
+
+    @classmethod
+    def from_state(cls, d: dict[str, Any]) -> Any:
+        """The model a :meth:`state` dict describes."""
+        raise NotImplementedError
 
     def _restore_common(self, d: dict[str, Any]) -> None:
         self.provenance_, self.metrics_ = d["provenance"], d["metrics"]
@@ -331,9 +342,8 @@ class NeuroShardCompute(_Estimator):
         return {"state_dict": self.net_.state_dict(), "scaler": self.scaler_.to_dict(), "scale_ms": self.scale_ms_}
 
     @classmethod
-    def load(cls, path: str) -> "NeuroShardCompute":
-        """Read a model file written by :meth:`save`."""
-        d = cls._read(path)
+    def from_state(cls, d: dict[str, Any]) -> "NeuroShardCompute":
+        """The model a :meth:`state` dict describes."""
         m = cls(**d["config"])
         m._restore_common(d)
         m.scaler_ = FeatureScaler.from_dict(d["scaler"])

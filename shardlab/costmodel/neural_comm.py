@@ -122,9 +122,8 @@ class NeuroShardComm(_Estimator):
         return {"state_dicts": {g: n.state_dict() for g, n in self.nets_.items()}, "scales": self.scales_}
 
     @classmethod
-    def load(cls, path: str) -> "NeuroShardComm":
-        """Read a model file written by :meth:`save`."""
-        d = cls._read(path)
+    def from_state(cls, d: dict[str, Any]) -> "NeuroShardComm":
+        """The model a :meth:`state` dict describes."""
         m = cls(**d["config"])
         m._restore_common(d)
         m.scales_ = {int(g): s for g, s in d["scales"].items()}

@@ -50,7 +50,7 @@ from shardlab.tables import Table
 
 MODEL = "zipf-nb-v1"
 from shardlab.data.presets import (PRESETS, STATS_SOURCE, GeneratorPreset,  # noqa: F401
-                                  get_preset, l1_distance, published_target)
+                                  compare_histograms, get_preset, l1_distance, published_target)
 
 
 def _sig(x: float, digits: int = 6) -> float:
@@ -306,8 +306,4 @@ def aggregate_histograms(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def compare_to_target(agg: Mapping[str, Any], preset: str | GeneratorPreset) -> dict[str, float]:
     """L1 distances (accesses, unique rows) and relative errors (pooling, unique fraction) of an
     aggregate (:func:`aggregate_histograms`) against the preset's published target."""
-    t = published_target(preset)
-    return {"l1_access": l1_distance(agg["access_hist"], t["access_hist"]),
-            "l1_unique": l1_distance(agg["unique_hist"], t["unique_hist"]),
-            "pooling_rel_err": agg["avg_pooling"] / t["avg_pooling"] - 1.0,
-            "unique_fraction_rel_err": agg["unique_fraction"] / t["unique_fraction"] - 1.0}
+    return compare_histograms(agg, published_target(preset))

@@ -5,7 +5,7 @@ aggregate statistics they were fitted to (see :mod:`shardlab.data.generator` for
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -143,3 +143,14 @@ def l1_distance(a: Sequence[float], b: Sequence[float]) -> float:
     if a.shape != b.shape:
         raise ShardlabError(f"l1_distance: histograms differ in shape {a.shape} vs {b.shape}")
     return float(np.abs(a - b).sum())
+
+
+def compare_histograms(agg: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, float]:
+    """How far an aggregate is from a reference (both as :func:`published_target` lays them out):
+    ``l1_access`` and ``l1_unique`` (sum of absolute differences, 0..2), ``pooling_rel_err`` and
+    ``unique_fraction_rel_err`` (agg / ref - 1)."""
+    return {"l1_access": l1_distance(agg["access_hist"], ref["access_hist"]),
+            "l1_unique": l1_distance(agg["unique_hist"], ref["unique_hist"]),
+            "pooling_rel_err": float(agg["avg_pooling"] / ref["avg_pooling"] - 1.0),
+            "unique_fraction_rel_err": float(agg["unique_fraction"] / ref["unique_fraction"] - 1.0)}
+

@@ -23,7 +23,7 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.data.generator import aggregate_histograms
 from shardlab.data.pool import POOLS, TablePool, datasets_dir, list_pools, load_pool
-from shardlab.data.presets import get_preset, l1_distance, published_target
+from shardlab.data.presets import compare_histograms, get_preset, l1_distance, published_target
 from shardlab.data.tasks import SPLITS
 from shardlab.errors import ShardlabError, field_error
 from shardlab.io import read_json
@@ -154,15 +154,6 @@ def pool_aggregate(pool: TablePool, indices: Sequence[int]) -> dict[str, Any]:
     if not indices:
         raise ShardlabError("data: field 'indices' is empty (no tables selected)")
     return aggregate_histograms([pool.stats[i] for i in indices])
-
-
-def compare_histograms(agg: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, float]:
-    """How far an aggregate is from a reference: ``l1_access`` and ``l1_unique`` (sum of absolute
-    differences, 0..2), ``pooling_rel_err`` and ``unique_fraction_rel_err`` (agg / ref - 1)."""
-    return {"l1_access": l1_distance(agg["access_hist"], ref["access_hist"]),
-            "l1_unique": l1_distance(agg["unique_hist"], ref["unique_hist"]),
-            "pooling_rel_err": float(agg["avg_pooling"] / ref["avg_pooling"] - 1.0),
-            "unique_fraction_rel_err": float(agg["unique_fraction"] / ref["unique_fraction"] - 1.0)}
 
 
 def uniform_l1(ref: Mapping[str, Any]) -> dict[str, float]:

@@ -193,7 +193,7 @@ def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
         todo = [i for i in range(n_samples) if f"{prefix}{i}" not in done]
         if not todo:
             return 0
-        with CommBench(world_size, prof.batch_size, prof.comm_backend, device) as bench:
+        with CommBench.for_profile(world_size, prof) as bench:
             for i in tqdm(todo, desc=f"comm samples G={world_size} ({prof.name})", disable=not progress):
                 spec = comm_sample_spec(world_size, i, seed, max_delay_ms=max_delay_ms)
                 sample = bench.measure(spec["dim_sums"], spec["delays_ms"], repeats=prof.repeats,

@@ -255,6 +255,12 @@ class CommBench:
         self._procs: list[Any] = []
         self._req_id, self.startup_s = 0, None  # startup_s: seconds start() took
 
+    @classmethod
+    def for_profile(cls, world_size: int, profile: Any) -> "CommBench":
+        """A bench of ``world_size`` ranks at a hardware profile's batch size and backend (gloo on
+        CPU, NCCL on CUDA); not started (use ``with``)."""
+        return cls(world_size, profile.batch_size, profile.comm_backend, BACKENDS[profile.comm_backend])
+
     def __enter__(self) -> "CommBench":
         self.start()
         return self

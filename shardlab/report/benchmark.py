@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import re
 import time
-from contextlib import ExitStack
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -30,7 +29,7 @@ import numpy as np
 from shardlab.data.tasks import generate_task, pool_tables, task_from_tables
 from shardlab.errors import ShardlabError
 from shardlab.io import names_list
-from shardlab.evaluate import estimate_plan, measure_lower_bound, measure_plan
+from shardlab.evaluate import estimate_plan, measure_plans
 from shardlab.profile.hardware import get_profile
 from shardlab.search import get_sharder, run_sharder
 from shardlab.tables import Task
@@ -102,9 +101,9 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
                   log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run every method on every task (sharder seed ``seed``) and judge each plan with
     ``model`` (a cost-model bundle: :func:`~shardlab.costmodel.bundle.load_bundle`); with
-    ``measure`` also measure it on this machine (``profile``; slow: real fused fbgemm ops, and
-    G gloo ranks started once per task) and the task's lower bound once. Returns one row per (task, method), in task
-    then method order (module docstring); costs in ms, search time in s. A method raising
+    ``measure`` also measure it on this machine (``profile``; slow: real fused fbgemm ops, G
+    gloo ranks and one measured lower bound per task: :func:`~shardlab.evaluate.measure_plans`).
+    Returns one row per (task, method), in task then method order (module docstring); costs in ms, search time in s. A method raising
     :class:`ShardlabError` (infeasible, unsupported blocks, torchrec missing) gives a skipped
     row, not an exception. ``progress``: a tqdm bar on stderr; ``log``: called with one line
     per row (``print`` without a bar, ``tqdm.write`` with one)."""
@@ -116,45 +115,41 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
     bar = tqdm(total=len(tasks) * len(methods), disable=not progress, unit="plan", desc="benchmark")
     for setting, task in tasks:
         k = index[setting] = index.get(setting, -1) + 1
-        with ExitStack() as stack:
-            bench = None
-            if measure and task.ngpu > 1:     # G ranks started once per task, shared by its plans
-                from shardlab.profile.comm import CommBench
-
-                device = "cuda" if prof.comm_backend == "nccl" else "cpu"
-                bench = stack.enter_context(CommBench(task.ngpu, prof.batch_size, prof.comm_backend, device))
-            bound = measure_lower_bound(task, prof, bench) if measure else None     # the same for every plan
-            for m in methods:
-                bar.set_postfix_str(f"{setting} task {k} {m}", refresh=False)
-                try:
-                    r = _row(setting, k, task, m, model, seed, prof if measure else None, bench, bound)
-                    line = (f"{setting} task {k} {m}: simulated {r['simulated_ms']:.2f} ms"
-                            + (f", measured {r['measured_ms']:.2f} ms" if measure else "")
-                            + f", search {r['search_s']:.3f} s")
-                except ShardlabError as e:
-                    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-                    r = {"setting": setting, "task": k, "method": m, "skipped": msg}
-                    line = f"{setting} task {k} {m}: {msg}"
-                rows.append(r)
-                if log:
-                    log(line)
-                bar.update(1)
+        mine, plans = [], {}
+        for m in methods:
+            bar.set_postfix_str(f"{setting} task {k} {m}", refresh=False)
+            try:
+                plan = run_sharder(get_sharder(m), task, seed=seed)
+                sim = estimate_plan(task, plan, model)
+                plans[m] = plan
+                mine.append({"setting": setting, "task": k, "method": m, "search_s": plan.search_seconds,
+                             "simulated_ms": sim.cost_ms, "simulated_bound_ms": sim.lower_bound_ms,
+                             "sim_source": sim.source, "simulated_per_device": [d.to_dict() for d in sim.per_device]})
+            except ShardlabError as e:
+                msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+                mine.append({"setting": setting, "task": k, "method": m, "skipped": msg})
+            bar.update(1)
+        if measure and plans:   # G ranks started once per task and one measured bound for all its plans
+            evs = measure_plans(task, plans, prof, progress=False)
+            for r in mine:
+                if r["method"] in evs:
+                    ev = evs[r["method"]]
+                    r.update(measured_ms=ev.cost_ms, measured_bound_ms=ev.lower_bound_ms, source=ev.source,
+                             measured_per_device=[d.to_dict() for d in ev.per_device])
+        rows += mine
+        if log:
+            for r in mine:
+                log(f"{setting} task {k} {r['method']}: " + _describe(r))
     bar.close()
     return rows
 
 
-def _row(setting: str, k: int, task: Task, method: str, model: Any, seed: int, prof: Any, bench: Any,
-         bound: float | None) -> dict[str, Any]:
-    plan = run_sharder(get_sharder(method), task, seed=seed)
-    sim = estimate_plan(task, plan, model)
-    row = {"setting": setting, "task": k, "method": method, "search_s": plan.search_seconds,
-           "simulated_ms": sim.cost_ms, "simulated_bound_ms": sim.lower_bound_ms, "sim_source": sim.source,
-           "simulated_per_device": [d.to_dict() for d in sim.per_device]}
-    if prof is not None:
-        ev = measure_plan(task, plan, prof, bench, lower_bound=False)
-        row.update(measured_ms=ev.cost_ms, measured_bound_ms=bound, source=ev.source,
-                   measured_per_device=[d.to_dict() for d in ev.per_device])
-    return row
+def _describe(row: dict[str, Any]) -> str:
+    """One log line's tail for a benchmark row: why it was skipped, or its costs and search time."""
+    if "skipped" in row:
+        return row["skipped"]
+    measured = f", measured {row['measured_ms']:.2f} ms" if "measured_ms" in row else ""
+    return f"simulated {row['simulated_ms']:.2f} ms{measured}, search {row['search_s']:.3f} s"
 
 
 def bound_key(key: str) -> str:

@@ -7,22 +7,19 @@ fetches nothing, so it works offline."""
 
 from __future__ import annotations
 
-import datetime as dt
 import html
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import plotly
 import plotly.graph_objects as go
-import plotly.offline
 from plotly.subplots import make_subplots
 
-from shardlab.io import write_json_atomic
+from shardlab.io import write_json_atomic, write_text_atomic
 from shardlab.report.benchmark import (BASELINES, bound_key, done, ratio, settings_of, skipped, summarise,
                                        summary_rows)
 from shardlab.report.figures import rows_to_html
-from shardlab.report.html import STYLE
+from shardlab.report.html import figure_html, page_provenance, provenance_table, standalone_page
 
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D", "#BAB0AC",
            "#EECA3B", "#17BECF")
@@ -150,9 +147,6 @@ def benchmark_html(rows: Sequence[dict[str, Any]], methods: Sequence[str], keys:
                    title: str = "Search benchmark") -> str:
     """The page as one HTML string: per cost key the summary table and the ratio and win-rate
     figures, then search time, skipped methods and provenance; plotly.js inlined once."""
-    def part(fig: go.Figure) -> str:
-        return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
-
     body = []
     for key in keys:
         figs = benchmark_figures(rows, methods, key, baselines)
@@ -161,27 +155,16 @@ def benchmark_html(rows: Sequence[dict[str, Any]], methods: Sequence[str], keys:
                  "the ratio is the plan cost over that source's lower bound; <code>wins vs X</code> is the fraction "
                  "of tasks on which the method is strictly cheaper than X.</p>",
                  f'<div class="wide">{rows_to_html(summary_rows(rows, methods, key, baselines))}</div>',
-                 part(figs["ratio"]), part(figs["win_rate"])]
-    body += ["<h2>Search time</h2>", part(search_time_figure(rows, methods))]
+                 figure_html(figs["ratio"]), figure_html(figs["win_rate"])]
+    body += ["<h2>Search time</h2>", figure_html(search_time_figure(rows, methods))]
     skips = skipped(rows)
     if skips:
         body += ["<h2>Skipped</h2>", "<p>Methods that raised an error on a task (not counted above).</p>",
                  rows_to_html([{k: r[k] for k in ("setting", "task", "method", "skipped")} for r in skips])]
-    prov = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
-                   for k, v in (provenance or {}).items())
-    body += ["<h2>Provenance</h2>", f'<table class="prov">{prov}</table>']
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>{STYLE}
-td{{white-space:nowrap}}.wide{{overflow-x:auto}}</style>
-<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>
-<body>
-<h1>{html.escape(title)}</h1>
-<p>{len({(r['setting'], r['task']) for r in rows})} held-out tasks over {len(settings_of(rows))} settings
-({', '.join(html.escape(s) for s in settings_of(rows))}), {len(methods)} methods.</p>
-{''.join(body)}
-</body></html>
-"""
+    body += ["<h2>Provenance</h2>", provenance_table(provenance or {})]
+    head = (f"<p>{len({(r['setting'], r['task']) for r in rows})} held-out tasks over {len(settings_of(rows))} settings\n"
+            f"({', '.join(html.escape(s) for s in settings_of(rows))}), {len(methods)} methods.</p>\n")
+    return standalone_page(title, head + "".join(body), "\ntd{white-space:nowrap}.wide{overflow-x:auto}")
 
 
 def write_benchmark(out_dir: str | os.PathLike, rows: Sequence[dict[str, Any]], methods: Sequence[str],
@@ -191,17 +174,9 @@ def write_benchmark(out_dir: str | os.PathLike, rows: Sequence[dict[str, Any]], 
     (provenance, methods, every row, and the summary rows per cost key), each atomically;
     returns {"html": path, "json": path}. ``provenance`` is completed with the machine,
     versions, date and the cost sources."""
-    from shardlab.profile.provenance import environment
-
-    prov = {**environment("cpu"), "plotly": plotly.__version__,
-            "report date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            **{f"costs ({k})": cost_label(rows, k) for k in keys}, **(provenance or {})}
+    prov = page_provenance({f"costs ({k})": cost_label(rows, k) for k in keys}, provenance)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    page = out / "benchmark.html"
-    tmp = page.with_name(f".{page.name}.tmp")
-    tmp.write_text(benchmark_html(rows, methods, keys, baselines, prov), encoding="utf-8")
-    os.replace(tmp, page)
+    page = write_text_atomic(out / "benchmark.html", benchmark_html(rows, methods, keys, baselines, prov))
     data = write_json_atomic(out / "benchmark.json", {
         "provenance": prov, "methods": list(methods), "baselines": list(baselines), "rows": list(rows),
         "summary": {k: summary_rows(rows, methods, k, baselines) for k in keys}})

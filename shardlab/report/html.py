@@ -8,12 +8,14 @@ import datetime as dt
 import html
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import plotly
+import plotly.graph_objects as go
 import plotly.offline
 
 from shardlab.evaluate import Evaluation
+from shardlab.io import write_text_atomic
 from shardlab.plan import Plan
 from shardlab.report.costs import cost_summary_rows, device_cost_figure
 from shardlab.report.figures import device_load_figure, rows_to_html, task_summary
@@ -25,6 +27,46 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}code{backgro
 .prov td{text-align:left}"""
 
 
+def figure_html(fig: go.Figure) -> str:
+    """One figure as an HTML fragment that uses the page's inlined plotly.js."""
+    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+
+
+def provenance_table(provenance: Mapping[str, Any]) -> str:
+    """Provenance as a two-column HTML table (keys and values escaped)."""
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+                   for k, v in provenance.items())
+    return f'<table class="prov">{rows}</table>'
+
+
+def standalone_page(title: str, body: str, extra_style: str = "") -> str:
+    """A complete offline HTML page: ``title`` as heading, ``body`` (HTML) below it, plotly.js
+    inlined once in the head (never fetched)."""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{STYLE}{extra_style}</style>
+<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>
+<body>
+<h1>{html.escape(title)}</h1>
+{body}
+</body></html>
+"""
+
+
+def page_provenance(sources: Mapping[str, str], provenance: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A report's provenance: machine and versions, plotly version, date, the cost ``sources``
+    (label -> source text), then the caller's ``provenance`` (which wins on equal keys)."""
+    from shardlab.profile.provenance import environment
+
+    return {**environment("cpu"), "plotly": plotly.__version__,
+            "report date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            **sources, **(provenance or {})}
+
+
+def _sources(evaluations: Iterable[Evaluation]) -> str:
+    return ", ".join(sorted({e.source for e in evaluations}))
+
+
 def report_html(task: Task, plans: Mapping[str, Plan], evaluations: Mapping[str, Evaluation],
                 provenance: Mapping[str, Any], title: str = "") -> str:
     """The report as one HTML string (module docstring)."""
@@ -34,30 +76,19 @@ def report_html(task: Task, plans: Mapping[str, Plan], evaluations: Mapping[str,
         row["search (s)"] = None if plan is None or plan.search_seconds is None else round(plan.search_seconds, 4)
         row["seed"] = None if plan is None else plan.seed
     figs = [device_cost_figure(evaluations), device_load_figure(task, plans, height=640)]
-    parts = [fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False}) for fig in figs]
-    prov_rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
-                        for k, v in provenance.items())
-    title = title or f"Plan comparison: {task.name}"
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>{STYLE}</style>
-<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>
-<body>
-<h1>{html.escape(title)}</h1>
-<p>{html.escape(task_summary(task))}</p>
+    body = f"""<p>{html.escape(task_summary(task))}</p>
 <h2>Cost per method</h2>
 <p>Costs in ms per training step at the cost source's batch size; the source column says whether a
 number was measured or predicted, and by what. The plan cost is the straggler's compute plus
 forward (waiting included) and backward all-to-all.</p>
 {rows_to_html(rows)}
 <h2>Per-GPU balance</h2>
-{parts[0]}
+{figure_html(figs[0])}
 <h2>Per-GPU load known without measurement</h2>
-{parts[1]}
+{figure_html(figs[1])}
 <h2>Provenance</h2>
-<table class="prov">{prov_rows}</table>
-</body></html>
-"""
+{provenance_table(provenance)}"""
+    return standalone_page(title or f"Plan comparison: {task.name}", body)
 
 
 def write_report(path: str | os.PathLike, task: Task, plans: Mapping[str, Plan],
@@ -65,14 +96,5 @@ def write_report(path: str | os.PathLike, task: Task, plans: Mapping[str, Plan],
                  title: str = "") -> Path:
     """Write :func:`report_html` atomically to ``path``; returns the path. ``provenance`` is
     completed with the date, plotly version and the evaluations' sources."""
-    from shardlab.profile.provenance import environment
-
-    prov = {**environment("cpu"), "plotly": plotly.__version__,
-            "report date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "cost sources": ", ".join(sorted({e.source for e in evaluations.values()})), **(provenance or {})}
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(report_html(task, plans, evaluations, prov, title), encoding="utf-8")
-    os.replace(tmp, out)
-    return out
+    prov = page_provenance({"cost sources": _sources(evaluations.values())}, provenance)
+    return write_text_atomic(path, report_html(task, plans, evaluations, prov, title))

@@ -14,7 +14,7 @@ from typing import Any, Callable, ClassVar, Protocol, Sequence, runtime_checkabl
 
 from shardlab import constants as C
 from shardlab.errors import InfeasibleError, ShardlabError
-from shardlab.io import names_list
+from shardlab.io import names_list, torch_save_atomic
 from shardlab.plan import Plan, validate_plan
 from shardlab.tables import Table, Task
 
@@ -171,19 +171,9 @@ class PolicyAgent:
 
     def save(self, path: str) -> None:
         """Policy + cost model (+ history, provenance) in one torch file, written atomically."""
-        import os
-
-        import torch
-
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, exist_ok=True)
-        tmp = os.path.join(d, f".{os.path.basename(path)}.tmp")
-        self.cost.save(tmp + ".cost")
-        blob = torch.load(tmp + ".cost", weights_only=False)
-        os.remove(tmp + ".cost")
-        torch.save({"format": self.FORMAT, "policy": self.policy.state_dict(), "cost": blob, "seed": self.seed,
-                    "history": self.history_, "provenance": policy_provenance(self.cost)}, tmp)
-        os.replace(tmp, path)
+        torch_save_atomic({"format": self.FORMAT, "policy": self.policy.state_dict(), "cost": self.cost.state(),
+                           "seed": self.seed, "history": self.history_, "provenance": policy_provenance(self.cost)},
+                          path)
 
     @classmethod
     def load(cls, path: str) -> Any:
@@ -197,11 +187,7 @@ class PolicyAgent:
         d = torch.load(path, map_location="cpu", weights_only=False)
         if not isinstance(d, dict) or d.get("format") != cls.FORMAT:
             raise ShardlabError(f"policy '{path}': field 'format' must be '{cls.FORMAT}'")
-        torch.save(d["cost"], path + ".cost.tmp")
-        try:
-            cost = cls.COST.load(path + ".cost.tmp")
-        finally:
-            os.remove(path + ".cost.tmp")
+        cost = cls.COST.from_state(cls.COST.check_state(d["cost"], path))
         policy = cls.POLICY()
         policy.load_state_dict(d["policy"])
         agent = cls(cost, policy, d["seed"])

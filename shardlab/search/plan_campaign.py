@@ -63,8 +63,7 @@ def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = 4, profile: str
         todo = [i for i in range(n_plans) if f"{prefix}{i}" not in done]
         if not todo:
             return 0
-        device = "cuda" if prof.comm_backend == "nccl" else "cpu"
-        with CommBench(ngpu, prof.batch_size, prof.comm_backend, device) as bench:
+        with CommBench.for_profile(ngpu, prof) as bench:
             for i in tqdm(todo, desc=f"measured plans G={ngpu} ({prof.name})", disable=not progress):
                 rng = np.random.default_rng([seed, i, 0x91A])
                 task = generate_task(pool, int(rng.integers(ntables[0], ntables[1] + 1)), ngpu, mem_cap_gb,
