@@ -1,5 +1,6 @@
 """The ``shardlab`` command line (INTERFACES.md). Verbs: ``tasks``, ``shard``,
-``profile compute|comm|single|plans``, ``train``, ``evaluate --measure|--model|--analytic``, ``export-torchrec`` and ``report``.
+``profile compute|comm|single|plans``, ``train``, ``evaluate``, ``compare`` (each
+``--measure [--rounds R]`` or ``--model NAME`` or ``--analytic``), ``export-torchrec`` and ``report``.
 
 Each verb prints a one-line summary (or, with ``--json``, the machine-readable result) and
 exits non-zero with one line naming the bad input on error. The CLI holds no logic of its
@@ -17,6 +18,7 @@ from typing import Sequence
 from shardlab import constants as C
 from shardlab.cli_campaigns import (_emit, cmd_profile_comm, cmd_profile_compute, cmd_profile_plans,
                                     cmd_profile_single, cmd_train)
+from shardlab.cli_evaluate import add_evaluator_arguments, cmd_compare, cmd_evaluate, cmd_report
 from shardlab.errors import ShardlabError
 
 
@@ -78,30 +80,6 @@ def cmd_shard(args: argparse.Namespace) -> None:
           plan.to_dict())
 
 
-def cmd_evaluate(args: argparse.Namespace) -> None:
-    """Measure a plan's cost on this machine (Evaluation JSON)."""
-    from shardlab.evaluate import measure_plan
-    from shardlab.io import load_plan, load_task, write_json_atomic
-    from shardlab.profile.hardware import profile_with
-
-    task, plan = load_task(args.task), load_plan(args.plan)
-    if args.measure:
-        prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
-        ev = measure_plan(task, plan, prof, lower_bound=not args.no_bound)
-    else:
-        from shardlab.costmodel.bundle import load_bundle
-        from shardlab.evaluate import estimate_plan
-
-        ev = estimate_plan(task, plan, load_bundle(args.model or "analytic", args.profile),
-                           lower_bound=not args.no_bound)
-    if args.out:
-        write_json_atomic(args.out, ev.to_dict())
-    bound = f", lower bound {ev.lower_bound_ms:.3f} ms" if ev.lower_bound_ms is not None else ""
-    where = f" -> {args.out}" if args.out else ""
-    _emit(args, f"evaluate {plan.method} on {task.name}: {ev.cost_ms:.3f} ms ({ev.source}){bound}{where}",
-          ev.to_dict())
-
-
 def cmd_export_torchrec(args: argparse.Namespace) -> None:
     """Write a plan as TorchRec ParameterSharding-equivalent JSON plus ParameterConstraints."""
     from shardlab.export import export_torchrec
@@ -112,36 +90,6 @@ def cmd_export_torchrec(args: argparse.Namespace) -> None:
     write_json_atomic(args.out, data)
     kinds = sorted({e["sharding_type"] for e in data["plan"].values()})
     _emit(args, f"export-torchrec {plan.method}: {len(data['plan'])} tables ({', '.join(kinds)}) -> {args.out}", data)
-
-
-def cmd_report(args: argparse.Namespace) -> None:
-    """Write a standalone HTML comparison of plans of one task (costs from a model or measured)."""
-    from shardlab.evaluate import estimate_plan, measure_plans
-    from shardlab.io import load_plan, load_task
-    from shardlab.report.html import write_report
-
-    task = load_task(args.task)
-    plans = {}
-    for path in args.plans:
-        plan = load_plan(path)
-        if plan.task != task.name:
-            raise ShardlabError(f"report: plan '{path}': field 'task' = {plan.task!r} is not the task {task.name!r}")
-        plans[plan.method] = plan
-    if args.measure:
-        from shardlab.profile.hardware import profile_with
-
-        prof = profile_with(args.profile)
-        evaluations = measure_plans(task, plans, prof)       # one measured bound shared by all plans
-    else:
-        from shardlab.costmodel.bundle import load_bundle
-
-        model = load_bundle(args.model, args.profile)
-        evaluations = {m: estimate_plan(task, p, model) for m, p in plans.items()}
-    html = args.html or f"reports/{task.name}.html"
-    out = write_report(html, task, plans, evaluations, {"command": " ".join(sys.argv)})
-    best = min(evaluations.items(), key=lambda kv: kv[1].cost_ms)
-    _emit(args, f"report {task.name}: {len(plans)} plans, best {best[0]} {best[1].cost_ms:.3f} ms "
-                f"({best[1].source}) -> {out}", {m: e.to_dict() for m, e in evaluations.items()})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -243,18 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="cost of a plan (Evaluation JSON)")
     p.add_argument("task", help="Task JSON file")
     p.add_argument("plan", help="Plan JSON file")
-    how = p.add_mutually_exclusive_group()
-    how.add_argument("--measure", action="store_true", help="measure on this machine (real kernels, real ranks)")
-    how.add_argument("--model", help="cost model: a manifest JSON path or a shipped name (neuroshard, ...)")
-    how.add_argument("--analytic", action="store_true", help="the shipped analytic model (the default)")
-    p.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=None, help="override the profile's batch size")
-    p.add_argument("--repeats", type=int, default=None, help="override the profile's timed runs")
-    p.add_argument("--warmup", type=int, default=None, help="override the profile's warm-up runs")
-    p.add_argument("--no-bound", action="store_true", help="skip the lower bound")
+    add_evaluator_arguments(p, default_rounds=1, default_model=None)
     p.add_argument("--out", help="where to write the Evaluation JSON")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("compare", help="plans of one task against a reference: median, CI, ratio, verdict")
+    p.add_argument("task", help="Task JSON file")
+    p.add_argument("plans", nargs="+", help="Plan JSON files of the task")
+    add_evaluator_arguments(p, default_rounds=5, default_model=None)
+    p.add_argument("--out", help="where to write the Evaluations (a JSON list)")
+    p.add_argument("--json", action="store_true", help="print the Evaluations (a JSON list)")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("export-torchrec", help="a plan as TorchRec ParameterSharding entries + constraints")
     p.add_argument("task", help="Task JSON file")
@@ -268,10 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plans", nargs="+", help="Plan JSON files of the same task")
     p.add_argument("--task", required=True, help="Task JSON file")
     p.add_argument("--html", default=None, help="where to write the report (default reports/<task>.html)")
-    how = p.add_mutually_exclusive_group()
-    how.add_argument("--model", default="neuroshard", help="cost model (shipped name or manifest path)")
-    how.add_argument("--measure", action="store_true", help="measure every plan on this machine")
-    p.add_argument("--profile", default="cpu")
+    add_evaluator_arguments(p, default_rounds=5, default_model="neuroshard")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_report)
 

@@ -47,3 +47,7 @@ BIN_SUM_TOLERANCE = 1e-3
 
 #: Name of the default shipped table pool.
 DEFAULT_POOL = "dlrm-synth"
+
+#: The comparators every learned sharder must beat: the five heuristics and TorchRec's planner.
+#: A paired comparison with no reference named compares against the best of these.
+BASELINE_METHODS = ("random", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec")

@@ -6,9 +6,9 @@ backward all-to-all time (ms) from the ranks' dim sums and forward start delays 
 Estimators follow scikit-learn: configuration in ``__init__``, ``fit(samples)`` on measured
 samples (the store's / datasets' dicts) returns ``self``, ``predict`` is pure.
 
-:func:`simulate` runs NeuroShard's order (ALGORITHMS.md section 4): compute, backward comm,
-delays (compute + bw comm - the smallest such), forward comm with those delays; the plan cost
-is the max over devices of compute + fw comm + bw comm.
+:func:`simulate` runs the plan cost model of :mod:`shardlab.schedule` (NeuroShard's order):
+compute, backward comm, :func:`~shardlab.schedule.forward_delays`, forward comm with those
+delays; the plan cost is the max over devices of compute + fw comm + bw comm.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from shardlab.schedule import forward_delays
 from shardlab.tables import Table
 
 
@@ -105,7 +106,6 @@ def simulate_many(compute_ms: np.ndarray, dims: np.ndarray, comm: CommModel) -> 
         zero = np.zeros(d.shape[1])
         return [Simulated(c[k, :, 0], c[k, :, 1], zero, zero) for k in range(len(d))]
     bw = np.asarray(comm.predict(d, None), dtype=float)[:, :, 1]
-    ready = c.sum(axis=2) + bw
-    delays = ready - ready.min(axis=1, keepdims=True)
+    delays = forward_delays(c.sum(axis=2) + bw)
     fw = np.asarray(comm.predict(d, delays), dtype=float)[:, :, 0]
     return [Simulated(c[k, :, 0], c[k, :, 1], fw[k], bw[k]) for k in range(len(d))]

@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from shardlab.errors import ShardlabError, field_error
+from shardlab.profile.affinity import allowed_cores, core_for, pin_to
 from shardlab.profile.timing import spread_ms
 
 #: Backend and device pairs the bench supports.
@@ -195,6 +196,8 @@ def _rank_main(rank: int, cfg: dict, port: int, commands: Any, results: Any) -> 
     until the parent is gone). Replies (id, rank, "ok" | "error", payload)."""
     parent = os.getppid()
     try:
+        if cfg["pin_cores"]:
+            pin_to(core_for(rank, cfg["pin_cores"]))
         torch.set_num_threads(cfg["threads_per_rank"])
         if cfg["device"] == "cuda":
             torch.cuda.set_device(rank)
@@ -232,11 +235,14 @@ class CommBench:
 
     ``batch_size`` is the global batch B (rows); ``dtype`` the element type of the pooled
     embeddings; ``threads_per_rank`` torch's intra-op threads per rank; ``timeout_s`` bounds
-    startup, each collective (the process group's timeout) and each request beyond its delays.
+    startup, each collective (the process group's timeout) and each request beyond its delays;
+    ``pin``: rank r runs on core r mod (cores this process may use) where the OS allows
+    (:mod:`shardlab.profile.affinity`; CPU ranks only).
     """
 
     def __init__(self, world_size: int, batch_size: int, backend: str = "gloo", device: str = "cpu",
-                 dtype: torch.dtype = torch.float32, threads_per_rank: int = 1, timeout_s: float = 120.0):
+                 dtype: torch.dtype = torch.float32, threads_per_rank: int = 1, timeout_s: float = 120.0,
+                 pin: bool = False):
         own = "comm bench"
         _require(world_size >= 2, own, "world_size", world_size, "must be >= 2")
         _require(batch_size >= world_size, own, "batch_size", batch_size,
@@ -251,15 +257,17 @@ class CommBench:
         self.backend, self.device, self.dtype = backend, device, dtype
         self._cfg = {"world_size": world_size, "batch_size": batch_size, "backend": backend,
                      "device": device, "dtype": dtype, "threads_per_rank": threads_per_rank,
-                     "timeout_s": self.timeout_s}
+                     "timeout_s": self.timeout_s,
+                     "pin_cores": allowed_cores() if pin and device == "cpu" else None}
+        self.pinned = bool(self._cfg["pin_cores"])
         self._procs: list[Any] = []
         self._req_id, self.startup_s = 0, None  # startup_s: seconds start() took
 
     @classmethod
-    def for_profile(cls, world_size: int, profile: Any) -> "CommBench":
+    def for_profile(cls, world_size: int, profile: Any, pin: bool = False) -> "CommBench":
         """A bench of ``world_size`` ranks at a hardware profile's batch size and backend (gloo on
-        CPU, NCCL on CUDA); not started (use ``with``)."""
-        return cls(world_size, profile.batch_size, profile.comm_backend, BACKENDS[profile.comm_backend])
+        CPU, NCCL on CUDA), ranks pinned to cores if ``pin``; not started (use ``with``)."""
+        return cls(world_size, profile.batch_size, profile.comm_backend, BACKENDS[profile.comm_backend], pin=pin)
 
     def __enter__(self) -> "CommBench":
         self.start()

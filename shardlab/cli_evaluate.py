@@ -1,0 +1,164 @@
+"""The evaluation verbs of the ``shardlab`` command line: ``evaluate``, ``compare`` and
+``report``. Each builds one :class:`~shardlab.evaluate.Evaluator` from its arguments
+(measured in paired rounds, or a cost model) and calls it; none branches on how plans are
+costed after that. Arguments are parsed in :mod:`shardlab.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from shardlab.cli_campaigns import _emit
+from shardlab.errors import ShardlabError
+
+
+def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, default_model: str | None) -> None:
+    """The options that choose and configure the evaluator (shared by evaluate/compare/report)."""
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--measure", action="store_true", help="measure on this machine (real kernels, real ranks)")
+    how.add_argument("--model", default=default_model,
+                     help="cost model: a manifest JSON path or a shipped name (neuroshard, ...)"
+                          + (" (default %(default)s)" if default_model else ""))
+    how.add_argument("--analytic", action="store_true", help="the shipped analytic model")
+    p.add_argument("--rounds", type=int, default=default_rounds,
+                   help="--measure: paired, interleaved rounds (>= 3 for intervals and verdicts; default %(default)s)")
+    p.add_argument("--warmup-rounds", type=int, default=None,
+                   help="--measure: untimed rounds first (default 1 with several rounds, else 0)")
+    p.add_argument("--reference", default=None,
+                   help="plan to compare against: a Plan JSON file or the method of one of the plans "
+                        "(default: the best baseline among them)")
+    p.add_argument("--no-pin", action="store_true", help="--measure: do not pin ranks and compute to cores")
+    p.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=None, help="override the profile's batch size")
+    p.add_argument("--repeats", type=int, default=None, help="override the profile's timed runs per op")
+    p.add_argument("--warmup", type=int, default=None, help="override the profile's warm-up runs per op")
+    p.add_argument("--seed", type=int, default=0, help="--measure: the rounds' orders and the bootstrap")
+    p.add_argument("--no-bound", action="store_true", help="skip the lower bound")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
+    """The Evaluator the arguments ask for: measured in rounds, or a cost model."""
+    from shardlab.evaluate import MeasuredEvaluator, ModelEvaluator
+    from shardlab.profile.hardware import profile_with
+
+    if args.measure:
+        prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
+        warm = args.warmup_rounds if args.warmup_rounds is not None else (1 if args.rounds > 1 else 0)
+        return MeasuredEvaluator(prof, rounds=args.rounds, warmup_rounds=warm, seed=args.seed, reference=reference,
+                                 lower_bound=not args.no_bound, pin=not args.no_pin,
+                                 progress=not args.no_progress)
+    return ModelEvaluator("analytic" if args.analytic or not args.model else args.model, args.profile,
+                          lower_bound=not args.no_bound, reference=reference)
+
+
+def load_plans(task: Any, paths: list[str], reference: str | None) -> tuple[dict[str, Any], str | None]:
+    """Plans keyed by method (``method:file-stem`` where two share a method), every one checked
+    against ``task``; ``reference`` resolved: a Plan JSON file (added to the plans when not among
+    them) or a method name. Returns (plans, reference key or None)."""
+    from shardlab.io import load_plan
+
+    plans: dict[str, Any] = {}
+    by_path: dict[str, str] = {}
+    for path in paths:
+        plan = load_plan(path)
+        if plan.task != task.name:
+            raise ShardlabError(f"plan '{path}': field 'task' = {plan.task!r} is not the task {task.name!r}")
+        key = plan.method if plan.method not in plans else f"{plan.method}:{Path(path).stem}"
+        if key in plans:
+            raise ShardlabError(f"plan '{path}': given twice")
+        plans[key] = plan
+        by_path[str(Path(path).resolve())] = key
+    if reference is None:
+        return plans, None
+    if Path(reference).is_file():
+        resolved = str(Path(reference).resolve())
+        if resolved in by_path:
+            return plans, by_path[resolved]
+        more, _ = load_plans(task, [reference], None)
+        key = next(iter(more))
+        key = key if key not in plans else f"{key}:reference"
+        return {key: more[next(iter(more))], **plans}, key
+    if reference not in plans:
+        raise ShardlabError(f"field 'reference' = {reference!r} is neither a Plan JSON file nor the method of one "
+                            f"of the plans ({', '.join(plans)})")
+    return plans, reference
+
+
+def comparison_line(key: str, e: Any) -> str:
+    """One line for a plan: cost (median and interval when measured in rounds), ratio to the
+    reference (with interval) and verdict."""
+    cost = f"{e.cost_ms:9.3f} ms"
+    if e.ci95_ms is not None:
+        cost += f" [{e.ci95_ms[0]:.3f}, {e.ci95_ms[1]:.3f}]"
+    elif e.rounds_ms and len(e.rounds_ms) > 1:
+        cost += " [too few rounds for an interval]"
+    c = e.comparison
+    if c is None:
+        return f"{key:>22}  {cost}"
+    if c.reference == key:
+        return f"{key:>22}  {cost}   reference"
+    ratio = f"x{c.ratio:.3f}"
+    if c.ratio_ci95 is not None:
+        ratio += f" [{c.ratio_ci95[0]:.3f}, {c.ratio_ci95[1]:.3f}]"
+    return f"{key:>22}  {cost}   {ratio} vs {c.reference}" + (f"   {c.verdict}" if c.verdict else "")
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    """Cost of one plan (Evaluation JSON), measured (in rounds) or predicted."""
+    from shardlab.io import load_task, write_json_atomic
+
+    task = load_task(args.task)
+    plans, ref = load_plans(task, [args.plan], args.reference)
+    key = next(k for k in plans if k != ref) if len(plans) > 1 else next(iter(plans))   # the plan itself
+    evs = build_evaluator(args, ref).evaluate(task, plans)
+    ev = evs[key]
+    if args.out:
+        write_json_atomic(args.out, ev.to_dict())
+    bound = f", lower bound {ev.lower_bound_ms:.3f} ms" if ev.lower_bound_ms is not None else ""
+    ci = f" [{ev.ci95_ms[0]:.3f}, {ev.ci95_ms[1]:.3f}] over {len(ev.rounds_ms)} rounds" if ev.ci95_ms else ""
+    vs = ""
+    if ev.comparison is not None and ev.comparison.reference != key:
+        vs = f", x{ev.comparison.ratio:.3f} vs {ev.comparison.reference}" + (
+            f" ({ev.comparison.verdict})" if ev.comparison.verdict else "")
+    where = f" -> {args.out}" if args.out else ""
+    _emit(args, f"evaluate {plans[key].method} on {task.name}: {ev.cost_ms:.3f} ms{ci} ({ev.source}){bound}{vs}{where}",
+          ev.to_dict())
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    """Several plans of one task, each against the reference: one line per plan."""
+    from shardlab.io import load_task, write_json_atomic
+
+    task = load_task(args.task)
+    plans, ref = load_plans(task, args.plans, args.reference)
+    evs = build_evaluator(args, ref).evaluate(task, plans)
+    if args.out:
+        write_json_atomic(args.out, [e.to_dict() for e in evs.values()])
+    if args.json:
+        _emit(args, "", [e.to_dict() for e in evs.values()])
+        return
+    first = next(iter(evs.values()))
+    rounds = f", {len(first.rounds_ms)} paired rounds" if first.rounds_ms else ""
+    bound = f", lower bound {first.lower_bound_ms:.3f} ms" if first.lower_bound_ms is not None else ""
+    print(f"compare on {task.name} ({first.source}{rounds}{bound}):")
+    for k, e in evs.items():
+        print(comparison_line(k, e))
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    """A standalone HTML comparison of plans of one task (costs from a model or measured)."""
+    from shardlab.io import load_task
+    from shardlab.report.html import write_report
+
+    task = load_task(args.task)
+    plans, ref = load_plans(task, args.plans, args.reference)
+    evaluations = build_evaluator(args, ref).evaluate(task, plans)
+    html = args.html or f"reports/{task.name}.html"
+    out = write_report(html, task, plans, evaluations, {"command": " ".join(sys.argv)})
+    best = min(evaluations.items(), key=lambda kv: kv[1].cost_ms)
+    _emit(args, f"report {task.name}: {len(plans)} plans, best {best[0]} {best[1].cost_ms:.3f} ms "
+                f"({best[1].source}) -> {out}", {m: e.to_dict() for m, e in evaluations.items()})

@@ -1,0 +1,24 @@
+"""Plan evaluation: the cost of a plan (Evaluation JSON of INTERFACES.md), its lower bound and
+comparisons between plans.
+
+One stage, one protocol: :class:`Evaluator` (``evaluate(task, plans) -> {name: Evaluation}``)
+with two implementations here -- :class:`ModelEvaluator` (a cost model's prediction, labelled
+``model:...`` or ``analytic:...``) and :class:`MeasuredEvaluator` (real kernels and ranks in
+paired, interleaved rounds with confidence intervals and verdicts, labelled ``measured:...``).
+Both follow the plan cost model and lower bound of :mod:`shardlab.schedule`.
+"""
+
+from shardlab.evaluate.measured import (BOUND, MeasuredEvaluator, measurable, measure_bound, measure_lower_bound,
+                                        measure_plan, measure_plans, measure_shards, round_orders)
+from shardlab.evaluate.model import BOUND_CHUNK, ModelEvaluator, estimate_plan
+from shardlab.evaluate.protocol import Evaluator, check_plans, compare_to_reference, resolve_reference
+from shardlab.evaluate.stats import bootstrap_median_ci, paired_ratios, verdict
+from shardlab.evaluate.subadditivity import fused_and_summed, subadditivity
+from shardlab.evaluate.values import VERDICTS, Comparison, DeviceCost, Evaluation, device_tables
+from shardlab.schedule import balanced_dims
+
+__all__ = ["BOUND", "BOUND_CHUNK", "VERDICTS", "Comparison", "DeviceCost", "Evaluation", "Evaluator",
+           "MeasuredEvaluator", "ModelEvaluator", "balanced_dims", "bootstrap_median_ci", "check_plans",
+           "compare_to_reference", "device_tables", "estimate_plan", "fused_and_summed", "measurable",
+           "measure_bound", "measure_lower_bound", "measure_plan", "measure_plans", "measure_shards",
+           "paired_ratios", "resolve_reference", "round_orders", "subadditivity", "verdict"]

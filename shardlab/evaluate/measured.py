@@ -1,0 +1,253 @@
+"""Measured evaluation: plans timed on this machine with real fused fbgemm ops and real
+all-to-alls, in paired, interleaved rounds.
+
+One measurement of a plan (ALGORITHMS.md sections 1 and 7, the cost model of
+:mod:`shardlab.schedule`): each device's fused op is timed in turn on this machine (compute is
+independent across devices); the backward all-to-all is measured with G real ranks; the forward
+all-to-all with the forward delays that compute + backward comm give, so waiting for slower
+devices is part of it. Costs are measured at the hardware profile's batch size, which the
+``source`` names.
+
+**Rounds.** On a shared VM one op's time drifts by tens of percent between rounds while two ops
+timed back to back keep their ratio, so :class:`MeasuredEvaluator` measures every plan once per
+round, in an order shuffled per round (seeded), with the task's lower bound as one more item of
+each round; within a round every plan sees the same lookups, identical device shards are
+measured once and shared, and identical plans are measured once. Per plan it reports the
+per-round costs, their median and a 95% bootstrap interval; against a reference plan the
+paired per-round ratio, its interval and a verdict (:mod:`shardlab.evaluate.stats`). Optional
+untimed warm-up rounds come first; comm ranks and the compute-measuring process are pinned to
+cores where the OS allows (:mod:`shardlab.profile.affinity`).
+
+Lower bound premise: on the shipped CPU data fused costs are near-additive (median fused /
+sum-of-singles 1.0) but above 1 in about half of the multi-table samples and beyond noise in
+~18% (tests/test_subadditivity.py, datasets/cpu/NOTES.md), so on CPU a plan can measure below
+its bound; ratios below 1 mean exactly that.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from shardlab import constants as C
+from shardlab.evaluate.protocol import check_plans, compare_to_reference
+from shardlab.evaluate.stats import bootstrap_median_ci
+from shardlab.evaluate.values import DeviceCost, Evaluation, device_tables
+from shardlab.plan import Plan, device_memory_bytes, validate_plan
+from shardlab.profile.affinity import core_for, pinned
+from shardlab.profile.compute import DEFAULT_MAX_GB, measure_compute
+from shardlab.profile.hardware import HardwareProfile, get_profile
+from shardlab.schedule import balanced_dims, forward_delays, lower_bound_ms
+from shardlab.tables import Table, Task
+
+#: The lower bound's name among a round's items.
+BOUND = "<lower bound>"
+
+Shards = Sequence[Sequence[Table]]
+
+
+def measurable(task: Task) -> tuple[Task, str]:
+    """``task`` with lookups for every table (tables with only the Task JSON fields get a
+    generator fitted to their reuse bins and pooling factor) and the note for ``source``:
+    ``""`` when no table needed fitting, else ``" (lookups fitted for k/n tables)"``."""
+    try:
+        from shardlab.data.fit_lookups import lookup_origin, with_lookups
+    except ImportError:  # TODO(issue 11): until the fitted lookups land
+        return task, ""
+
+    out = with_lookups(task)
+    k = sum(lookup_origin(t) == "fitted" for t in out.tables)
+    return out, (f" (lookups fitted for {k}/{len(out.tables)} tables)" if k else "")
+
+
+def round_orders(names: Sequence[str], rounds: int, seed: int) -> list[list[str]]:
+    """The measuring order of each of ``rounds`` timed rounds: ``names`` shuffled per round by
+    ``numpy.random.default_rng([seed, 0x0DE7])`` (same seed, same orders)."""
+    rng = np.random.default_rng([seed, 0x0DE7])
+    return [[names[i] for i in rng.permutation(len(names))] for _ in range(rounds)]
+
+
+def _comm(dims: Sequence[int], delays: Sequence[float] | None, profile: HardwareProfile,
+          bench: Any | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-rank forward and backward all-to-all (ms, shape (G,) each); zeros for one device."""
+    if len(dims) < 2:
+        return np.zeros(len(dims)), np.zeros(len(dims))
+    if bench is None:
+        from shardlab.profile.comm import CommBench
+
+        with CommBench.for_profile(len(dims), profile) as b:
+            s = b.measure(dims, delays, repeats=profile.repeats, warmup=profile.warmup)
+    else:
+        s = bench.measure(dims, delays, repeats=profile.repeats, warmup=profile.warmup)
+    return np.asarray(s.fw_comm_ms), np.asarray(s.bw_comm_ms)
+
+
+def _shard_key(tables: Sequence[Table]) -> tuple:
+    return tuple(sorted((t.name, t.rows, t.dim) for t in tables))
+
+
+def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None = None,
+                   cache: dict | None = None) -> np.ndarray:
+    """One measurement of a plan given its devices' (sub)tables: an array of shape (G, 4) of
+    forward compute, backward compute, forward comm and backward comm (ms) per device (module
+    docstring). ``cache``: shard key -> (fw, bw) compute ms, shared within one round."""
+    cache = {} if cache is None else cache
+    c = np.zeros((len(shards), 2))
+    for g, tables in enumerate(shards):
+        if tables:
+            key = _shard_key(tables)
+            if key not in cache:
+                s = measure_compute(list(tables), profile)
+                cache[key] = (s.fw_ms, s.bw_ms)
+            c[g] = cache[key]
+    dims = [sum(t.dim for t in ts) for ts in shards]
+    _, bw = _comm(dims, None, profile, bench)
+    fw, _ = _comm(dims, list(forward_delays(c.sum(axis=1) + bw)), profile, bench)
+    return np.column_stack([c, fw, bw])
+
+
+def measure_bound(task: Task, profile: HardwareProfile, bench: Any | None = None,
+                  max_gb: float = DEFAULT_MAX_GB) -> float | None:
+    """One measurement of the lower bound (ms, :func:`~shardlab.schedule.lower_bound_ms`): all
+    tables in one fused op / G + the cheapest rank's all-to-all of balanced dim sums. None when
+    all tables together exceed ``max_gb`` GB."""
+    if sum(t.memory_bytes(profile.weights_precision, profile.optimizer) for t in task.tables) > max_gb * C.GB:
+        return None
+    whole = measure_compute(list(task.tables), profile, max_gb=max_gb)
+    fw, bw = _comm(balanced_dims(task), None, profile, bench)
+    return lower_bound_ms(whole.total_ms, task.ngpu, np.column_stack([fw, bw]))
+
+
+def _evaluation(task: Task, plan: Plan, source: str, runs: Sequence[np.ndarray], bound: float | None,
+                seed: int) -> Evaluation:
+    """An Evaluation from R per-round (G, 4) measurements: per-round plan costs, their median
+    and interval, per-device component medians."""
+    arr = np.stack(runs)                                   # (R, G, 4)
+    rounds = arr.sum(axis=2).max(axis=1)                   # plan cost per round (ms)
+    med = np.median(arr, axis=0)
+    mem = [b / C.GB for b in device_memory_bytes(task, plan)]
+    devices = tuple(DeviceCost(g, *(float(x) for x in med[g]), mem[g]) for g in range(plan.ngpu))
+    return Evaluation(task.name, plan.method, source, devices, bound,
+                      tuple(float(x) for x in rounds), bootstrap_median_ci(rounds, seed=seed))
+
+
+class MeasuredEvaluator:
+    """The :class:`~shardlab.evaluate.protocol.Evaluator` that measures (module docstring).
+
+    ``profile``: hardware profile (name or value); ``rounds``: timed rounds (>= 3 for intervals
+    and verdicts); ``warmup_rounds``: untimed rounds before them; ``seed``: the rounds' orders
+    and the bootstrap; ``reference``: the plan (name in the mapping) to compare against, default
+    the best baseline; ``lower_bound``: measure the bound in every round; ``pin``: pin comm
+    ranks and the compute-measuring process to cores; ``progress``: a tqdm bar.
+    After :meth:`evaluate`: ``orders_`` (each timed round's order, plan names and
+    :data:`BOUND`), ``measured_`` (every item in the order it was measured, warm-ups included,
+    as (round, name); round < 0 for warm-ups) and ``seconds_`` (wall time of the whole
+    evaluation, s)."""
+
+    def __init__(self, profile: str | HardwareProfile = "cpu", rounds: int = 5, warmup_rounds: int = 1,
+                 seed: int = 0, reference: str | None = None, lower_bound: bool = True, pin: bool = True,
+                 progress: bool = True):
+        self.profile = profile
+        self.rounds = rounds
+        self.warmup_rounds = warmup_rounds
+        self.seed = seed
+        self.reference = reference
+        self.lower_bound = lower_bound
+        self.pin = pin
+        self.progress = progress
+
+    def _check(self) -> HardwareProfile:
+        from shardlab.errors import field_error
+
+        if int(self.rounds) < 1:
+            raise field_error("measured evaluator", "rounds", self.rounds, "must be >= 1")
+        if int(self.warmup_rounds) < 0:
+            raise field_error("measured evaluator", "warmup_rounds", self.warmup_rounds, "must be >= 0")
+        return get_profile(self.profile)
+
+    def evaluate(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, Evaluation]:
+        """Measured Evaluations of ``plans`` in paired rounds, compared to the reference."""
+        import time
+
+        from tqdm.auto import tqdm
+
+        prof = self._check()
+        check_plans(task, plans)
+        t0 = time.perf_counter()
+        task, note = measurable(task)
+        for p in plans.values():
+            validate_plan(task, p)
+        shards = {k: device_tables(task, p) for k, p in plans.items()}
+        first: dict[tuple, str] = {}      # identical plans are measured once per round
+        for k, s in shards.items():
+            first.setdefault(tuple(_shard_key(x) for x in s), k)
+        items = list(dict.fromkeys(first.values())) + ([BOUND] if self.lower_bound else [])
+        self.orders_ = round_orders(items, self.rounds, self.seed)
+        schedule = [(-w - 1, items) for w in range(self.warmup_rounds)][::-1] + list(enumerate(self.orders_))
+        runs: dict[str, list[np.ndarray]] = {k: [] for k in items}
+        self.measured_ = []
+        bar = tqdm(total=len(schedule) * len(items), desc="measuring plans", unit="plan", disable=not self.progress)
+        with ExitStack() as stack:
+            bench = None
+            if task.ngpu > 1:
+                from shardlab.profile.comm import CommBench
+
+                bench = stack.enter_context(CommBench.for_profile(task.ngpu, prof, pin=self.pin))
+            stack.enter_context(pinned(core_for(-1), self.pin and prof.device == "cpu"))
+            for r, order in schedule:
+                cache: dict = {}
+                for name in order:
+                    bar.set_postfix_str(f"round {r + 1}/{self.rounds} {name}" if r >= 0 else "warm-up", refresh=False)
+                    if name == BOUND:
+                        m = measure_bound(task, prof, bench)
+                    else:
+                        m = measure_shards(shards[name], prof, bench, cache)
+                    self.measured_.append((r, name))
+                    if r >= 0:
+                        runs[name].append(m)
+                    bar.update(1)
+        bar.close()
+        bounds = [b for b in runs.get(BOUND, []) if b is not None]
+        bound = float(np.median(bounds)) if bounds else None
+        source = f"measured:{prof.name}{note}"
+        out = {k: _evaluation(task, plans[k], source, runs[first[tuple(_shard_key(x) for x in shards[k])]],
+                              bound, self.seed) for k in plans}
+        self.seconds_ = time.perf_counter() - t0
+        return compare_to_reference(out, self.reference, self.seed)
+
+
+def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",
+                 bench: Any | None = None, lower_bound: bool = True) -> Evaluation:
+    """One measurement of ``plan`` (no rounds, no interval: the campaigns' data point).
+    ``bench``: an open :class:`~shardlab.profile.comm.CommBench` of ``plan.ngpu`` ranks to
+    reuse (else one is started); ``lower_bound``: also measure the bound (None when all tables
+    exceed the compute profiler's memory limit)."""
+    profile = get_profile(profile)
+    task, note = measurable(task)
+    validate_plan(task, plan)
+    m = measure_shards(device_tables(task, plan), profile, bench)
+    bound = measure_bound(task, profile, bench) if lower_bound else None
+    mem = [b / C.GB for b in device_memory_bytes(task, plan)]
+    devices = tuple(DeviceCost(g, *(float(x) for x in m[g]), mem[g]) for g in range(plan.ngpu))
+    return Evaluation(task.name, plan.method, f"measured:{profile.name}{note}", devices, bound)
+
+
+def measure_plans(task: Task, plans: Mapping[str, Plan], profile: str | HardwareProfile = "cpu",
+                  lower_bound: bool = True, progress: bool = True, rounds: int = 1, seed: int = 0,
+                  reference: str | None = None) -> dict[str, Evaluation]:
+    """Measure several plans of one task with one set of G ranks and the bound measured in the
+    same rounds: :class:`MeasuredEvaluator` with ``rounds`` timed rounds (one by default, no
+    warm-up round: the quick look; pass ``rounds`` >= 3 for intervals and verdicts). Returns
+    name -> Evaluation, in ``plans``' order."""
+    ev = MeasuredEvaluator(profile, rounds=rounds, warmup_rounds=0 if rounds == 1 else 1, seed=seed,
+                           reference=reference, lower_bound=lower_bound, progress=progress)
+    return ev.evaluate(task, plans)
+
+
+def measure_lower_bound(task: Task, profile: str | HardwareProfile = "cpu", bench: Any | None = None,
+                        max_gb: float = DEFAULT_MAX_GB) -> float | None:
+    """One measurement of the task's lower bound (ms; :func:`measure_bound`)."""
+    return measure_bound(measurable(task)[0], get_profile(profile), bench, max_gb)
+

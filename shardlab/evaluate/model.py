@@ -1,0 +1,78 @@
+"""Predicted evaluation: a plan's costs from a cost model (learned from measurements, or the
+analytic model, which says it is one), labelled with the model's ``source``."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from shardlab import constants as C
+from shardlab.evaluate.protocol import check_plans, compare_to_reference
+from shardlab.evaluate.values import DeviceCost, Evaluation, device_tables
+from shardlab.plan import Plan, device_memory_bytes, validate_plan
+from shardlab.schedule import balanced_dims, lower_bound_ms
+from shardlab.tables import Task
+
+#: Largest shard a model is asked to predict for the lower bound (the campaigns' max_tables).
+BOUND_CHUNK = 15
+
+
+def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True) -> Evaluation:
+    """A plan's cost predicted by a cost-model bundle
+    (:class:`~shardlab.costmodel.bundle.CostModelBundle`), labelled with the model's ``source``
+    (``model:...`` or ``analytic:...``). The bound (:func:`~shardlab.schedule.lower_bound_ms`):
+    the model's cost of all tables fused / G plus the comm of balanced dim sums. A model is only
+    asked about shards of at most ``BOUND_CHUNK`` tables (the size the compute campaigns train
+    on), so "all tables fused" is the sum over chunks of that size -- near-additive on the
+    measured data (datasets/cpu/NOTES.md); a model's bound is only as good as the model."""
+    validate_plan(task, plan)
+    per_dev = device_tables(task, plan)
+    comm_model, comm_label = model.comm_for(plan.ngpu)
+    sim = model.simulate(per_dev)
+    mem = [b / C.GB for b in device_memory_bytes(task, plan)]
+    devices = tuple(DeviceCost(g, float(sim.fw_compute[g]), float(sim.bw_compute[g]), float(sim.fw_comm[g]),
+                               float(sim.bw_comm[g]), mem[g]) for g in range(plan.ngpu))
+    bound = None
+    if lower_bound:
+        chunks = [list(task.tables[i:i + BOUND_CHUNK]) for i in range(0, len(task.tables), BOUND_CHUNK)]
+        whole = float(np.asarray(model.compute.predict(chunks)).sum())
+        comm = np.asarray(comm_model.predict([balanced_dims(task)], None))[0] if task.ngpu > 1 else None
+        bound = lower_bound_ms(whole, task.ngpu, comm)
+    return Evaluation(task.name, plan.method, model.source + comm_label, devices, bound)
+
+
+class ModelEvaluator:
+    """The :class:`~shardlab.evaluate.protocol.Evaluator` of a cost model.
+
+    ``model``: a cost-model bundle, or the name / manifest path of one (loaded for
+    ``profile``); ``lower_bound``: also predict the task's bound; ``reference``: the plan to
+    compare against (default: the best baseline, see
+    :func:`~shardlab.evaluate.protocol.resolve_reference`). Predictions carry no uncertainty,
+    so their comparisons have a ratio but no interval and no verdict."""
+
+    def __init__(self, model: Any = "analytic", profile: str = "cpu", lower_bound: bool = True,
+                 reference: str | None = None):
+        self.model = model
+        self.profile = profile
+        self.lower_bound = lower_bound
+        self.reference = reference
+
+    def bundle(self) -> Any:
+        """The cost-model bundle (loaded when a name or path was given)."""
+        if isinstance(self.model, (str, bytes)) or hasattr(self.model, "__fspath__"):
+            from shardlab.costmodel.bundle import load_bundle
+
+            return load_bundle(self.model, self.profile)
+        return self.model
+
+    def evaluate(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, Evaluation]:
+        """Predicted Evaluations of ``plans``, one shared predicted bound, compared to the reference."""
+        check_plans(task, plans)
+        model = self.bundle()
+        out, bound = {}, None
+        for k, p in plans.items():
+            e = estimate_plan(task, p, model, lower_bound=self.lower_bound and bound is None)
+            bound = e.lower_bound_ms if bound is None else bound
+            out[k] = Evaluation(e.task, e.method, e.source, e.per_device, bound)
+        return compare_to_reference(out, self.reference)

@@ -1,0 +1,152 @@
+"""Evaluation values (the Evaluation JSON of INTERFACES.md) and a plan's per-device tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from shardlab.errors import ShardlabError, check_fields
+from shardlab.plan import Plan
+from shardlab.tables import Table, Task
+
+#: Verdicts of a plan against the reference plan of a paired comparison.
+VERDICTS = ("faster", "slower", "within noise")
+
+
+@dataclass(frozen=True)
+class DeviceCost:
+    """One device's costs (ms) and memory (GB)."""
+
+    device: int
+    fw_compute_ms: float
+    bw_compute_ms: float
+    fw_comm_ms: float
+    bw_comm_ms: float
+    mem_gb: float
+
+    @property
+    def total_ms(self) -> float:
+        """Compute plus both all-to-alls (ms)."""
+        return self.fw_compute_ms + self.bw_compute_ms + self.fw_comm_ms + self.bw_comm_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        """Evaluation JSON's per-device entry."""
+        return {"device": self.device, "fw_compute_ms": self.fw_compute_ms, "bw_compute_ms": self.bw_compute_ms,
+                "fw_comm_ms": self.fw_comm_ms, "bw_comm_ms": self.bw_comm_ms, "total_ms": self.total_ms,
+                "mem_gb": self.mem_gb}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "DeviceCost":
+        """Inverse of :meth:`to_dict` (``total_ms`` is recomputed)."""
+        check_fields(d, "per_device entry", "device", ("device", "fw_compute_ms", "bw_compute_ms", "fw_comm_ms",
+                                                      "bw_comm_ms"),
+                     ("device", "fw_compute_ms", "bw_compute_ms", "fw_comm_ms", "bw_comm_ms", "total_ms", "mem_gb"))
+        return cls(int(d["device"]), float(d["fw_compute_ms"]), float(d["bw_compute_ms"]), float(d["fw_comm_ms"]),
+                   float(d["bw_comm_ms"]), float(d.get("mem_gb", 0.0)))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A plan against a reference plan, from paired rounds (measured) or from one prediction.
+
+    ``reference``: the reference plan's method; ``ratio``: median over rounds of the per-round
+    ratio plan cost / reference cost (a prediction: the one ratio); ``ratio_ci95``: its 95%
+    confidence interval (bootstrap over rounds; None for predictions); ``verdict``: one of
+    :data:`VERDICTS` (None for predictions, which carry no uncertainty)."""
+
+    reference: str
+    ratio: float
+    ratio_ci95: tuple[float, float] | None = None
+    verdict: str | None = None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The cost of one plan. ``source``: ``measured:<profile>``, ``model:<name>`` or
+    ``analytic:<profile>`` -- never unlabelled.
+
+    A single evaluation: ``cost_ms`` = max over devices of ``total_ms``. Measured in R paired
+    rounds (:class:`~shardlab.evaluate.measured.MeasuredEvaluator`): ``rounds_ms`` holds the
+    plan cost (the straggler's total) of each round, ``cost_ms`` is their median and
+    ``ci95_ms`` its 95% bootstrap confidence interval; ``per_device`` then holds each
+    component's median over rounds (so the max of ``per_device`` totals can differ slightly from
+    ``cost_ms``). ``comparison``: against the reference plan, when one was named."""
+
+    task: str
+    method: str
+    source: str
+    per_device: tuple[DeviceCost, ...]
+    lower_bound_ms: float | None = None
+    rounds_ms: tuple[float, ...] | None = None
+    ci95_ms: tuple[float, float] | None = None
+    comparison: Comparison | None = field(default=None)
+
+    @property
+    def cost_ms(self) -> float:
+        """Plan cost (ms): the median over rounds when measured in rounds, else the straggler's total."""
+        if self.rounds_ms:
+            import numpy as np
+
+            return float(np.median(self.rounds_ms))
+        return max(d.total_ms for d in self.per_device)
+
+    @property
+    def verdict(self) -> str | None:
+        """The comparison's verdict (None without a paired comparison)."""
+        return self.comparison.verdict if self.comparison else None
+
+    def with_comparison(self, comparison: Comparison | None) -> "Evaluation":
+        """A copy carrying ``comparison``."""
+        return replace(self, comparison=comparison)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Evaluation JSON (the optional paired-round fields only when set)."""
+        out: dict[str, Any] = {"task": self.task, "method": self.method, "source": self.source,
+                               "cost_ms": self.cost_ms, "lower_bound_ms": self.lower_bound_ms,
+                               "per_device": [d.to_dict() for d in self.per_device]}
+        if self.rounds_ms is not None:
+            out["rounds_ms"] = list(self.rounds_ms)
+        if self.ci95_ms is not None:
+            out["ci95_ms"] = list(self.ci95_ms)
+        c = self.comparison
+        if c is not None:
+            out["reference"] = c.reference
+            out["ratio_to_reference"] = c.ratio
+            if c.ratio_ci95 is not None:
+                out["ratio_ci95"] = list(c.ratio_ci95)
+            if c.verdict is not None:
+                out["verdict"] = c.verdict
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Evaluation":
+        """Parse Evaluation JSON (files without the paired-round fields load too); one-line
+        error naming the bad field."""
+        owner = check_fields(d, "evaluation", "method", ("task", "method", "source", "per_device"),
+                             ("task", "method", "source", "cost_ms", "lower_bound_ms", "per_device", "rounds_ms",
+                              "ci95_ms", "reference", "ratio_to_reference", "ratio_ci95", "verdict"))
+        pair = lambda k: tuple(float(x) for x in d[k]) if d.get(k) is not None else None  # noqa: E731
+        comparison = None
+        if d.get("reference") is not None:
+            if d.get("verdict") is not None and d["verdict"] not in VERDICTS:
+                raise ShardlabError(f"{owner}: field 'verdict' = {d['verdict']!r} must be one of {list(VERDICTS)}")
+            comparison = Comparison(str(d["reference"]), float(d["ratio_to_reference"]), pair("ratio_ci95"),
+                                    d.get("verdict"))
+        rounds = tuple(float(x) for x in d["rounds_ms"]) if d.get("rounds_ms") is not None else None
+        bound = d.get("lower_bound_ms")
+        return cls(str(d["task"]), str(d["method"]), str(d["source"]),
+                   tuple(DeviceCost.from_dict(x) for x in d["per_device"]),
+                   None if bound is None else float(bound), rounds, pair("ci95_ms"), comparison)
+
+
+def device_tables(task: Task, plan: Plan) -> list[list[Table]]:
+    """The (sub)tables on each device: whole tables as they are, column blocks as tables of
+    ``cols`` columns (same rows and lookups). Row-range blocks are not measurable yet."""
+    out: list[list[Table]] = [[] for _ in range(plan.ngpu)]
+    for p in plan.placements:
+        t = task.table(p.table)
+        if p.rows != t.rows:
+            raise ShardlabError(f"plan '{plan.method}': table '{t.name}': row-wise blocks cannot be measured yet")
+        name = t.name if p.cols == t.dim else f"{t.name}[{p.col_offset}:{p.col_offset + p.cols}]"
+        out[p.device].append(t.with_dim(p.cols, name=name))
+    return out

@@ -1,0 +1,56 @@
+"""The plan cost model shared by measured and predicted evaluation (ALGORITHMS.md sections 1, 4, 7).
+
+One training iteration of a plan over G devices, in NeuroShard's order:
+
+1. every device runs its fused embedding op (forward + backward compute, independent across
+   devices);
+2. the backward all-to-all (no delays: it is timed on its own);
+3. device g is *ready* at compute_g + bw_comm_g; its **forward delay** is ready_g - min ready,
+   the time it starts the forward all-to-all after the first device;
+4. the forward all-to-all with those delays, so a device that is early waits for the
+   stragglers inside its forward comm;
+5. plan cost = max over devices of compute + fw comm + bw comm.
+
+The **lower bound** of a task: compute cannot beat (all tables in one fused op) / G where fused
+costs are subadditive, and communication cannot beat the all-to-all of perfectly balanced dim
+sums (the cheapest rank's forward + backward, no delays).
+
+The measured evaluator (:mod:`shardlab.evaluate.measured`) and the cost-model simulation
+(:func:`shardlab.costmodel.base.simulate_many`) both call :func:`forward_delays` and
+:func:`lower_bound_ms`; nothing else computes either. Plain numpy, no timing, no model.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from shardlab.tables import Task
+
+
+def forward_delays(ready_ms: np.ndarray) -> np.ndarray:
+    """Forward start delays (ms) from each device's ready time (compute + backward comm, ms).
+
+    ``ready_ms``: shape (..., G); returns the same shape, ``ready - min over the last axis``
+    (so the earliest device has delay 0 and every delay is >= 0)."""
+    ready = np.asarray(ready_ms, dtype=float)
+    return ready - ready.min(axis=-1, keepdims=True)
+
+
+def balanced_dims(task: Task) -> list[int]:
+    """The task's total dim spread as evenly as integers allow over its G devices (the
+    communication term of the lower bound); length G."""
+    total, g = sum(t.dim for t in task.tables), task.ngpu
+    return [total // g + (1 if i < total % g else 0) for i in range(g)]
+
+
+def lower_bound_ms(fused_all_ms: float, ngpu: int, comm_ms: np.ndarray | Sequence[Sequence[float]] | None) -> float:
+    """The lower bound (ms): ``fused_all_ms`` (forward + backward of all tables in one fused op,
+    measured or predicted) / ``ngpu`` plus the cheapest rank's forward + backward all-to-all of
+    the balanced dim sums, ``comm_ms`` of shape (G, 2) (None or G = 1: no communication)."""
+    comm = 0.0
+    if comm_ms is not None and ngpu > 1:
+        c = np.asarray(comm_ms, dtype=float).reshape(ngpu, 2)
+        comm = float((c[:, 0] + c[:, 1]).min())
+    return float(fused_all_ms) / ngpu + comm
