@@ -1,0 +1,110 @@
+"""Measured evaluation in paired, interleaved rounds: real fused fbgemm ops and real gloo ranks
+on this machine. Verdicts that must hold whatever the machine's noise: a plan with every table
+on one device is slower than lookup-greedy's with an interval excluding 1; a plan against
+itself is within noise; the rounds follow their seeded shuffled orders."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardlab import Plan
+from shardlab.cli import main
+from shardlab.data.tasks import generate_task
+from shardlab.evaluate import BOUND, MeasuredEvaluator, compare_to_reference, round_orders
+from shardlab.evaluate import measured as measured_module
+from shardlab.io import save_plan, save_task
+from shardlab.profile.hardware import profile_with
+from shardlab.search import get_sharder, run_sharder
+
+#: Compute dominates at this batch (tens of ms per op on CPU), so piling every table on one
+#: device costs it about G times more than a balanced plan; 3 timed runs per op.
+PROFILE = profile_with("cpu", batch_size=2048, repeats=3, warmup=1)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return generate_task(ntables=8, ngpu=2, mem_cap_gb=2.0, batch_size=2048, seed=11, dims=[32, 64])
+
+
+@pytest.fixture(scope="module")
+def plans(task):
+    return {"lookup_greedy": run_sharder(get_sharder("lookup_greedy"), task),
+            "all_on_0": Plan.table_wise(task, [0] * len(task.tables), "all_on_0")}
+
+
+@pytest.fixture(scope="module")
+def measured(task, plans):
+    ev = MeasuredEvaluator(PROFILE, rounds=5, warmup_rounds=1, seed=4, reference="lookup_greedy", progress=False)
+    twin = Plan(task.name, "all_on_0_again", task.ngpu, plans["all_on_0"].placements)
+    return ev, ev.evaluate(task, {**plans, "all_on_0_again": twin})
+
+
+def test_everything_on_one_device_is_slower_beyond_noise(measured):
+    _, out = measured
+    e = out["all_on_0"]
+    assert len(e.rounds_ms) == 5 and e.ci95_ms[0] <= e.cost_ms <= e.ci95_ms[1]
+    c = e.comparison
+    assert c.reference == "lookup_greedy" and c.verdict == "slower" and c.ratio_ci95[0] > 1.0
+    assert out["lookup_greedy"].comparison.verdict == "within noise"
+    assert e.source == f"measured:{PROFILE.name}" and e.lower_bound_ms is not None and e.lower_bound_ms > 0
+
+
+def test_a_plan_against_itself_is_within_noise(measured):
+    ev, out = measured
+    a, b = out["all_on_0"], out["all_on_0_again"]
+    # identical plans are one item of each round: paired ratio exactly 1, the interval [1, 1]
+    assert a.rounds_ms == b.rounds_ms
+    mine = compare_to_reference({"x": a, "y": b}, reference="x")["y"].comparison
+    assert mine.ratio == 1.0 and mine.verdict == "within noise" and mine.ratio_ci95 == (1.0, 1.0)
+    assert not any(name == "all_on_0_again" for _, name in ev.measured_)
+
+
+def test_rounds_follow_the_seeded_shuffled_orders(measured):
+    ev, _ = measured
+    items = ["lookup_greedy", "all_on_0", BOUND]
+    assert ev.orders_ == round_orders(items, 5, seed=4)
+    warm = [n for r, n in ev.measured_ if r < 0]
+    timed = [[n for r, n in ev.measured_ if r == k] for k in range(5)]
+    assert warm == items and timed == ev.orders_             # measured in exactly that order
+    assert len({tuple(o) for o in timed}) > 1
+
+
+def test_identical_device_shards_are_measured_once_per_round(task, plans, monkeypatch):
+    calls = []
+    real = measured_module.measure_compute
+
+    def counting(tables, profile, **kw):
+        calls.append(tuple(t.name for t in tables))
+        return real(tables, profile, **kw)
+
+    monkeypatch.setattr(measured_module, "measure_compute", counting)
+    # same tables on device 0 in both plans, in another order: one op measured per round
+    p = plans["all_on_0"]
+    flipped = Plan(task.name, "all_on_0_reversed", task.ngpu, tuple(reversed(p.placements)))
+    fast = profile_with("cpu", batch_size=256, repeats=2, warmup=1)
+    MeasuredEvaluator(fast, rounds=2, warmup_rounds=0, lower_bound=False, progress=False).evaluate(
+        task, {"a": p, "b": flipped})
+    assert len(calls) == 2
+
+
+def test_compare_verb_prints_verdicts_and_json(task, plans, tmp_path, capsys):
+    tp = save_task(task, tmp_path / "task.json")
+    a, b = save_plan(plans["lookup_greedy"], tmp_path / "a.json"), save_plan(plans["all_on_0"], tmp_path / "b.json")
+    args = ["compare", str(tp), str(a), str(b), "--measure", "--rounds", "3", "--batch-size", "2048",
+            "--repeats", "3", "--warmup", "1", "--no-bound", "--no-progress"]
+    assert main(args + ["--reference", str(a)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith(f"compare on {task.name} (measured:cpu[") and "3 paired rounds" in lines[0]
+    assert "reference" in lines[1] and lines[2].split()[-1] == "slower" and "vs lookup_greedy" in lines[2]
+    assert main(args + ["--json", "--reference", "lookup_greedy"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [d["method"] for d in data] == ["lookup_greedy", "all_on_0"]
+    assert all(len(d["rounds_ms"]) == 3 and d["reference"] == "lookup_greedy" for d in data)
+    assert data[1]["verdict"] == "slower"
+    assert main(["compare", str(tp), str(a), str(b), "--model", "analytic"]) == 0
+    out = capsys.readouterr().out
+    assert "analytic:" in out and "within noise" not in out and "slower" not in out
+    assert main(["compare", str(tp), str(a), "--reference", "nope"]) == 2
+    assert "field 'reference'" in capsys.readouterr().err
