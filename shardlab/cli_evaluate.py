@@ -31,6 +31,8 @@ def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, def
                    help="plan to compare against: a Plan JSON file or the method of one of the plans "
                         "(default: the best baseline among them)")
     p.add_argument("--no-pin", action="store_true", help="--measure: do not pin ranks and compute to cores")
+    p.add_argument("--journal", default=None,
+                   help="--measure: append every measurement to this JSON-lines file as it is taken")
     p.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=None, help="override the profile's batch size")
     p.add_argument("--repeats", type=int, default=None, help="override the profile's timed runs per op")
@@ -50,7 +52,7 @@ def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
         warm = args.warmup_rounds if args.warmup_rounds is not None else (1 if args.rounds > 1 else 0)
         return MeasuredEvaluator(prof, rounds=args.rounds, warmup_rounds=warm, seed=args.seed, reference=reference,
                                  lower_bound=not args.no_bound, pin=not args.no_pin,
-                                 progress=not args.no_progress)
+                                 progress=not args.no_progress, journal=args.journal)
     return ModelEvaluator("analytic" if args.analytic or not args.model else args.model, args.profile,
                           lower_bound=not args.no_bound, reference=reference)
 

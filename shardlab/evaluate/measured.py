@@ -133,6 +133,18 @@ def _evaluation(task: Task, plan: Plan, source: str, runs: Sequence[np.ndarray],
                       tuple(float(x) for x in rounds), bootstrap_median_ci(rounds, seed=seed))
 
 
+def _journal(path: str | None, task: str, round_: int, name: str, m: np.ndarray | float | None) -> None:
+    """Append one measurement to the journal file (flushed at once)."""
+    if path is None:
+        return
+    import json
+
+    value = m.tolist() if isinstance(m, np.ndarray) else m
+    with open(path, "a") as f:
+        f.write(json.dumps({"task": task, "round": round_, "item": name, "ms": value}) + "\n")
+        f.flush()
+
+
 class MeasuredEvaluator:
     """The :class:`~shardlab.evaluate.protocol.Evaluator` that measures (module docstring).
 
@@ -140,15 +152,18 @@ class MeasuredEvaluator:
     and verdicts); ``warmup_rounds``: untimed rounds before them; ``seed``: the rounds' orders
     and the bootstrap; ``reference``: the plan (name in the mapping) to compare against, default
     the best baseline; ``lower_bound``: measure the bound in every round; ``pin``: pin comm
-    ranks and the compute-measuring process to cores; ``progress``: a tqdm bar.
+    ranks and the compute-measuring process to cores; ``progress``: a tqdm bar; ``journal``: a
+    JSON-lines file that every measurement is appended to as it is taken (round, item, (G, 4)
+    per-device ms), so an interrupted evaluation loses nothing measured.
     After :meth:`evaluate`: ``orders_`` (each timed round's order, plan names and
     :data:`BOUND`), ``measured_`` (every item in the order it was measured, warm-ups included,
-    as (round, name); round < 0 for warm-ups) and ``seconds_`` (wall time of the whole
-    evaluation, s)."""
+    as (round, name); round < 0 for warm-ups), ``warmup_ms_`` (plan name -> its cost in each
+    warm-up round, ms: what the warm-up rounds would have added) and ``seconds_`` (wall time of
+    the whole evaluation, s)."""
 
     def __init__(self, profile: str | HardwareProfile = "cpu", rounds: int = 5, warmup_rounds: int = 1,
                  seed: int = 0, reference: str | None = None, lower_bound: bool = True, pin: bool = True,
-                 progress: bool = True):
+                 progress: bool = True, journal: str | None = None):
         self.profile = profile
         self.rounds = rounds
         self.warmup_rounds = warmup_rounds
@@ -157,6 +172,7 @@ class MeasuredEvaluator:
         self.lower_bound = lower_bound
         self.pin = pin
         self.progress = progress
+        self.journal = journal
 
     def _check(self) -> HardwareProfile:
         from shardlab.errors import field_error
@@ -187,7 +203,7 @@ class MeasuredEvaluator:
         self.orders_ = round_orders(items, self.rounds, self.seed)
         schedule = [(-w - 1, items) for w in range(self.warmup_rounds)][::-1] + list(enumerate(self.orders_))
         runs: dict[str, list[np.ndarray]] = {k: [] for k in items}
-        self.measured_ = []
+        self.measured_, self.warmup_ms_ = [], {}
         bar = tqdm(total=len(schedule) * len(items), desc="measuring plans", unit="plan", disable=not self.progress)
         with ExitStack() as stack:
             bench = None
@@ -205,8 +221,11 @@ class MeasuredEvaluator:
                     else:
                         m = measure_shards(shards[name], prof, bench, cache)
                     self.measured_.append((r, name))
+                    _journal(self.journal, task.name, r, name, m)
                     if r >= 0:
                         runs[name].append(m)
+                    elif name != BOUND:
+                        self.warmup_ms_.setdefault(name, []).append(float(m.sum(axis=1).max()))
                     bar.update(1)
         bar.close()
         bounds = [b for b in runs.get(BOUND, []) if b is not None]

@@ -1,0 +1,227 @@
+#!/usr/bin/env python
+"""Benchmark (not a test): how reproducible are paired measured comparisons on this machine?
+
+For each task (from the shipped pool's held-out tables, from Criteo Kaggle's public table sizes,
+and from tables that carry only the Task JSON fields, whose lookups are fitted), every plan is
+compared with the reference plan (lookup_greedy) by ``MeasuredEvaluator`` in R paired rounds,
+twice (two separate runs, different round orders). Per plan pair it records the ratio of each
+run, its 95% CI, the verdicts, and, as the "before" figure, the ratio a single round gives
+(round 0 of each run). With ``--ablate``, some tasks are also run with the comm ranks and the
+compute process not pinned to cores. Every run's raw rounds land in ``runs/noise/*.json`` as it
+finishes (resumable: finished runs are skipped); the summary goes to
+``reports/measurement_noise.{json,md}``.
+
+    .venv/bin/python scripts/measurement_noise.py [--rounds 8] [--ablate] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from shardlab.data.importers import load_table_list  # noqa: E402
+from shardlab.data.tasks import generate_task, pool_tables  # noqa: E402
+from shardlab.evaluate import Evaluation, MeasuredEvaluator, compare_to_reference  # noqa: E402
+from shardlab.evaluate.stats import bootstrap_median_ci, paired_ratios, relative_half_width  # noqa: E402
+from shardlab.io import read_json, write_json_atomic  # noqa: E402
+from shardlab.profile.hardware import get_profile  # noqa: E402
+from shardlab.profile.provenance import environment  # noqa: E402
+from shardlab.search import get_sharder, run_sharder  # noqa: E402
+from shardlab.tables import Table  # noqa: E402
+
+REFERENCE = "lookup_greedy"
+METHODS = ["lookup_greedy", "random", "size_greedy", "dim_greedy", "size_lookup_greedy", "neuroshard_tw"]
+BATCH = 4096
+
+
+def bare(t: Table) -> Table:
+    """The table with only the Task JSON fields (no generator: its lookups get fitted)."""
+    return Table(t.name, t.rows, t.dim, t.pooling_factor, t.reuse_bins)
+
+
+def study_tasks(quick: bool) -> list:
+    """(label, task) pairs: pool test tables, Criteo Kaggle sizes, bare tables with fitted lookups."""
+    criteo = load_table_list(Path("datasets/criteo/criteo_kaggle_dac.json"), batch_size=BATCH, assume_zipf=1.05)
+    bare_2022 = [bare(t) for t in pool_tables("dlrm-synth-2022", "test")]
+    if quick:
+        return [("pool-test 8x2", generate_task(ntables=8, ngpu=2, mem_cap_gb=0.25, batch_size=BATCH, seed=7))]
+    return [
+        ("pool-test 24x4", generate_task(ntables=24, ngpu=4, mem_cap_gb=0.5, batch_size=BATCH, seed=1001)),
+        ("criteo-kaggle 26x4", generate_task(ntables=26, ngpu=4, mem_cap_gb=4.0, batch_size=BATCH, seed=0,
+                                             dims=None, tables=criteo, name="criteo-kaggle-26x4")),
+        ("bare-2022 24x8", generate_task(ntables=24, ngpu=8, mem_cap_gb=0.25, batch_size=BATCH, seed=2002,
+                                         tables=bare_2022, name="bare-2022-24x8")),
+        ("criteo-kaggle 26x8", generate_task(ntables=26, ngpu=8, mem_cap_gb=4.0, batch_size=BATCH, seed=0,
+                                             dims=None, tables=criteo, name="criteo-kaggle-26x8")),
+    ]
+
+
+def run_once(task, plans, rounds: int, seed: int, pin: bool, path: Path) -> dict:
+    """One compare run (or the stored one): evaluations, warm-up costs, seconds per plan-round."""
+    if path.exists():
+        return read_json(path)
+    ev = MeasuredEvaluator(get_profile("cpu"), rounds=rounds, warmup_rounds=1, seed=seed, reference=REFERENCE,
+                           pin=pin, progress=True)
+    out = ev.evaluate(task, plans)
+    items = len({n for _, n in ev.measured_})
+    data = {"task": task.name, "ngpu": task.ngpu, "seed": seed, "pin": pin, "rounds": rounds,
+            "seconds": ev.seconds_, "seconds_per_plan_round": ev.seconds_ / ((rounds + 1) * items),
+            "warmup_ms": ev.warmup_ms_, "evaluations": {k: e.to_dict() for k, e in out.items()}}
+    write_json_atomic(path, data)
+    return data
+
+
+def pair_rows(label: str, a: dict, b: dict) -> list[dict]:
+    """Per plan (not the reference): both runs' ratios, CIs, verdicts, single-round ratios."""
+    rows = []
+    ea = {k: Evaluation.from_dict(v) for k, v in a["evaluations"].items()}
+    eb = {k: Evaluation.from_dict(v) for k, v in b["evaluations"].items()}
+    for k in ea:
+        if k == REFERENCE:
+            continue
+        ca, cb = ea[k].comparison, eb[k].comparison
+        single = [float(paired_ratios(e[k].rounds_ms[:1], e[REFERENCE].rounds_ms[:1])[0]) for e in (ea, eb)]
+        rows.append({"task": label, "ngpu": a["ngpu"], "plan": k, "ratio": [ca.ratio, cb.ratio],
+                     "ratio_ci95": [ca.ratio_ci95, cb.ratio_ci95], "verdict": [ca.verdict, cb.verdict],
+                     "run_diff": abs(ca.ratio / cb.ratio - 1.0),
+                     "half_width": [relative_half_width(ca.ratio_ci95, ca.ratio),
+                                    relative_half_width(cb.ratio_ci95, cb.ratio)],
+                     "single_round_ratio": single, "single_run_diff": abs(single[0] / single[1] - 1.0),
+                     "cost_run_diff": abs(ea[k].cost_ms / eb[k].cost_ms - 1.0),
+                     "half_width_by_rounds": half_width_by_rounds(ea[k], ea[REFERENCE])})
+    return rows
+
+
+def half_width_by_rounds(e: Evaluation, ref: Evaluation) -> dict[int, float]:
+    """Relative CI half-width of the ratio using only the first k rounds, k = 3..R."""
+    r = paired_ratios(e.rounds_ms, ref.rounds_ms)
+    return {k: relative_half_width(bootstrap_median_ci(r[:k]), float(np.median(r[:k]))) for k in range(3, len(r) + 1)}
+
+
+def summary(rows: list[dict]) -> dict:
+    """p50/p90 of run-to-run ratio differences (rounds vs single round) and CI half-widths."""
+    q = lambda xs, p: float(np.quantile(xs, p)) if xs else float("nan")  # noqa: E731
+    diffs = [r["run_diff"] for r in rows]
+    singles = [r["single_run_diff"] for r in rows]
+    costs = [r["cost_run_diff"] for r in rows]
+    hw = [h for r in rows for h in r["half_width"]]
+    agree = float(np.mean([r["verdict"][0] == r["verdict"][1] for r in rows])) if rows else float("nan")
+    return {"pairs": len(rows), "tasks": len({r["task"] for r in rows}),
+            "ratio_run_diff_p50": q(diffs, 0.5), "ratio_run_diff_p90": q(diffs, 0.9),
+            "single_round_ratio_run_diff_p50": q(singles, 0.5), "single_round_ratio_run_diff_p90": q(singles, 0.9),
+            "median_cost_run_diff_p50": q(costs, 0.5), "median_cost_run_diff_p90": q(costs, 0.9),
+            "ci_half_width_p50": q(hw, 0.5), "ci_half_width_p90": q(hw, 0.9),
+            "ci_half_width_le_3pct": float(np.mean([h <= 0.03 for h in hw])) if hw else float("nan"),
+            "verdicts_agree": agree}
+
+
+def without_warmup(data: dict) -> dict:
+    """The same run as if its warm-up round had been timed: rounds = warm-up + the first R-1."""
+    evs = {}
+    for k, d in data["evaluations"].items():
+        e = Evaluation.from_dict(d)
+        rounds = tuple(data["warmup_ms"][k][:1]) + e.rounds_ms[:-1]
+        evs[k] = Evaluation(e.task, e.method, e.source, e.per_device, e.lower_bound_ms, rounds,
+                            bootstrap_median_ci(rounds))
+    evs = compare_to_reference(evs, REFERENCE)
+    return {**data, "evaluations": {k: e.to_dict() for k, e in evs.items()}}
+
+
+def markdown(report: dict) -> str:
+    """The human-readable report."""
+    s, env = report["summary"], report["environment"]
+    lines = [f"# Measurement noise: paired rounds on this machine ({report['date']})", "",
+             f"Machine: {env.get('cpu', env.get('machine', '?'))}; profile `cpu` (batch {BATCH}, median of 10 runs "
+             f"per op after 5 warm-ups); {report['rounds']} timed rounds + 1 warm-up round per run; reference "
+             f"`{REFERENCE}`; each plan pair compared in two separate runs. Generated by "
+             "`scripts/measurement_noise.py`; raw rounds in the JSON beside this file.", "",
+             "| what | measured | target |", "|---|---|---|",
+             f"| plan pairs / tasks | {s['pairs']} / {s['tasks']} | >= 20 / >= 4 |",
+             f"| run-to-run difference of the paired ratio, p50 / p90 | {s['ratio_run_diff_p50']:.1%} / "
+             f"{s['ratio_run_diff_p90']:.1%} | p90 <= 3% |",
+             f"| ... of a single round's ratio (the old way), p50 / p90 | {s['single_round_ratio_run_diff_p50']:.1%} / "
+             f"{s['single_round_ratio_run_diff_p90']:.1%} | |",
+             f"| ... of a plan's median cost alone, p50 / p90 | {s['median_cost_run_diff_p50']:.1%} / "
+             f"{s['median_cost_run_diff_p90']:.1%} | |",
+             f"| 95% CI half-width of a ratio, p50 / p90 | {s['ci_half_width_p50']:.1%} / {s['ci_half_width_p90']:.1%} "
+             f"| <= 3% with <= 10 rounds |",
+             f"| share of ratios with half-width <= 3% | {s['ci_half_width_le_3pct']:.0%} | |",
+             f"| both runs give the same verdict | {s['verdicts_agree']:.0%} | |", ""]
+    lines += ["## Cost", "", "| task | G | seconds per plan per round | whole run (s) |", "|---|---|---|---|"]
+    for c in report["cost"]:
+        lines.append(f"| {c['task']} | {c['ngpu']} | {c['seconds_per_plan_round']:.1f} | {c['seconds']:.0f} |")
+    lines += ["", "## Per task", "", "| task | plan | ratio run 1 [95% CI] | ratio run 2 [95% CI] | verdicts | "
+              "run diff | single-round diff |", "|---|---|---|---|---|---|---|"]
+    for r in report["pairs"]:
+        ci = [f"{x:.3f} [{c[0]:.3f}, {c[1]:.3f}]" if c else f"{x:.3f}" for x, c in zip(r["ratio"], r["ratio_ci95"])]
+        lines.append(f"| {r['task']} | {r['plan']} | {ci[0]} | {ci[1]} | {' / '.join(map(str, r['verdict']))} | "
+                     f"{r['run_diff']:.1%} | {r['single_run_diff']:.1%} |")
+    hw = {}
+    for r in report["pairs"]:
+        for k, v in r["half_width_by_rounds"].items():
+            hw.setdefault(int(k), []).append(v)
+    lines += ["", "## CI half-width against rounds used (median over pairs, run 1)", "",
+              "| rounds | " + " | ".join(str(k) for k in sorted(hw)) + " |", "|---" * (len(hw) + 1) + "|",
+              "| half-width | " + " | ".join(f"{np.median(hw[k]):.1%}" for k in sorted(hw)) + " |"]
+    if report.get("ablations"):
+        lines += ["", "## What each noise step bought (same tasks, same statistics)", "",
+                  "| variant | pairs | ratio run diff p50 / p90 | CI half-width p50 / p90 |", "|---|---|---|---|"]
+        for name, a in report["ablations"].items():
+            lines.append(f"| {name} | {a['pairs']} | {a['ratio_run_diff_p50']:.1%} / {a['ratio_run_diff_p90']:.1%} | "
+                         f"{a['ci_half_width_p50']:.1%} / {a['ci_half_width_p90']:.1%} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=8, help="timed rounds per run (<= 10)")
+    ap.add_argument("--ablate", action="store_true", help="also run the first and last task unpinned")
+    ap.add_argument("--quick", action="store_true", help="one tiny task (checks the script, not the machine)")
+    ap.add_argument("--runs-dir", default="runs/noise")
+    ap.add_argument("--out", default="reports")
+    args = ap.parse_args()
+    runs = Path(args.runs_dir)
+    runs.mkdir(parents=True, exist_ok=True)
+    tasks = study_tasks(args.quick)
+    rows, cost, unpinned, pinned_subset, nowarm = [], [], [], [], []
+    t0 = time.time()
+    for i, (label, task) in enumerate(tasks):
+        plans = {m: run_sharder(get_sharder(m), task) for m in METHODS}
+        a, b = (run_once(task, plans, args.rounds, seed, True, runs / f"{task.name}-pin-seed{seed}.json")
+                for seed in (1, 2))
+        mine = pair_rows(label, a, b)
+        rows += mine
+        nowarm += pair_rows(label, without_warmup(a), without_warmup(b))
+        cost += [{"task": label, "ngpu": task.ngpu, "seconds_per_plan_round": x["seconds_per_plan_round"],
+                  "seconds": x["seconds"]} for x in (a, b)]
+        if args.ablate and i in (0, len(tasks) - 1):
+            c, d = (run_once(task, plans, args.rounds, seed, False, runs / f"{task.name}-nopin-seed{seed}.json")
+                    for seed in (1, 2))
+            unpinned += pair_rows(label, c, d)
+            pinned_subset += mine
+        print(f"{label}: done ({time.time() - t0:.0f} s so far)", flush=True)
+    ablations = {"pinned, warm-up round (shipped)": summary(rows),
+                 "pinned, no warm-up round (warm-up round timed)": summary(nowarm)}
+    if unpinned:
+        ablations["pinned, on the tasks run unpinned too"] = summary(pinned_subset)
+        ablations["not pinned, warm-up round"] = summary(unpinned)
+    report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "environment": environment("cpu"), "profile": get_profile("cpu").to_dict(), "rounds": args.rounds,
+              "reference": REFERENCE, "summary": summary(rows), "cost": cost, "pairs": rows, "ablations": ablations}
+    out = Path(args.out)
+    name = "measurement_noise_quick" if args.quick else "measurement_noise"
+    write_json_atomic(out / f"{name}.json", report)
+    (out / f"{name}.md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
