@@ -10,7 +10,15 @@ optionally gzip-compressed (``.pt.gz``):
 
 :func:`tables_from_dlrm_file` computes the 21 features of ALGORITHMS.md section 2 for every
 table: rows = max(100, max index + 1), pooling_factor = mean of ``lengths[t]``, reuse bins
-from the access count of each unique index.
+from the access count of each unique index. Each such table also carries a reference to its
+trace, ``distribution = {"model": "trace", "path": <absolute path>, "table_index": t}``, so the
+profiler replays its real lookups (:func:`shardlab.data.lookups.table_lookups`).
+
+Your own arrays: a ``.npz`` file with ``indices`` and ``offsets`` (and ``lengths`` [T, B] for
+more than one table; without it the file is one table with B = len(offsets) - 1) loads the
+same way, e.g. ``np.savez("mine.npz", indices=idx, offsets=offs)``. Or build
+``check_lookups(indices, offsets, lengths)`` and write it with :func:`save_dlrm_file`; then
+``tables_from_dlrm_file("mine.pt", dims=...)`` gives replayable tables.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import gzip
 import io
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -28,6 +37,9 @@ import torch
 from shardlab.data.features import table_stats_from_lookups
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table
+
+#: ``distribution["model"]`` of a table whose lookups are replayed from a trace file.
+TRACE_MODEL = "trace"
 
 
 @dataclass(frozen=True)
@@ -109,6 +121,47 @@ def load_dlrm_file(path: str | os.PathLike) -> DlrmLookups:
     return check_lookups(*arrays, where=str(path))
 
 
+def _load_npz(path: Path) -> DlrmLookups:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise ShardlabError(f"{path}: not a readable .npz file ({str(e).splitlines()[0][:120]})") from None
+    for key in ("indices", "offsets"):
+        if key not in arrays:
+            raise ShardlabError(f"{path}: field '{key}' is missing")
+    offsets = arrays["offsets"].astype(np.int64)
+    lengths = arrays.get("lengths")
+    if lengths is None:
+        lengths = np.diff(offsets)[None, :] if offsets.ndim == 1 else offsets
+    return check_lookups(arrays["indices"], offsets, lengths, where=str(path))
+
+
+def load_lookups_file(path: str | os.PathLike) -> DlrmLookups:
+    """Load a lookup trace: ``.npz`` (module docstring) or the dataset's ``.pt`` / ``.pt.gz``."""
+    path = Path(path)
+    if path.suffix.lower() == ".npz":
+        if not path.is_file():
+            raise ShardlabError(f"{path}: no such file")
+        return _load_npz(path)
+    return load_dlrm_file(path)
+
+
+@lru_cache(maxsize=8)
+def _cached(path: str, mtime_ns: int, size: int) -> DlrmLookups:
+    return load_lookups_file(path)
+
+
+def cached_lookups(path: str | os.PathLike) -> DlrmLookups:
+    """:func:`load_lookups_file`, cached (the 8 latest files; a changed file is reloaded)."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        raise ShardlabError(f"{p}: no such file") from None
+    return _cached(str(p.resolve()), st.st_mtime_ns, st.st_size)
+
+
 def save_dlrm_file(lookups: DlrmLookups, path: str | os.PathLike) -> Path:
     """Write ``lookups`` in the same format (gzip when the name ends in ``.gz``)."""
     path = Path(path)
@@ -122,28 +175,38 @@ def save_dlrm_file(lookups: DlrmLookups, path: str | os.PathLike) -> Path:
 
 def tables_from_lookups(lookups: DlrmLookups, dims: int | Sequence[int] = 64,
                         name_prefix: str = "t", source: str | None = None,
-                        table_ids: Sequence[int] | None = None) -> list[Table]:
+                        table_ids: Sequence[int] | None = None,
+                        trace_path: str | os.PathLike | None = None) -> list[Table]:
     """Tables with features computed from ``lookups`` (ALGORITHMS.md section 2).
 
     ``dims``: one dim for all tables or one per selected table (the dataset has none);
-    ``table_ids``: which tables (default all), named ``f"{name_prefix}{t}"``.
+    ``table_ids``: which tables (default all), named ``f"{name_prefix}{t}"``. ``trace_path``:
+    the file ``lookups`` were loaded from; each table then refers to it (module docstring) and
+    its real lookups are replayed when measured. Without it the tables carry features only
+    and cannot be replayed later: save the lookups first (:func:`save_dlrm_file`) and load
+    them with :func:`tables_from_dlrm_file`.
     """
     ids = list(range(lookups.n_tables)) if table_ids is None else list(table_ids)
     dim_list = [dims] * len(ids) if isinstance(dims, int) else list(dims)
     if len(dim_list) != len(ids):
         raise ShardlabError(f"dims: {len(dim_list)} values for {len(ids)} tables")
+    where = None if trace_path is None else str(Path(trace_path).resolve())
     out = []
     for t, dim in zip(ids, dim_list):
         indices, _ = lookups.table_lookups(t)
         stats = table_stats_from_lookups(indices, lookups.lengths[t])
+        dist = {} if where is None else {"model": TRACE_MODEL, "path": where, "table_index": t}
         out.append(Table(f"{name_prefix}{t}", stats["rows"], dim, stats["pooling_factor"],
-                         tuple(float(x) for x in stats["reuse_bins"]), source=source))
+                         tuple(float(x) for x in stats["reuse_bins"]), source=source,
+                         distribution=dist))
     return out
 
 
 def tables_from_dlrm_file(path: str | os.PathLike, dims: int | Sequence[int] = 64,
                           name_prefix: str = "t", table_ids: Sequence[int] | None = None) -> list[Table]:
-    """Load a dataset file and compute every (or the selected) table's features."""
+    """Load a trace file (``.pt``, ``.pt.gz`` or ``.npz``) and compute every (or the selected)
+    table's features; the tables replay the file's lookups when measured."""
     path = Path(path)
-    return tables_from_lookups(load_dlrm_file(path), dims, name_prefix,
-                               source=f"dlrm-dataset:{path.name}", table_ids=table_ids)
+    return tables_from_lookups(cached_lookups(path), dims, name_prefix,
+                               source=f"dlrm-dataset:{path.name}", table_ids=table_ids,
+                               trace_path=path)

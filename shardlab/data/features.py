@@ -47,7 +47,11 @@ def reuse_histograms(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     indices = np.asarray(indices)
     if indices.size == 0:
         return np.zeros(C.N_REUSE_BINS), np.zeros(C.N_REUSE_BINS), 0
-    _, counts = np.unique(indices, return_counts=True)
+    if indices.dtype.kind in "iu" and indices.min() >= 0 and indices.max() < 4 * indices.size + 65536:
+        counts = np.bincount(indices)  # same counts as np.unique, in row order, much faster
+        counts = counts[counts > 0]
+    else:
+        _, counts = np.unique(indices, return_counts=True)
     bins = reuse_bin_of_counts(counts)
     unique_hist = np.bincount(bins, minlength=C.N_REUSE_BINS).astype(np.float64)
     access_hist = np.bincount(bins, weights=counts, minlength=C.N_REUSE_BINS)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from shardlab import constants as C
-from shardlab.data.generator import generate_lookups
+from shardlab.data.lookups import table_lookups
 from shardlab.errors import ShardlabError
 from shardlab.profile.timing import spread_ms
 from shardlab.profile.hardware import HardwareProfile, get_profile
@@ -101,10 +101,11 @@ def build_tbe(tables: Sequence[Table], profile: HardwareProfile, device: torch.d
 
 def fused_inputs(tables: Sequence[Table], batch_size: int, batch_index: int) -> tuple[torch.Tensor, torch.Tensor]:
     """TBE inputs for one batch: ``indices`` int64 [N] (table after table) and ``offsets``
-    int64 [len(tables) * batch_size + 1], each table's lookups from its own generator."""
+    int64 [len(tables) * batch_size + 1], each table's lookups from its own generator or
+    trace (:func:`shardlab.data.lookups.table_lookups`)."""
     idx_parts, off_parts, base = [], [], 0
     for t in tables:
-        idx, off = generate_lookups(t, batch_size, batch_index)
+        idx, off = table_lookups(t, batch_size, batch_index)
         idx_parts.append(idx)
         off_parts.append(off[:-1] + base)
         base += idx.size
