@@ -31,7 +31,7 @@ def _dims(text: str) -> list[int]:
 
 def cmd_tasks(args: argparse.Namespace) -> None:
     """Generate a task from a shipped pool (or an imported table list) and save it."""
-    from shardlab.data.tasks import generate_task
+    from shardlab.data.tasks import generate_task, task_dims
     from shardlab.io import save_task
 
     tables = None
@@ -44,16 +44,17 @@ def cmd_tasks(args: argparse.Namespace) -> None:
     name = args.name
     if tables and not name:
         name = f"{Path(args.tables).name.split('.')[0]}-{ntables}x{args.ngpu}-seed{args.seed}"
+    dims, dims_note = task_dims(args.dims, imported=tables is not None)
     task = generate_task(pool=args.pool, ntables=ntables, ngpu=args.ngpu, mem_cap_gb=args.mem_gb,
                          batch_size=args.batch_size, seed=args.seed, split=args.split,
-                         dims=args.dims, weights_precision=args.precision,
+                         dims=dims, weights_precision=args.precision,
                          optimizer=args.optimizer, name=name, tables=tables)
     if args.out:
         save_task(task, args.out)
     total_gb = sum(task.table_bytes(t) for t in task.tables) / C.GB
     where = f" -> {args.out}" if args.out else ""
     _emit(args, f"task {task.name}: {len(task.tables)} tables, {task.ngpu} GPUs x "
-                f"{task.mem_cap_gb:g} GB, batch {task.batch_size}, {total_gb:.2f} GB of tables{where}",
+                f"{task.mem_cap_gb:g} GB, batch {task.batch_size}, {total_gb:.2f} GB of tables, {dims_note}{where}",
           task.to_dict())
 
 
@@ -110,7 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ngpu", type=int, default=4)
     p.add_argument("--mem-gb", type=float, default=4.0, help="memory cap per device, GB")
     p.add_argument("--batch-size", type=int, default=C.DEFAULT_BATCH_SIZE)
-    p.add_argument("--dims", type=_dims, default=list(C.SEED_DIMS), help="comma-separated dims to draw from")
+    p.add_argument("--dims", type=_dims, default=None,
+                   help="comma-separated dims to draw from (default: a --tables list keeps each table's own dim; "
+                        "a pool task draws from 4,8,16,32,64,128)")
     p.add_argument("--precision", default="fp32", choices=sorted(C.BYTES_PER_WEIGHT))
     p.add_argument("--optimizer", default="exact_sgd", choices=list(C.OPTIMIZERS))
     p.add_argument("--seed", type=int, default=0)

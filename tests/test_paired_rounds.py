@@ -6,6 +6,7 @@ itself is within noise; the rounds follow their seeded shuffled orders."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,8 @@ from shardlab.evaluate import measured as measured_module
 from shardlab.io import save_plan, save_task
 from shardlab.profile.hardware import profile_with
 from shardlab.search import get_sharder, run_sharder
+
+CRITEO = str(Path(__file__).resolve().parents[1] / "datasets" / "criteo" / "criteo_kaggle_dac.json")
 
 #: Compute dominates at this batch (tens of ms per op on CPU), so piling every table on one
 #: device costs it about G times more than a balanced plan; 3 timed runs per op.
@@ -112,3 +115,30 @@ def test_compare_verb_prints_verdicts_and_json(task, plans, tmp_path, capsys):
     assert "analytic:" in out and "within noise" not in out and "slower" not in out
     assert main(["compare", str(tp), str(a), "--reference", "nope"]) == 2
     assert "field 'reference'" in capsys.readouterr().err
+
+
+def test_a_task_with_only_interface_fields_is_measured_with_fitted_lookups(task, tmp_path, capsys):
+    bare = {**task.to_dict(), "tables": [{k: t[k] for k in ("name", "rows", "dim", "pooling_factor", "reuse_bins")}
+                                         for t in task.to_dict()["tables"]]}
+    tp = tmp_path / "bare.json"
+    tp.write_text(json.dumps(bare))
+    pp = save_plan(run_sharder(get_sharder("dim_greedy"), task), tmp_path / "p.json")
+    assert main(["evaluate", str(tp), str(pp), "--measure", "--batch-size", "256", "--repeats", "2",
+                 "--warmup", "1", "--no-bound", "--no-progress", "--json"]) == 0
+    ev = json.loads(capsys.readouterr().out)
+    assert f"(lookups fitted for {len(task.tables)}/{len(task.tables)} tables)" in ev["source"]
+    assert all(d["fw_compute_ms"] > 0 for d in ev["per_device"] if d["mem_gb"] > 0)
+
+
+def test_tasks_verb_keeps_imported_dims_and_says_so(tmp_path, capsys):
+    out = tmp_path / "criteo.json"
+    assert main(["tasks", "--tables", CRITEO, "--assume-zipf", "1.05",
+                 "--ngpu", "4", "--mem-gb", "4", "--batch-size", "4096", "--out", str(out)]) == 0
+    line = capsys.readouterr().out
+    assert "dims kept" in line
+    from shardlab.io import load_task
+
+    assert {t.dim for t in load_task(out).tables} == {16}
+    assert main(["tasks", "--tables", CRITEO, "--assume-zipf", "1.05",
+                 "--dims", "8,32", "--ngpu", "4", "--mem-gb", "4", "--batch-size", "4096", "--out", str(out)]) == 0
+    assert "dims drawn from 8,32" in capsys.readouterr().out

@@ -50,16 +50,19 @@ Shards = Sequence[Sequence[Table]]
 
 def measurable(task: Task) -> tuple[Task, str]:
     """``task`` with lookups for every table (tables with only the Task JSON fields get a
-    generator fitted to their reuse bins and pooling factor) and the note for ``source``:
-    ``""`` when no table needed fitting, else ``" (lookups fitted for k/n tables)"``."""
-    try:
-        from shardlab.data.fit_lookups import lookup_origin, with_lookups
-    except ImportError:  # TODO(issue 11): until the fitted lookups land
-        return task, ""
+    generator fitted to their reuse bins and pooling factor at the task's batch size:
+    :func:`~shardlab.data.fit_lookups.with_lookups`) and the note for ``source``: ``""`` when
+    every table has its own generator, else e.g. ``" (lookups fitted for 3/30 tables, replayed
+    from traces for 2/30)"``."""
+    from shardlab.data.fit_lookups import with_lookups
+    from shardlab.data.lookups import lookup_origin
 
     out = with_lookups(task)
-    k = sum(lookup_origin(t) == "fitted" for t in out.tables)
-    return out, (f" (lookups fitted for {k}/{len(out.tables)} tables)" if k else "")
+    origins = [lookup_origin(t) for t in out.tables]
+    n = len(origins)
+    parts = [f"{what} for {origins.count(kind)}/{n} tables" for kind, what in
+             (("fitted", "lookups fitted"), ("trace", "replayed from traces")) if kind in origins]
+    return out, (f" ({', '.join(parts)})" if parts else "")
 
 
 def round_orders(names: Sequence[str], rounds: int, seed: int) -> list[list[str]]:
