@@ -2,8 +2,9 @@
 of (sub)tables (``SplitTableBatchedEmbeddingBagsCodegen``), on CUDA when the profile says so,
 else on CPU with fbgemm-gpu-cpu (ALGORITHMS.md sections 1 and 7).
 
-Each table's lookups are regenerated from its own distribution and pooling factor
-(:func:`shardlab.data.generator.generate_lookups`) at the profile's batch size;
+Each table's lookups come from :func:`shardlab.data.lookups.table_lookups` at the profile's
+batch size: regenerated from its own generator, from a generator fitted to its reuse bins and
+pooling factor (:mod:`shardlab.data.fit_lookups`), or replayed from its real trace;
 ``profile.input_batches`` distinct batches are rotated through the runs so that caches do not
 flatter the result. After ``warmup`` untimed runs, ``repeats`` runs are timed with
 ``time.perf_counter`` after synchronisation; the cost is the median, and the spread
