@@ -174,8 +174,18 @@ def markdown(report: dict) -> str:
         lines += ["", "## What each noise step bought (same tasks, same statistics)", "",
                   "| variant | pairs | ratio run diff p50 / p90 | CI half-width p50 / p90 |", "|---|---|---|---|"]
         for name, a in report["ablations"].items():
+            if name == "lookups":
+                continue
             lines.append(f"| {name} | {a['pairs']} | {a['ratio_run_diff_p50']:.1%} / {a['ratio_run_diff_p90']:.1%} | "
                          f"{a['ci_half_width_p50']:.1%} / {a['ci_half_width_p90']:.1%} |")
+    lk = report.get("ablations", {}).get("lookups")
+    if lk:
+        lines += ["", f"Shared lookups: the same op timed interleaved on the same lookup batches differs by "
+                  f"{np.expm1(lk['median_abs_log_ratio_same_lookups']):.1%} (median; p90 "
+                  f"{np.expm1(lk['p90_abs_log_ratio_same_lookups']):.1%}), on other batches of the same tables by "
+                  f"{np.expm1(lk['median_abs_log_ratio_other_lookups']):.1%} (p90 "
+                  f"{np.expm1(lk['p90_abs_log_ratio_other_lookups']):.1%}); {lk['shards']} shards x {lk['reps']} "
+                  "interleaved repetitions."]
     return "\n".join(lines) + "\n"
 
 
@@ -184,6 +194,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=8, help="timed rounds per run (<= 10)")
     ap.add_argument("--ablate", action="store_true", help="also run the first and last task unpinned")
     ap.add_argument("--quick", action="store_true", help="one tiny task (checks the script, not the machine)")
+    ap.add_argument("--lookups", action="store_true", help="also measure what shared lookups buy (~2 min)")
     ap.add_argument("--runs-dir", default="runs/noise")
     ap.add_argument("--out", default="reports")
     args = ap.parse_args()
@@ -212,6 +223,8 @@ def main() -> int:
     if unpinned:
         ablations["pinned, on the tasks run unpinned too"] = summary(pinned_subset)
         ablations["not pinned, warm-up round"] = summary(unpinned)
+    if args.lookups:
+        ablations["lookups"] = lookups_ablation(3 if args.quick else 12)
     report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "environment": environment("cpu"), "profile": get_profile("cpu").to_dict(), "rounds": args.rounds,
               "reference": REFERENCE, "summary": summary(rows), "cost": cost, "pairs": rows, "ablations": ablations}
@@ -221,6 +234,36 @@ def main() -> int:
     (out / f"{name}.md").write_text(markdown(report))
     print(markdown(report))
     return 0
+
+
+
+
+def lookups_ablation(n_shards: int = 12, reps: int = 5, seed: int = 0) -> dict:
+    """What measuring every plan on the same lookups buys: per random shard (2-10 pool test
+    tables), the op is timed ``reps`` times on lookup batches 0-2 twice (A, A') and on batches
+    3-5 (B), interleaved; returns the median |log ratio| of A/A' (same lookups) and A/B (other
+    lookups) over shards -- the extra difference other lookups would add to a paired ratio."""
+    from shardlab.profile.compute import measure_compute
+
+    prof = get_profile("cpu")
+    rng = np.random.default_rng(seed)
+    tables = pool_tables("dlrm-synth", "test")
+    same, other = [], []
+    for _ in range(n_shards):
+        idx = rng.choice(len(tables), size=int(rng.integers(2, 11)), replace=False)
+        shard = [tables[int(i)].with_dim(int(rng.choice([16, 32, 64]))) for i in idx]
+        shard = [t for t in shard if t.rows * t.dim < 50_000_000] or shard[:1]
+        a, a2, b = [], [], []
+        for _ in range(reps):
+            a.append(measure_compute(shard, prof).total_ms)
+            b.append(measure_compute(shard, prof, first_batch=3).total_ms)
+            a2.append(measure_compute(shard, prof).total_ms)
+        same.append(abs(np.log(np.median(a) / np.median(a2))))
+        other.append(abs(np.log(np.median(a) / np.median(b))))
+    return {"shards": n_shards, "reps": reps, "median_abs_log_ratio_same_lookups": float(np.median(same)),
+            "median_abs_log_ratio_other_lookups": float(np.median(other)),
+            "p90_abs_log_ratio_same_lookups": float(np.quantile(same, 0.9)),
+            "p90_abs_log_ratio_other_lookups": float(np.quantile(other, 0.9))}
 
 
 if __name__ == "__main__":

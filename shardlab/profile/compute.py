@@ -115,9 +115,11 @@ def fused_inputs(tables: Sequence[Table], batch_size: int, batch_index: int) -> 
 
 
 def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "cpu",
-                    max_gb: float = DEFAULT_MAX_GB) -> ComputeSample:
+                    max_gb: float = DEFAULT_MAX_GB, first_batch: int = 0) -> ComputeSample:
     """Measure one fused op holding ``tables`` (module docstring). Refuses ops whose weights
-    and optimizer state exceed ``max_gb`` GB, naming the largest table."""
+    and optimizer state exceed ``max_gb`` GB, naming the largest table. The inputs are lookup
+    batches ``first_batch`` .. ``first_batch + profile.input_batches - 1`` of every table (the
+    same for every caller by default, so ops measured for different plans see the same lookups)."""
     profile = get_profile(profile)
     if not tables:
         raise ShardlabError("measure_compute: field 'tables' is empty")
@@ -131,7 +133,7 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
         raise ShardlabError(f"hardware profile '{profile.name}': field 'device' = 'cuda' but no GPU is visible")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     batches = [tuple(x.to(device) for x in fused_inputs(tables, profile.batch_size, k))
-               for k in range(profile.input_batches)]
+               for k in range(first_batch, first_batch + profile.input_batches)]
     fw, bw, tot = [], [], []
     with _threads(profile.threads):
         op = build_tbe(tables, profile, device)
