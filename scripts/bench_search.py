@@ -1,12 +1,14 @@
 #!/usr/bin/env python
 """Benchmark (not a test): every sharder on held-out test tasks at the seeds' settings, judged
-by one cost model (simulated) and, with --measure, on this machine (measured: fused fbgemm ops
-in turn, gloo all-to-alls with G real ranks); ratio to the lower bound, win rates against each
-baseline, search time; and NeuroShard's search time at 100 x 8 and 2,000 x 128.
+by one cost model (simulated, no uncertainty) and, with --measure, on this machine (measured in
+--rounds paired rounds: fused fbgemm ops in turn, gloo all-to-alls with G real ranks; medians
+with 95% intervals and paired verdicts against each baseline); ratio to the lower bound, win
+rates against each baseline (measured: significant wins only), search time; and NeuroShard's
+search time at 100 x 8 and 2,000 x 128.
 Writes reports/search_benchmark.{json,md}. The logic is in shardlab.report.benchmark (also
 used by notebooks/benchmark.ipynb).
 
-    .venv/bin/python scripts/bench_search.py [--tasks 5] [--measure] [--model neuroshard]
+    .venv/bin/python scripts/bench_search.py [--tasks 5] [--measure [--rounds 3]] [--model neuroshard]
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from shardlab.costmodel.bundle import load_bundle  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.profile.hardware import get_profile  # noqa: E402
 from shardlab.profile.provenance import environment  # noqa: E402
-from shardlab.report.benchmark import (METHODS, SETTINGS, benchmark_tasks, done, markdown_report,  # noqa: E402
+from shardlab.report.benchmark import (METHODS, ROUNDS, SETTINGS, benchmark_tasks, done,  # noqa: E402
                                        neuroshard_scaling, run_benchmark, summarise)
+from shardlab.report.benchmark_text import markdown_report  # noqa: E402
 
 
 def main() -> int:
@@ -31,6 +34,7 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=5, help="held-out tasks per setting")
     ap.add_argument("--model", default="neuroshard", help="cost model that judges (simulated)")
     ap.add_argument("--measure", action="store_true", help="also measure every plan here (slow)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help="paired measurement rounds per task (>= 3: intervals)")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--out", default="reports")
     args = ap.parse_args()
@@ -38,13 +42,14 @@ def main() -> int:
     model = load_bundle(args.model)
     methods = args.methods.split(",")
     tasks = benchmark_tasks(SETTINGS, args.tasks, seed=0)
-    rows = done(run_benchmark(tasks, methods, model, measure=args.measure, progress=False,
+    rows = done(run_benchmark(tasks, methods, model, measure=args.measure, progress=False, rounds=args.rounds,
                               log=lambda line: print(line, flush=True)))
     keys = ["simulated_ms"] + (["measured_ms"] if args.measure else [])
     summaries = {k: summarise(rows, methods, k) for k in keys}
     scale = neuroshard_scaling(model, log=lambda line: print(line, flush=True))
     report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "environment": environment("cpu"),
-              "profile": prof.to_dict(), "judge": model.source, "rows": rows,
+              "profile": prof.to_dict(), "judge": model.source, **({"rounds": args.rounds} if args.measure else {}),
+              "rows": rows,
               "summary": {key: {f"{k[0]} {k[1]}": v for k, v in sm.items()} for key, sm in summaries.items()},
               "neuroshard_search_seconds": scale}
     out = Path(args.out)

@@ -2,11 +2,12 @@
 """Make the README's screenshots (not a test) in headless Debian Chromium, network off:
 
 - docs/img/widget.png: the search notebook run in JupyterLab with ``interactive=True`` (and, with
-  ``--measure``, every plan measured here so the widget's simulated/measured toggle is live),
-  the balance widget with plan A = ``--plan-a``;
+  ``--measure``, every plan measured here in ``--rounds`` paired rounds so the widget's
+  simulated/measured toggle is live and shows each cost's 95% interval and plan B's verdict
+  against plan A), the balance widget with plan A = ``--plan-a``;
 - docs/img/report.png: the top of the offline HTML report that run's twin writes headless.
 
-    .venv/bin/python scripts/readme_screenshots.py [--measure] [--ngpu 4 --ntables 30]
+    .venv/bin/python scripts/readme_screenshots.py [--measure [--rounds 5]] [--ngpu 4 --ntables 30]
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ def main() -> int:
     ap.add_argument("--methods", default="random,lookup_greedy,torchrec,dreamshard,autoshard,neuroshard")
     ap.add_argument("--plan-a", default="torchrec")
     ap.add_argument("--measure", action="store_true", help="measure every plan (slow; enables the toggle)")
+    ap.add_argument("--rounds", type=int, default=5, help="paired measurement rounds with --measure (3 or more: CIs)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    values = {"ngpu": args.ngpu, "ntables": args.ntables, "methods": args.methods, "measure": args.measure}
+    values = {"ngpu": args.ngpu, "ntables": args.ntables, "methods": args.methods, "measure": args.measure,
+              "rounds": args.rounds}
     params = [a for k, v in values.items() for a in ("-p", k, str(v))]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -17,7 +17,8 @@ from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.io import names_list
 from shardlab.report.benchmark import (BASELINES, SETTINGS, as_settings, benchmark_tasks, parse_setting,
                                        ratio, run_benchmark, summarise, summary_rows)
-from shardlab.report.benchmark_figures import benchmark_widget, win_matrix, win_rate_figure, write_benchmark
+from shardlab.report.benchmark_figures import (benchmark_widget, ratio_figure, win_matrix, win_rate_figure,
+                                              write_benchmark)
 from shardlab.search import base
 
 METHODS = ["random", "size_greedy", "lookup_greedy", "neuroshard_tw", "always_fails"]
@@ -192,9 +193,89 @@ def test_measured_benchmark_shares_one_bound_per_task(model):
     tasks = benchmark_tasks(["2x6"], 1, seed=5)
     lines = []
     rows = run_benchmark(tasks, ["random", "size_greedy", "no_such_method"], model, measure=True, progress=False,
-                         profile=fast, log=lines.append)
+                         profile=fast, log=lines.append, rounds=3)
     measured = [r for r in rows if "measured_ms" in r]
     assert [r["method"] for r in measured] == ["random", "size_greedy"] and "measured_ms" not in rows[2]
     assert len({r["measured_bound_ms"] for r in measured}) == 1 and measured[0]["measured_bound_ms"] > 0
-    assert all(r["source"] == f"measured:{fast.name}" and r["measured_ms"] > 0 for r in measured)
+    assert all(r["source"].startswith(f"measured:{fast.name}") and r["measured_ms"] > 0 for r in measured)
+    for r in measured:                     # 3 paired rounds: median, interval, a verdict against the other
+        assert len(r["measured_rounds_ms"]) == 3 and r["measured_ms"] == pytest.approx(np.median(r["measured_rounds_ms"]))
+        lo, hi = r["measured_ci95_ms"]
+        assert lo <= r["measured_ms"] <= hi
+    assert set(measured[0]["measured_vs"]) == {"size_greedy"} and set(measured[1]["measured_vs"]) == {"random"}
+    assert measured[0]["measured_vs"]["size_greedy"]["verdict"] in ("faster", "slower", "within noise")
     assert len(lines) == 3 and "measured" in lines[0] and "no_such_method" in lines[2]
+
+
+def _measured(setting, task, method, cost, verdicts, ci=(0.9, 1.1)):
+    """A row measured in paired rounds: cost (ms) and its verdict against each baseline."""
+    row = _row(setting, task, method, cost)
+    row.update(measured_ms=cost, measured_bound_ms=10.0, source="measured:fake", measured_rounds_ms=[cost] * 3,
+               measured_ci95_ms=[cost * ci[0], cost * ci[1]],
+               measured_vs={b: {"ratio": 1.0, "ratio_ci95": [0.9, 1.1], "verdict": v} for b, v in verdicts.items()})
+    return row
+
+
+def test_measured_wins_count_only_significant_ones():
+    """A lower median 'within noise' is no win on measured costs (it is one when simulated);
+    a task without a verdict (< 3 rounds) is not compared."""
+    rows = [_measured("s", 0, "a", 9.0, {"random": "within noise"}), _measured("s", 0, "random", 10.0, {}),
+            _measured("s", 1, "a", 8.0, {"random": "faster"}), _measured("s", 1, "random", 10.0, {}),
+            _measured("s", 2, "a", 12.0, {"random": "slower"}), _measured("s", 2, "random", 10.0, {}),
+            _measured("s", 3, "a", 7.0, {"random": None}), _measured("s", 3, "random", 10.0, {})]
+    measured = summarise(rows, ["a"], "measured_ms", baselines=["random"])[("s", "a")]
+    assert measured["wins"] == {"random": pytest.approx(1 / 3)}                 # task 1 only; task 3 has no verdict
+    assert measured["ci_half_width_pct"] == pytest.approx(10.0)
+    assert summarise(rows, ["a"], "simulated_ms", baselines=["random"])[("s", "a")]["wins"] == {"random": 0.75}
+    table = summary_rows(rows, ["a"], "measured_ms", baselines=["random"])[0]
+    assert table["significant wins vs random"] == 0.33 and table["mean 95% CI half-width (%)"] == 10.0
+    assert "wins vs random" in summary_rows(rows, ["a"], "simulated_ms", baselines=["random"])[0]
+
+
+def test_measured_costs_come_from_the_evaluator(model, tmp_path):
+    """run_benchmark costs measured plans through the Evaluator it is given (once per task, all
+    plans together) and stores rounds, intervals and paired verdicts against each baseline;
+    wins, the page and the markdown count significant wins only and say so."""
+    from shardlab.evaluate import Evaluation, compare_to_reference
+    from shardlab.report.benchmark_text import markdown_report
+    from tests.rounds_fakes import FakeMeasuredEvaluator
+
+    fake = FakeMeasuredEvaluator(rounds=5, seed=2)
+    methods = ["random", "size_greedy", "lookup_greedy", "neuroshard_tw"]
+    tasks = benchmark_tasks(["2x6"], 2, seed=3)
+    rows = run_benchmark(tasks, methods, model, progress=False, evaluator=fake, seed=2)
+    assert fake.calls == len(tasks) and all(len(r["measured_rounds_ms"]) == 5 for r in rows)
+    for k in range(2):
+        mine = {r["method"]: r for r in rows if r["task"] == k}
+        evs = {m: Evaluation("t", m, r["source"], (), None, tuple(r["measured_rounds_ms"]), None)
+               for m, r in mine.items()}
+        for b in ("random", "size_greedy", "lookup_greedy"):
+            want = compare_to_reference(evs, reference=b, seed=2)
+            for m, r in mine.items():
+                assert (b in r["measured_vs"]) == (m != b)
+                if m != b:
+                    assert r["measured_vs"][b]["verdict"] == want[m].comparison.verdict
+                    assert r["measured_vs"][b]["ratio_ci95"] == pytest.approx(want[m].comparison.ratio_ci95)
+    sm = summarise(rows, methods, "measured_ms", ["random"])
+    for m in ("size_greedy", "lookup_greedy", "neuroshard_tw"):
+        mine = [r for r in rows if r["method"] == m]
+        assert sm[("2x6", m)]["wins"]["random"] == np.mean([r["measured_vs"]["random"]["verdict"] == "faster"
+                                                           for r in mine])
+    fig = ratio_figure(rows, methods, "measured_ms")
+    points = [t for t in fig.data if t.type == "scatter" and t.name == "neuroshard_tw"][0]
+    mine = [r for r in rows if r["method"] == "neuroshard_tw"]
+    assert [y + u for y, u in zip(points.y, points.error_y.array)] == pytest.approx(
+        [r["measured_ci95_ms"][1] / r["measured_bound_ms"] for r in mine])
+    assert [y - d for y, d in zip(points.y, points.error_y.arrayminus)] == pytest.approx(
+        [r["measured_ci95_ms"][0] / r["measured_bound_ms"] for r in mine])
+    paths = write_benchmark(tmp_path, rows, methods, ("simulated_ms", "measured_ms"), ["random", "size_greedy"])
+    text = paths["html"].read_text()
+    assert "<h1>Search benchmark</h1>" in text
+    assert "significant wins vs random" in text and "wholly below 1" in text and "within noise" in text
+    assert "(no uncertainty)" in text and "median of 5 paired rounds with 95% CIs" in text
+    report = {"date": "d", "environment": {"hardware": "h"}, "profile": {"batch_size": 4096}, "judge": "j",
+              "rounds": 5, "summary": {k: {f"{s} {m}": v for (s, m), v in summarise(rows, methods, k).items()}
+                                       for k in ("simulated_ms", "measured_ms")}, "neuroshard_search_seconds": {}}
+    md = markdown_report(report, 2)
+    assert "## simulated costs (no uncertainty)" in md and "## measured costs (median of 5 paired rounds" in md
+    assert "| significant wins vs random |" in md and "| wins vs random |" in md

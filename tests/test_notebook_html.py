@@ -28,6 +28,6 @@ def test_executed_search_notebook_converts_with_its_figures(tmp_path):
         spreads = [pixel_spread(p.screenshot()) for p in plots]
         bars = page.evaluate("document.querySelectorAll('.js-plotly-plot .trace.bars .point path').length")
         plotly_errors = [e for e in page.errors if "Plotly" in e or "exception" in e]
-    assert len(plots) == 2                                    # the load figure and the cost figure
+    assert len(plots) == 3                     # the load figure, the plan-cost figure and the per-GPU cost figure
     assert bars > 0 and all(std > 10 for std, _ in spreads), spreads
     assert plotly_errors == []

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from shardlab.cli import main
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.data.tasks import generate_task
@@ -50,3 +52,70 @@ def test_report_cli_defaults_to_reports_dir(tmp_path, monkeypatch, capsys):
     assert main(["report", "p.json", "--task", "t.json", "--model", "analytic"]) == 0
     assert (tmp_path / "reports" / f"{task.name}.html").stat().st_size > 1_000_000
     assert f"reports/{task.name}.html" in capsys.readouterr().out
+
+
+def _measured_setup():
+    """Four plans 'measured' in 5 paired rounds (tests/rounds_fakes.py, no kernels): random is
+    slower than size_greedy (the reference), lookup_greedy's median is lower but within noise,
+    neuroshard_tw is faster."""
+    from shardlab.evaluate import ModelEvaluator
+    from tests.rounds_fakes import as_measured
+
+    task = generate_task(ntables=12, ngpu=4, mem_cap_gb=4.0, batch_size=4096, seed=8)
+    plans = {m: run_sharder(get_sharder(m), task) for m in ("size_greedy", "random", "lookup_greedy", "neuroshard_tw")}
+    pred = ModelEvaluator("analytic", reference="size_greedy").evaluate(task, plans)
+    near = pred["size_greedy"].cost_ms / pred["lookup_greedy"].cost_ms * 0.99
+    evs = as_measured(pred, scale={"lookup_greedy": near}, reference="size_greedy")
+    assert [e.verdict for e in evs.values()][1:] == ["slower", "within noise", "faster"]
+    return task, plans, pred, evs
+
+
+def test_measured_report_has_error_bars_ratios_and_verdicts(tmp_path):
+    from shardlab.report.costs import cost_summary_rows, plan_cost_figure
+
+    task, plans, _, evs = _measured_setup()
+    bar = plan_cost_figure(evs).data[0]
+    lows = [c - d for c, d in zip(bar.y, bar.error_y.arrayminus)]
+    highs = [c + u for c, u in zip(bar.y, bar.error_y.array)]
+    assert bar.error_y.visible and not bar.error_y.symmetric
+    assert lows == pytest.approx([e.ci95_ms[0] for e in evs.values()])
+    assert highs == pytest.approx([e.ci95_ms[1] for e in evs.values()])
+    assert list(bar.marker.pattern.shape) == ["/", "", "", ""]             # the reference is marked
+    rows = {r["method"]: r for r in cost_summary_rows(evs)}
+    key = "ratio vs size_greedy [95% CI]"
+    c = evs["lookup_greedy"].comparison
+    assert rows["lookup_greedy"][key] == f"{c.ratio:.3f} [{c.ratio_ci95[0]:.3f}, {c.ratio_ci95[1]:.3f}]"
+    assert [r["verdict"] for r in rows.values()] == ["reference", "slower", "within noise", "faster"]
+    assert rows["random"]["cost 95% CI (ms)"] == "[{:.3f}, {:.3f}]".format(*evs["random"].ci95_ms)
+    text = write_report(tmp_path / "m.html", task, plans, evs, {"seed": 0}).read_text()
+    for word in (key, "within noise", "faster", "slower", "95% bootstrap", "error bars", "arrayminus"):
+        assert word in text, word
+    assert "predicted, no uncertainty" not in text
+
+
+def test_model_report_says_no_uncertainty(tmp_path):
+    from shardlab.report.costs import cost_summary_rows, plan_cost_figure
+
+    task, plans, pred, _ = _measured_setup()
+    bar = plan_cost_figure(pred).data[0]
+    assert not bar.error_y.visible and "no uncertainty" in plan_cost_figure(pred).layout.title.text
+    rows = cost_summary_rows(pred)
+    assert "cost 95% CI (ms)" not in rows[0] and "ratio vs size_greedy [95% CI]" not in rows[0]
+    assert [r["verdict"] for r in rows] == ["reference"] + ["predicted, no uncertainty"] * 3
+    assert rows[1]["ratio vs size_greedy"] == f"{pred['random'].comparison.ratio:.3f}"
+    text = write_report(tmp_path / "p.html", task, plans, pred, {"seed": 0}).read_text()
+    assert "predicted, no uncertainty" in text and "within noise" not in text
+
+
+def test_report_compares_evaluations_that_carry_no_comparison(tmp_path):
+    """Evaluations made one by one (estimate_plan) are compared to the best baseline by the report."""
+    from shardlab.evaluate import compare_to_reference, resolve_reference
+
+    task, plans, _, _ = _measured_setup()
+    model = load_bundle("analytic")
+    bare = {m: estimate_plan(task, p, model) for m, p in plans.items()}
+    ref = resolve_reference(bare, None)
+    assert ref in ("size_greedy", "random", "lookup_greedy")
+    text = write_report(tmp_path / "b.html", task, plans, bare, {"seed": 0}).read_text()
+    ratio = compare_to_reference(bare)["neuroshard_tw"].comparison.ratio
+    assert f"ratio vs {ref}" in text and f"<td>{ratio:.3f}</td>" in text

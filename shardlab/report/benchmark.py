@@ -1,13 +1,24 @@
 """Search benchmark: every sharder on held-out tasks at a few settings, judged by one cost model
-(simulated costs, labelled with the model's ``source``) and, optionally, measured on this
-machine; ratio to the lower bound, win rates against each baseline, and search time.
+(simulated costs, labelled with the model's ``source``; predictions, so no uncertainty) and,
+optionally, measured on this machine in paired rounds (medians with 95% intervals, and against
+each baseline a paired verdict); ratio to the lower bound, win rates against each baseline, and
+search time.
+
+Wins: on simulated costs, the fraction of tasks on which a method's predicted cost is strictly
+below the baseline's. On measured costs only **significant** wins count: the fraction of tasks
+on which the paired per-round ratio method / baseline has a 95% interval wholly below 1 (verdict
+``faster``, :mod:`shardlab.evaluate.stats`); a lower median "within noise" is not a win, and
+tasks without a verdict (fewer than 3 rounds) are not compared.
 
 A *setting* is named ``"<G>x<N>"`` or ``"<G>x<LO>-<HI>"``: G GPUs and N tables, or a number of
 tables drawn uniformly from [LO, HI] per task. A *row* is one (task, method) pair::
 
     {"setting", "task" (index within the setting), "method", "search_s" (s), "simulated_ms",
      "simulated_bound_ms", "sim_source", "simulated_per_device" (one dict per GPU, ms and GB),
-     ["measured_ms", "measured_bound_ms", "source", "measured_per_device"]}   # with measure=True
+     ["measured_ms", "measured_bound_ms", "source", "measured_per_device",    # with measure=True
+      "measured_rounds_ms" (plan cost per round, ms), "measured_ci95_ms" ([lo, hi] ms or None),
+      "measured_vs" ({baseline: {"ratio", "ratio_ci95", "verdict"}}: paired, against every other
+      baseline measured on the task)]}
 
 or, where the method raised :class:`~shardlab.errors.ShardlabError` on that task,
 ``{"setting", "task", "method", "skipped": "<the error's one line>"}``.
@@ -29,7 +40,7 @@ import numpy as np
 from shardlab.data.tasks import generate_task, pool_tables, task_from_tables
 from shardlab.errors import ShardlabError
 from shardlab.io import names_list
-from shardlab.evaluate import estimate_plan, measure_plans
+from shardlab.evaluate import Evaluation, Evaluator, MeasuredEvaluator, ModelEvaluator, compare_to_reference
 from shardlab.profile.hardware import get_profile
 from shardlab.search import get_sharder, run_sharder
 from shardlab.tables import Task
@@ -40,6 +51,12 @@ METHODS = HEURISTICS + ["torchrec", "neuroshard_tw", "neuroshard", "dreamshard",
 BASELINES = HEURISTICS + ["torchrec"]
 MEM_CAP_GB = 4.0
 TASK_SEED_BASE = 1000
+
+#: Timed rounds per task when measuring (>= 3 for intervals and verdicts; cheap by default).
+ROUNDS = 3
+
+#: Cost keys whose wins count only significant ones (paired verdict ``faster``).
+SIGNIFICANT_KEYS = ("measured_ms",)
 
 Setting = tuple[int, tuple[int, int]]
 
@@ -97,19 +114,27 @@ def benchmark_tasks(settings: Mapping[str, Setting] | Iterable[str], tasks_per_s
 
 
 def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], model: Any, measure: bool = False,
-                  progress: bool = True, seed: int = 0, profile: str = "cpu",
-                  log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+                  progress: bool = True, seed: int = 0, profile: Any = "cpu",
+                  log: Callable[[str], None] | None = None, rounds: int = ROUNDS,
+                  evaluator: Evaluator | None = None, baselines: Sequence[str] = BASELINES) -> list[dict[str, Any]]:
     """Run every method on every task (sharder seed ``seed``) and judge each plan with
-    ``model`` (a cost-model bundle: :func:`~shardlab.costmodel.bundle.load_bundle`); with
-    ``measure`` also measure it on this machine (``profile``; slow: real fused fbgemm ops, G
-    gloo ranks and one measured lower bound per task: :func:`~shardlab.evaluate.measure_plans`).
+    ``model`` (a cost-model bundle or its name, through a
+    :class:`~shardlab.evaluate.ModelEvaluator`: the simulated columns). Measured columns come
+    from ``evaluator`` (any :class:`~shardlab.evaluate.Evaluator`, called once per task with all
+    its plans); with ``measure`` and no ``evaluator``, a
+    :class:`~shardlab.evaluate.MeasuredEvaluator` of ``profile`` with ``rounds`` paired rounds
+    and ``seed`` (slow: real fused fbgemm ops, G gloo ranks, the bound measured in every round).
+    Each measured row gets its rounds, interval and, against every other one of ``baselines``
+    measured on the task, the paired verdict (module docstring).
     Returns one row per (task, method), in task then method order (module docstring); costs in ms, search time in s. A method raising
     :class:`ShardlabError` (infeasible, unsupported blocks, torchrec missing) gives a skipped
     row, not an exception. ``progress``: a tqdm bar on stderr; ``log``: called with one line
     per row (``print`` without a bar, ``tqdm.write`` with one)."""
     from tqdm import tqdm
 
-    prof = get_profile(profile)
+    judge = ModelEvaluator(ModelEvaluator(model).bundle())
+    if evaluator is None and measure:
+        evaluator = MeasuredEvaluator(profile, rounds=rounds, seed=seed, progress=False)
     rows: list[dict[str, Any]] = []
     index: dict[str, int] = {}
     bar = tqdm(total=len(tasks) * len(methods), disable=not progress, unit="plan", desc="benchmark")
@@ -120,7 +145,7 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
             bar.set_postfix_str(f"{setting} task {k} {m}", refresh=False)
             try:
                 plan = run_sharder(get_sharder(m), task, seed=seed)
-                sim = estimate_plan(task, plan, model)
+                sim = judge.evaluate(task, {m: plan})[m]
                 plans[m] = plan
                 mine.append({"setting": setting, "task": k, "method": m, "search_s": plan.search_seconds,
                              "simulated_ms": sim.cost_ms, "simulated_bound_ms": sim.lower_bound_ms,
@@ -129,13 +154,10 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
                 msg = str(e).splitlines()[0] if str(e) else type(e).__name__
                 mine.append({"setting": setting, "task": k, "method": m, "skipped": msg})
             bar.update(1)
-        if measure and plans:   # G ranks started once per task and one measured bound for all its plans
-            evs = measure_plans(task, plans, prof, progress=False)
+        if evaluator is not None and plans:   # every plan of a task in the same rounds, one bound for all
+            fields = measured_fields(evaluator.evaluate(task, plans), baselines, seed)
             for r in mine:
-                if r["method"] in evs:
-                    ev = evs[r["method"]]
-                    r.update(measured_ms=ev.cost_ms, measured_bound_ms=ev.lower_bound_ms, source=ev.source,
-                             measured_per_device=[d.to_dict() for d in ev.per_device])
+                r.update(fields.get(r["method"], {}))
         rows += mine
         if log:
             for r in mine:
@@ -144,11 +166,38 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
     return rows
 
 
+def measured_fields(evaluations: Mapping[str, Evaluation], baselines: Sequence[str] = BASELINES,
+                    seed: int = 0) -> dict[str, dict[str, Any]]:
+    """The measured fields of each plan's row (module docstring) from one task's Evaluations
+    (measured together, keyed by method): cost (median over rounds, ms), bound, source,
+    per-device medians, rounds, interval, and ``measured_vs``: against every baseline among the
+    keys (itself left out), the paired ratio, its interval and the verdict
+    (:func:`~shardlab.evaluate.compare_to_reference`, bootstrap ``seed``; statistics only,
+    nothing is measured again)."""
+    listed = lambda v: None if v is None else [float(x) for x in v]  # noqa: E731
+    vs = {b: compare_to_reference(evaluations, reference=b, seed=seed) for b in baselines if b in evaluations}
+    out = {}
+    for m, ev in evaluations.items():
+        out[m] = {"measured_ms": ev.cost_ms, "measured_bound_ms": ev.lower_bound_ms, "source": ev.source,
+                  "measured_per_device": [d.to_dict() for d in ev.per_device],
+                  "measured_rounds_ms": listed(ev.rounds_ms), "measured_ci95_ms": listed(ev.ci95_ms),
+                  "measured_vs": {b: _paired(against[m]) for b, against in vs.items() if b != m}}
+    return out
+
+
+def _paired(ev: Evaluation) -> dict[str, Any]:
+    """A row's entry of ``measured_vs`` from an Evaluation compared to that baseline."""
+    c = ev.comparison
+    return {"ratio": c.ratio, "ratio_ci95": None if c.ratio_ci95 is None else list(c.ratio_ci95), "verdict": c.verdict}
+
+
 def _describe(row: dict[str, Any]) -> str:
     """One log line's tail for a benchmark row: why it was skipped, or its costs and search time."""
     if "skipped" in row:
         return row["skipped"]
-    measured = f", measured {row['measured_ms']:.2f} ms" if "measured_ms" in row else ""
+    ci = row.get("measured_ci95_ms")
+    ci = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+    measured = f", measured {row['measured_ms']:.2f} ms{ci}" if "measured_ms" in row else ""
     return f"simulated {row['simulated_ms']:.2f} ms{measured}, search {row['search_s']:.3f} s"
 
 
@@ -174,13 +223,44 @@ def ratio(row: dict[str, Any], key: str = "simulated_ms") -> float:
     return row[key] / b if b else float("nan")
 
 
+def significant(key: str) -> bool:
+    """True when wins under cost ``key`` count only significant ones (:data:`SIGNIFICANT_KEYS`)."""
+    return key in SIGNIFICANT_KEYS
+
+
+def wins_label(key: str, baseline: str) -> str:
+    """The summary column of wins against ``baseline`` under cost ``key``:
+    ``significant wins vs X`` (measured) or ``wins vs X`` (simulated)."""
+    return f"{'significant wins' if significant(key) else 'wins'} vs {baseline}"
+
+
+def beats(mine: Mapping[str, Any], theirs: Mapping[str, Any], key: str, baseline: str) -> bool | None:
+    """Whether row ``mine`` wins against row ``theirs`` (``baseline``'s, same task) under cost
+    ``key``: strictly cheaper (simulated), or the paired verdict ``faster`` against ``baseline``
+    (measured: a lower median within noise is no win); None where a measured pair has no
+    verdict (fewer than 3 rounds), so the task is not compared."""
+    if not significant(key):
+        return mine[key] < theirs[key]
+    verdict = ((mine.get("measured_vs") or {}).get(baseline) or {}).get("verdict")
+    return None if verdict is None else verdict == "faster"
+
+
+def _half_width_pct(row: Mapping[str, Any]) -> float | None:
+    """Half the measured cost's 95% interval relative to the cost (%), None without one."""
+    ci = row.get("measured_ci95_ms")
+    return None if not ci or not row.get("measured_ms") else 50.0 * (ci[1] - ci[0]) / row["measured_ms"]
+
+
 def summarise(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str = "simulated_ms",
               baselines: Sequence[str] = BASELINES) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (setting, method), in setting then ``methods`` order: ``cost_ms`` (mean cost under
     ``key``, ms), ``ratio_to_bound`` (mean over tasks of cost / bound; nan without bounds),
-    ``search_s`` (mean search time, s) and ``wins``: baseline -> fraction (in [0, 1]) of the tasks
-    both solved on which the method is strictly cheaper (a method is never compared with itself).
-    Skipped rows are left out; a method with no row in a setting has no entry."""
+    ``search_s`` (mean search time, s), ``wins``: baseline -> fraction (in [0, 1]) of the tasks
+    both solved on which the method wins (:func:`beats`: strictly cheaper when simulated, a
+    paired verdict ``faster`` when measured; a method is never compared with itself), and for
+    measured costs ``ci_half_width_pct`` (mean over tasks of the cost's 95% interval half-width,
+    % of the cost; nan without intervals). Skipped rows are left out; a method with no row in a
+    setting has no entry."""
     ok = done(rows, key)
     out = {}
     for setting in settings_of(rows):
@@ -193,13 +273,17 @@ def summarise(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str =
             wins = {}
             for b in baselines:
                 theirs = by_method[b]
-                common = sorted(set(mine) & set(theirs))
-                if common and b != m:
-                    wins[b] = float(np.mean([mine[t][key] < theirs[t][key] for t in common]))
+                won = [beats(mine[t], theirs[t], key, b) for t in sorted(set(mine) & set(theirs))]
+                won = [w for w in won if w is not None]
+                if won and b != m:
+                    wins[b] = float(np.mean(won))
             ratios = [r[key] / r[bound_key(key)] for r in mine.values() if r.get(bound_key(key))]
             out[(setting, m)] = {"cost_ms": float(np.mean([r[key] for r in mine.values()])),
                                  "ratio_to_bound": float(np.mean(ratios)) if ratios else float("nan"),
                                  "search_s": float(np.mean([r["search_s"] for r in mine.values()])), "wins": wins}
+            if significant(key):
+                widths = [w for w in map(_half_width_pct, mine.values()) if w is not None]
+                out[(setting, m)]["ci_half_width_pct"] = float(np.mean(widths)) if widths else float("nan")
     return out
 
 
@@ -207,7 +291,8 @@ def summary_rows(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: st
                  baselines: Sequence[str] = BASELINES) -> list[dict[str, Any]]:
     """:func:`summarise` as table rows (one per setting and method, rounded; methods skipped on
     every task of a setting appear with their count of skips): setting, method, tasks,
-    skipped, mean cost (ms), mean cost / lower bound, mean search (s), wins vs each baseline."""
+    skipped, mean cost (ms), [mean 95% CI half-width (%), measured only], mean cost / lower
+    bound, mean search (s), and wins against each baseline (:func:`wins_label`)."""
     sm = summarise(rows, methods, key, baselines)
     out = []
     for setting in settings_of(rows):
@@ -218,11 +303,13 @@ def summary_rows(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: st
             s = sm.get((setting, m))
             row = {"setting": setting, "method": m, "tasks": len(done(here, key)),
                    "skipped": sum("skipped" in r for r in here),
-                   "mean cost (ms)": _round(s and s["cost_ms"], 2),
-                   "mean cost / lower bound": _round(s and s["ratio_to_bound"], 3),
-                   "mean search (s)": _round(s and s["search_s"], 4)}
+                   "mean cost (ms)": _round(s and s["cost_ms"], 2)}
+            if significant(key):
+                row["mean 95% CI half-width (%)"] = _round(s and s["ci_half_width_pct"], 2)
+            row.update({"mean cost / lower bound": _round(s and s["ratio_to_bound"], 3),
+                        "mean search (s)": _round(s and s["search_s"], 4)})
             for b in baselines:
-                row[f"wins vs {b}"] = _round(s["wins"].get(b) if s else None, 2)
+                row[wins_label(key, b)] = _round(s["wins"].get(b) if s else None, 2)
             out.append(row)
     return out
 
@@ -259,30 +346,3 @@ def neuroshard_scaling(model: Any, sizes: Sequence[tuple[int, int]] = ((100, 8),
             if log:
                 log(f"neuroshard {label}: {out[label]:.2f} s")
     return out
-
-
-def markdown_report(report: Mapping[str, Any], tasks_per_setting: int, baselines: Sequence[str] = BASELINES) -> str:
-    """``reports/search_benchmark.md`` from the JSON report ``scripts/bench_search.py`` writes
-    (date, environment, profile, judge, summary per cost key, neuroshard_search_seconds)."""
-    prof = report["profile"]
-    lines = ["# Search benchmark", "", f"{report['date']}; {report['environment']['hardware']}; profile cpu "
-             f"(batch {prof['batch_size']}); {tasks_per_setting} held-out tasks (pool test tables) per setting; "
-             "memory cap 4 GB.",
-             f"Simulated: every plan through one cost model ({report['judge']}; its lower bound is the model's, "
-             "chunked by 15 tables). Measured: fused fbgemm ops per device in turn and gloo all-to-alls between G "
-             "real ranks on this machine, waiting included; measured lower bound = all tables fused / G + balanced "
-             "all-to-all (not a guarantee on CPU: datasets/cpu/NOTES.md); nan where all tables together exceed the "
-             "compute profiler's 8 GB limit, so the bound cannot be measured. `wins vs X`: fraction of tasks "
-             "strictly cheaper than X.", ""]
-    for key, sm in report["summary"].items():
-        lines += [f"## {key.split('_')[0]} costs", "",
-                  "| setting | method | mean cost (ms) | mean cost / lower bound | mean search (s) | "
-                  + " | ".join(f"wins vs {b}" for b in baselines) + " |", "|---" * (5 + len(baselines)) + "|"]
-        for label, s in sm.items():
-            setting, m = label.rsplit(" ", 1)
-            lines.append(f"| {setting} | {m} | {s['cost_ms']:.2f} | {s['ratio_to_bound']:.3f} | {s['search_s']:.3f} | "
-                         + " | ".join(f"{s['wins'].get(b, float('nan')):.2f}" for b in baselines) + " |")
-        lines.append("")
-    scale = report["neuroshard_search_seconds"]
-    lines += ["", "NeuroShard search time: " + ", ".join(f"{k}: {v:.2f} s" for k, v in scale.items())]
-    return "\n".join(lines) + "\n"

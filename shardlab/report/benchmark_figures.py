@@ -2,13 +2,15 @@
 :func:`shardlab.report.benchmark.run_benchmark`): cost / lower bound per method (box with every
 task as a point, one panel per setting), search time per method (s, log axis), and win rates
 against each baseline (heatmap per setting). Every figure names where its costs come from
-(``simulated by model:...`` or ``measured:<profile>``). The page embeds plotly.js once and
-fetches nothing, so it works offline."""
+(``simulated by model:...``, no uncertainty, or ``measured:<profile>`` in paired rounds) and,
+for measured costs, draws each task's 95% interval and counts only significant wins. The page
+embeds plotly.js once and fetches nothing, so it works offline."""
 
 from __future__ import annotations
 
 import html
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -16,8 +18,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from shardlab.io import write_json_atomic, write_text_atomic
-from shardlab.report.benchmark import (BASELINES, bound_key, done, ratio, settings_of, skipped, summarise,
-                                       summary_rows)
+from shardlab.report.benchmark import (BASELINES, bound_key, done, ratio, settings_of, significant, skipped,
+                                       summarise, summary_rows)
+from shardlab.report.benchmark_text import section_title, wins_note
 from shardlab.report.figures import rows_to_html
 from shardlab.report.html import figure_html, page_provenance, provenance_table, standalone_page
 
@@ -25,12 +28,23 @@ PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#F
            "#EECA3B", "#17BECF")
 
 
+def rounds_of(rows: Sequence[dict[str, Any]]) -> int | None:
+    """The most paired rounds any measured row was measured in (None without rounds)."""
+    counts = [len(r["measured_rounds_ms"]) for r in rows if r.get("measured_rounds_ms")]
+    return max(counts) if counts else None
+
+
 def cost_label(rows: Sequence[dict[str, Any]], key: str = "simulated_ms") -> str:
-    """Where the costs under ``key`` come from: ``"simulated by <model source>"`` or
-    ``"measured:<profile>"`` (every distinct source, joined by ' / ')."""
+    """Where the costs under ``key`` come from and how sure they are: ``"simulated by <model
+    source> (no uncertainty)"`` or ``"measured on this machine: <source>, median of R paired
+    rounds with 95% CIs"`` (every distinct source, joined by ' / ')."""
     field = "source" if key == "measured_ms" else "sim_source"
-    sources = sorted({str(r[field]) for r in done(rows, key) if r.get(field)}) or ["?"]
-    return ("measured on this machine: " if key == "measured_ms" else "simulated by ") + " / ".join(sources)
+    sources = " / ".join(sorted({str(r[field]) for r in done(rows, key) if r.get(field)}) or ["?"])
+    if key != "measured_ms":
+        return f"simulated by {sources} (no uncertainty)"
+    rounds = rounds_of(done(rows, key))
+    return f"measured on this machine: {sources}" + (f", median of {rounds} paired rounds with 95% CIs" if rounds
+                                                      else ", one measurement per plan (no interval)")
 
 
 def _settings(rows: Sequence[dict[str, Any]], settings: Sequence[str] | str | None) -> list[str]:
@@ -50,26 +64,48 @@ def ratio_figure(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: st
     gives the task, the cost and the bound (ms). Tasks without a bound are left out."""
     names = _settings(rows, settings)
     ok = done(rows, key)
+    bars = significant(key)
     fig = make_subplots(rows=1, cols=max(len(names), 1), shared_yaxes=True, subplot_titles=names,
                         horizontal_spacing=0.03)
     for col, setting in enumerate(names, start=1):
         for m in methods:
             mine = [r for r in ok if r["setting"] == setting and r["method"] == m and r.get(bound_key(key))]
             fig.add_trace(go.Box(x=[m] * len(mine), y=[ratio(r, key) for r in mine], name=m, legendgroup=m,
-                                 showlegend=col == 1, marker_color=_colour(methods, m), boxpoints="all",
-                                 jitter=0.4, pointpos=0,
+                                 showlegend=col == 1, marker_color=_colour(methods, m),
+                                 boxpoints=False if bars else "all", jitter=0.4, pointpos=0,
                                  customdata=[[r["task"], r[key], r[bound_key(key)]] for r in mine],
                                  hovertemplate=f"{setting} {m}, task %{{customdata[0]}}<br>cost "
                                                "%{customdata[1]:.2f} ms, bound %{customdata[2]:.2f} ms<br>"
                                                "ratio %{y:.3f}<extra></extra>"),
                           row=1, col=col)
+            if bars:
+                fig.add_trace(_ratio_points(mine, m, setting, _colour(methods, m)), row=1, col=col)
         fig.add_hline(y=1.0, line_dash="dot", line_color="gray", row=1, col=col)
+    points = "one point per task, error bars: its cost's 95% CI / bound" if bars else "one point per task"
     fig.update_layout(height=height, margin=dict(t=120), showlegend=False,
                       title="Plan cost / lower bound per method (1 = at the bound)<br>"
-                            f"<sup>{html.escape(cost_label(rows, key))}; one point per task</sup>")
+                            f"<sup>{html.escape(cost_label(rows, key))}; {points}</sup>")
     fig.update_xaxes(tickangle=-45, categoryorder="array", categoryarray=list(methods))
     fig.update_yaxes(title_text="cost / lower bound", row=1, col=1)
     return fig
+
+
+def _ratio_points(mine: Sequence[dict[str, Any]], method: str, setting: str, colour: str) -> go.Scatter:
+    """Measured cost / bound of each task as a point with the cost's 95% interval over the
+    (median) bound as asymmetric error bars (zero where a row has no interval)."""
+    y = [ratio(r, "measured_ms") for r in mine]
+    ci = [r.get("measured_ci95_ms") for r in mine]
+    b = [r["measured_bound_ms"] for r in mine]
+    up = [c[1] / bb - v if c else 0.0 for c, bb, v in zip(ci, b, y)]
+    down = [v - c[0] / bb if c else 0.0 for c, bb, v in zip(ci, b, y)]
+    return go.Scatter(x=[method] * len(mine), y=y, mode="markers", name=method, legendgroup=method, showlegend=False,
+                      marker=dict(color=colour, size=7, line=dict(width=1, color="white")),
+                      error_y=dict(type="data", symmetric=False, array=up, arrayminus=down, color=colour),
+                      customdata=[[r["task"], r["measured_ms"], bb, f"[{c[0]:.2f}, {c[1]:.2f}]" if c else "none"]
+                                  for r, bb, c in zip(mine, b, ci)],
+                      hovertemplate=f"{setting} {method}, task %{{customdata[0]}}<br>cost %{{customdata[1]:.2f}} ms "
+                                    "95% CI %{customdata[3]}, bound %{customdata[2]:.2f} ms<br>ratio %{y:.3f}"
+                                    "<extra></extra>")
 
 
 def search_time_figure(rows: Sequence[dict[str, Any]], methods: Sequence[str],
@@ -97,8 +133,9 @@ def win_matrix(summary: Mapping[tuple[str, str], Mapping[str, Any]], setting: st
                baselines: Sequence[str] = BASELINES) -> list[list[float | None]]:
     """Win rates of :func:`~shardlab.report.benchmark.summarise` for one setting as a
     ``len(methods) x len(baselines)`` list of lists: fraction in [0, 1] of tasks on which the row
-    method is strictly cheaper than the column baseline; None for a method against itself and
-    where there is nothing to compare."""
+    method wins against the column baseline (strictly cheaper when simulated; significantly
+    faster, paired verdict, when measured); None for a method against itself and where there is
+    nothing to compare."""
     out = []
     for m in methods:
         wins = summary.get((setting, m), {}).get("wins", {})
@@ -110,12 +147,14 @@ def win_rate_figure(rows: Sequence[dict[str, Any]], methods: Sequence[str], key:
                     baselines: Sequence[str] = BASELINES, settings: Sequence[str] | str | None = None,
                     height: int | None = None) -> go.Figure:
     """Heatmap per setting: rows are methods, columns baselines, cells the fraction of tasks
-    (0..1) on which the method is strictly cheaper (costs under ``key``); blank where a method
-    meets itself or either was skipped."""
+    (0..1) on which the method wins (costs under ``key``: strictly cheaper when simulated, a
+    paired verdict ``faster`` when measured); blank where a method meets itself, either was
+    skipped or (measured) no verdict exists."""
     names = _settings(rows, settings)
     ran = {r["method"] for r in done(rows, key)}
     baselines = [b for b in baselines if b in ran]
     summary = summarise(rows, methods, key, baselines)
+    verb = "is significantly faster than" if significant(key) else "beats"
     fig = make_subplots(rows=1, cols=max(len(names), 1), shared_yaxes=True, subplot_titles=names,
                         horizontal_spacing=0.04)
     for col, setting in enumerate(names, start=1):
@@ -124,13 +163,19 @@ def win_rate_figure(rows: Sequence[dict[str, Any]], methods: Sequence[str], key:
                                  showscale=col == 1, colorbar=dict(title="win rate"),
                                  text=[["" if v is None else f"{v:.2f}" for v in line] for line in z],
                                  texttemplate="%{text}", hoverongaps=False,
-                                 hovertemplate=f"{setting}: %{{y}} beats %{{x}} on %{{z:.2f}} of tasks<extra></extra>"),
+                                 hovertemplate=f"{setting}: %{{y}} {verb} %{{x}} on %{{z:.2f}} of tasks<extra></extra>"),
                       row=1, col=col)
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(height=height or 160 + 28 * len(methods), margin=dict(t=120), plot_bgcolor="white",
-                      title=f"Win rate against each baseline (fraction of tasks strictly cheaper)<br><sup>"
+                      title=f"{_win_title(key)}<br><sup>"
                             f"{html.escape(cost_label(rows, key))}; blank: a method against itself</sup>")
     return fig
+
+
+def _win_title(key: str) -> str:
+    if significant(key):
+        return "Significant wins against each baseline (fraction of tasks with paired verdict 'faster')"
+    return "Win rate against each baseline (fraction of tasks strictly cheaper; simulated, no uncertainty)"
 
 
 def benchmark_figures(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str = "simulated_ms",
@@ -150,10 +195,11 @@ def benchmark_html(rows: Sequence[dict[str, Any]], methods: Sequence[str], keys:
     body = []
     for key in keys:
         figs = benchmark_figures(rows, methods, key, baselines)
-        kind = "Measured" if key == "measured_ms" else "Simulated"
-        body += [f"<h2>{kind} costs</h2>", f"<p>{html.escape(cost_label(rows, key))}. Costs in ms per training step; "
-                 "the ratio is the plan cost over that source's lower bound; <code>wins vs X</code> is the fraction "
-                 "of tasks on which the method is strictly cheaper than X.</p>",
+        note = re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(wins_note(key, rounds_of(rows))))
+        heading = section_title(key, rounds_of(rows))
+        body += [f"<h2>{html.escape(heading[0].upper() + heading[1:])}</h2>",
+                 f"<p>{html.escape(cost_label(rows, key))}. Costs in ms per training step; the ratio is the plan cost "
+                 f"over that source's lower bound.</p>", f'<p class="wins">{note}</p>',
                  f'<div class="wide">{rows_to_html(summary_rows(rows, methods, key, baselines))}</div>',
                  figure_html(figs["ratio"]), figure_html(figs["win_rate"])]
     body += ["<h2>Search time</h2>", figure_html(search_time_figure(rows, methods))]

@@ -1,6 +1,11 @@
 """Standalone HTML plan-comparison reports: one file that works offline (plotly.js embedded
 once, never fetched), with the task, each method's cost, ratio to the lower bound and search
-time, per-GPU balance charts, and provenance (hardware profile, cost model, versions, seed)."""
+time, per-GPU balance charts, and provenance (hardware profile, cost model, versions, seed).
+
+Where costs were measured in paired rounds the report shows their uncertainty: each plan's cost
+with its 95% interval (error bars, bands, ``[lo, hi]``), its ratio to the reference plan with
+that ratio's interval and the verdict; predictions are labelled as carrying no uncertainty
+(:mod:`shardlab.report.uncertainty`)."""
 
 from __future__ import annotations
 
@@ -17,8 +22,9 @@ import plotly.offline
 from shardlab.evaluate import Evaluation
 from shardlab.io import write_text_atomic
 from shardlab.plan import Plan
-from shardlab.report.costs import cost_summary_rows, device_cost_figure
+from shardlab.report.costs import cost_summary_rows, device_cost_figure, plan_cost_figure
 from shardlab.report.figures import device_load_figure, rows_to_html, task_summary
+from shardlab.report.uncertainty import uncertainty_note, with_comparisons
 from shardlab.tables import Task
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
@@ -68,24 +74,29 @@ def _sources(evaluations: Iterable[Evaluation]) -> str:
 
 
 def report_html(task: Task, plans: Mapping[str, Plan], evaluations: Mapping[str, Evaluation],
-                provenance: Mapping[str, Any], title: str = "") -> str:
-    """The report as one HTML string (module docstring)."""
+                provenance: Mapping[str, Any], title: str = "", seed: int = 0) -> str:
+    """The report as one HTML string (module docstring). Evaluations without any comparison are
+    compared to the best baseline here (statistics only, bootstrap ``seed``)."""
+    evaluations = with_comparisons(evaluations, seed)
     rows = cost_summary_rows(evaluations)
     for row in rows:
         plan = plans.get(str(row["method"]))
         row["search (s)"] = None if plan is None or plan.search_seconds is None else round(plan.search_seconds, 4)
         row["seed"] = None if plan is None else plan.seed
-    figs = [device_cost_figure(evaluations), device_load_figure(task, plans, height=640)]
+    figs = [plan_cost_figure(evaluations), device_cost_figure(evaluations),
+            device_load_figure(task, plans, height=640)]
     body = f"""<p>{html.escape(task_summary(task))}</p>
 <h2>Cost per method</h2>
 <p>Costs in ms per training step at the cost source's batch size; the source column says whether a
 number was measured or predicted, and by what. The plan cost is the straggler's compute plus
 forward (waiting included) and backward all-to-all.</p>
+<p class="uncertainty">{html.escape(uncertainty_note(evaluations))}</p>
 {rows_to_html(rows)}
-<h2>Per-GPU balance</h2>
 {figure_html(figs[0])}
-<h2>Per-GPU load known without measurement</h2>
+<h2>Per-GPU balance</h2>
 {figure_html(figs[1])}
+<h2>Per-GPU load known without measurement</h2>
+{figure_html(figs[2])}
 <h2>Provenance</h2>
 {provenance_table(provenance)}"""
     return standalone_page(title or f"Plan comparison: {task.name}", body)

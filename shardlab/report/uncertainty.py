@@ -1,0 +1,137 @@
+"""How a report states the uncertainty of a plan cost: text for a cost and its 95% interval,
+for a ratio to the reference plan and for the verdict, and the sentence that explains them.
+
+Three kinds of Evaluation, told apart by what they carry (:class:`~shardlab.evaluate.Evaluation`):
+
+- **measured in paired rounds** (``rounds_ms`` with an interval ``ci95_ms``): the cost is the
+  median over rounds with its 95% bootstrap interval; against the reference plan the median
+  paired per-round ratio, its interval and a verdict (``faster`` / ``slower`` / ``within noise``);
+- **measured without an interval** (one round, or fewer than 3): a cost and a ratio, no interval,
+  no verdict -- said so, never presented as a verdict;
+- **predicted** by a cost model (``model:...`` / ``analytic:...``): a cost and a ratio, and the
+  words :data:`NO_UNCERTAINTY` where a verdict would be.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from shardlab.evaluate import Comparison, Evaluation, compare_to_reference
+
+#: What a prediction shows where a measured plan shows its verdict.
+NO_UNCERTAINTY = "predicted, no uncertainty"
+
+#: What a measured plan without an interval shows where a verdict would be.
+NO_INTERVAL = "measured, no interval (< 3 rounds)"
+
+#: What the reference plan shows in the verdict column.
+REFERENCE = "reference"
+
+
+def is_measured(ev: Evaluation) -> bool:
+    """True when ``ev``'s numbers were measured (its ``source`` starts with ``measured``)."""
+    return ev.source.startswith("measured")
+
+
+def with_comparisons(evaluations: Mapping[str, Evaluation], seed: int = 0) -> dict[str, Evaluation]:
+    """``evaluations`` as they are when any carries a comparison, else each compared to the
+    default reference (the best baseline: :func:`~shardlab.evaluate.compare_to_reference`,
+    bootstrap ``seed``). Statistics only: nothing is measured again."""
+    if not evaluations or any(e.comparison is not None for e in evaluations.values()):
+        return dict(evaluations)
+    return compare_to_reference(evaluations, seed=seed)
+
+
+def reference_of(evaluations: Mapping[str, Evaluation]) -> str | None:
+    """The name of the reference plan of the first evaluation with a comparison (None if none)."""
+    return next((e.comparison.reference for e in evaluations.values() if e.comparison is not None), None)
+
+
+def cost_text(ev: Evaluation) -> str:
+    """``"12.345 ms [12.100, 12.600] (5 rounds)"`` when measured with an interval, else
+    ``"12.345 ms"`` (cost in ms, interval = 95% CI of the median over rounds)."""
+    if ev.ci95_ms is None:
+        return f"{ev.cost_ms:.3f} ms"
+    lo, hi = ev.ci95_ms
+    return f"{ev.cost_ms:.3f} ms [{lo:.3f}, {hi:.3f}] ({len(ev.rounds_ms or ())} rounds)"
+
+
+def ci_text(ev: Evaluation) -> str:
+    """The cost's 95% interval as ``"[lo, hi]"`` (ms), or what stands in for it."""
+    if ev.ci95_ms is not None:
+        return f"[{ev.ci95_ms[0]:.3f}, {ev.ci95_ms[1]:.3f}]"
+    return NO_INTERVAL if is_measured(ev) else NO_UNCERTAINTY
+
+
+def ratio_text(name: str, ev: Evaluation) -> str:
+    """Ratio to the reference plan: ``"0.953 [0.941, 0.966]"`` (paired, with its 95% CI),
+    ``"0.953"`` (no interval), ``"1 (reference)"`` for the reference itself, ``""`` without a
+    comparison."""
+    c = ev.comparison
+    if c is None:
+        return ""
+    if c.reference == name:
+        return "1 (reference)"
+    if c.ratio_ci95 is None:
+        return f"{c.ratio:.3f}"
+    return f"{c.ratio:.3f} [{c.ratio_ci95[0]:.3f}, {c.ratio_ci95[1]:.3f}]"
+
+
+def verdict_text(name: str, ev: Evaluation) -> str:
+    """``reference``, the paired verdict, or :data:`NO_UNCERTAINTY` / :data:`NO_INTERVAL`
+    where there is none; ``""`` without a comparison."""
+    c = ev.comparison
+    if c is None:
+        return ""
+    if c.reference == name:
+        return REFERENCE
+    if c.verdict is not None:
+        return c.verdict
+    return NO_INTERVAL if is_measured(ev) else NO_UNCERTAINTY
+
+
+def comparison_text(name: str, ev: Evaluation) -> str:
+    """One line for a plan: cost (with its interval), ratio to the reference (with its
+    interval) and verdict, e.g. ``"neuroshard: 12.345 ms [12.100, 12.600] (5 rounds); x0.953
+    [0.941, 0.966] vs torchrec: faster"``."""
+    line = f"{name}: {cost_text(ev)}"
+    c = ev.comparison
+    if c is None:
+        return line + ("" if is_measured(ev) else f" ({NO_UNCERTAINTY})")
+    if c.reference == name:
+        return line + "; the reference"
+    return line + f"; x{ratio_text(name, ev)} vs {c.reference}: {verdict_text(name, ev)}"
+
+
+def uncertainty_note(evaluations: Mapping[str, Evaluation]) -> str:
+    """One or two sentences (plain text) that say how sure the costs in ``evaluations`` are."""
+    evs = list(evaluations.values())
+    ref = reference_of(evaluations)
+    vs = f" the reference plan, {ref}," if ref else " the reference plan"
+    parts = []
+    if any(e.ci95_ms is not None for e in evs):
+        rounds = sorted({len(e.rounds_ms or ()) for e in evs if e.ci95_ms is not None})
+        parts.append(f"Measured in {'/'.join(map(str, rounds))} paired, shuffled rounds: a plan's cost is the median "
+                     "over rounds and its error bar / [interval] the 95% bootstrap confidence interval of that "
+                     f"median. The ratio to{vs} is the median of the per-round paired ratios with its 95% interval; "
+                     "the verdict is 'faster' or 'slower' when that interval lies wholly below or above 1, else "
+                     "'within noise'.")
+    if any(is_measured(e) and e.ci95_ms is None for e in evs):
+        parts.append("Measured with fewer than 3 rounds: no interval and no verdict, one measurement can be off by "
+                     "tens of percent on a shared machine.")
+    if any(not is_measured(e) for e in evs):
+        parts.append(f"Predicted by a cost model ({NO_UNCERTAINTY}): ratios to{vs} are ratios of predictions, "
+                     "without an interval or a verdict.")
+    return " ".join(parts)
+
+
+def pair_text(a: str, ev_a: Evaluation, b: str, ev_b: Evaluation, seed: int = 0) -> str:
+    """Plan ``b`` against plan ``a`` in one line (:func:`comparison_text` of ``b`` with ``a`` as
+    the reference): paired per-round ratio, its 95% interval and the verdict when both were
+    measured in the same rounds; the ratio of the costs alone otherwise."""
+    if a == b:
+        return f"{b}: {cost_text(ev_b)}; the same plan on both sides"
+    if ev_a.rounds_ms and ev_b.rounds_ms and len(ev_a.rounds_ms) != len(ev_b.rounds_ms):   # not paired
+        ratio = ev_b.cost_ms / ev_a.cost_ms if ev_a.cost_ms > 0 else float("nan")
+        return comparison_text(b, ev_b.with_comparison(Comparison(a, ratio)))
+    return comparison_text(b, compare_to_reference({a: ev_a, b: ev_b}, reference=a, seed=seed)[b])
