@@ -91,22 +91,13 @@ def load_plans(task: Any, paths: list[str], reference: str | None) -> tuple[dict
 
 
 def comparison_line(key: str, e: Any) -> str:
-    """One line for a plan: cost (median and interval when measured in rounds), ratio to the
-    reference (with interval) and verdict."""
-    cost = f"{e.cost_ms:9.3f} ms"
-    if e.ci95_ms is not None:
-        cost += f" [{e.ci95_ms[0]:.3f}, {e.ci95_ms[1]:.3f}]"
-    elif e.rounds_ms and len(e.rounds_ms) > 1:
-        cost += " [too few rounds for an interval]"
-    c = e.comparison
-    if c is None:
-        return f"{key:>22}  {cost}"
-    if c.reference == key:
-        return f"{key:>22}  {cost}   reference"
-    ratio = f"x{c.ratio:.3f}"
-    if c.ratio_ci95 is not None:
-        ratio += f" [{c.ratio_ci95[0]:.3f}, {c.ratio_ci95[1]:.3f}]"
-    return f"{key:>22}  {cost}   {ratio} vs {c.reference}" + (f"   {c.verdict}" if c.verdict else "")
+    """One line for a plan, in columns: cost (median and 95% interval when measured in rounds),
+    ratio to the reference (with its interval) and verdict (:mod:`shardlab.report.uncertainty`)."""
+    from shardlab.report.uncertainty import ci_text, ratio_text, verdict_text
+
+    ref = f" vs {e.comparison.reference}" if e.comparison and e.comparison.reference != key else ""
+    return (f"{key:>22}  {e.cost_ms:9.3f} ms {ci_text(e):<24}  x{ratio_text(key, e):<24}{ref:<18}"
+            f"  {verdict_text(key, e)}").rstrip()
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:

@@ -79,8 +79,13 @@ def _sample_ranks(rng: np.random.Generator, n: int, rows: int, alpha: float, q: 
     g0 = float(_log_g(alpha, math.log1p(q)))
     g_n = float(_log_g(alpha, math.log(rows + 1.0 + q)))
     g = g0 + (g_n - g0) * u
-    log_y = g if abs(s) < 1e-9 else np.log1p(s * g) / s
-    r = (np.exp(log_y) - q).astype(np.int64) - 1
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        log_y = g if abs(s) < 1e-9 else np.log1p(s * g) / s
+        x = np.exp(log_y) - q
+    # a steep law (large alpha) can round s * g to -1 at the tail: x overflows; that draw is the
+    # last row (before this guard the non-finite x became rank 0)
+    x = np.where(np.isfinite(x), np.minimum(x, rows + 1.0), rows + 1.0)
+    r = x.astype(np.int64) - 1
     return np.clip(r, 0, rows - 1, out=r)
 
 

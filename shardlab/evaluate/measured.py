@@ -234,8 +234,9 @@ class MeasuredEvaluator:
         bounds = [b for b in runs.get(BOUND, []) if b is not None]
         bound = float(np.median(bounds)) if bounds else None
         source = f"measured:{prof.name}{note}"
-        out = {k: _evaluation(task, plans[k], source, runs[first[tuple(_shard_key(x) for x in shards[k])]],
-                              bound, self.seed) for k in plans}
+        rep = {k: first[tuple(_shard_key(x) for x in shards[k])] for k in plans}     # identical plans: one item
+        out = {k: _evaluation(task, plans[k], source, runs[rep[k]], bound, self.seed) for k in plans}
+        self.warmup_ms_ = {k: self.warmup_ms_[rep[k]] for k in plans if rep[k] in self.warmup_ms_}
         self.seconds_ = time.perf_counter() - t0
         return compare_to_reference(out, self.reference, self.seed)
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Mapping, Protocol, runtime_checkable
 
+import numpy as np
+
 from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.stats import bootstrap_median_ci, paired_ratios, verdict
@@ -67,8 +69,6 @@ def compare_to_reference(evaluations: Mapping[str, Evaluation], reference: str |
     out = {}
     for k, e in evaluations.items():
         if e.rounds_ms and ref.rounds_ms:
-            import numpy as np
-
             r = paired_ratios(e.rounds_ms, ref.rounds_ms)
             ci = bootstrap_median_ci(r, seed=seed)
             comp = Comparison(ref_name, float(np.median(r)), ci, verdict(ci))

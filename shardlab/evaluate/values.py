@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+import numpy as np
+
 from shardlab.errors import ShardlabError, check_fields
 from shardlab.plan import Plan
 from shardlab.tables import Table, Task
@@ -85,8 +87,6 @@ class Evaluation:
     def cost_ms(self) -> float:
         """Plan cost (ms): the median over rounds when measured in rounds, else the straggler's total."""
         if self.rounds_ms:
-            import numpy as np
-
             return float(np.median(self.rounds_ms))
         return max(d.total_ms for d in self.per_device)
 
