@@ -7,61 +7,90 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, BinaryIO, Callable, Iterable
 
 from shardlab.errors import ShardlabError
+from shardlab.paths import check_output_path
 from shardlab.plan import Plan
 from shardlab.tables import Task
 
 
-def write_json_atomic(path: str | os.PathLike, data: Any, indent: int | None = 1) -> Path:
-    """Write ``data`` as JSON to ``path`` via a temporary file and ``os.replace``.
-
-    A ``.gz`` suffix writes gzip-compressed JSON. Parent folders are created. Returns the path.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=indent, sort_keys=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+def _write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
+    """Write a file atomically: :func:`shardlab.paths.check_output_path` picks the real file
+    (or refuses with one line), ``write`` fills a temporary file in the same folder, which is
+    fsynced and ``os.replace``-d over the real file. The temporary file is removed on any
+    failure; an ``OSError`` (disk full, permission denied, ...) becomes one ShardlabError line
+    naming ``path``. Returns ``path`` as given (a symlink given stays the path returned)."""
+    target = check_output_path(path)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:100]}.", suffix=".tmp", dir=target.parent)
         with os.fdopen(fd, "wb") as f:
-            raw = text.encode()
-            f.write(gzip.compress(raw, mtime=0) if path.suffix == ".gz" else raw)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; give the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as e:
+        reason = e.strerror or (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ShardlabError(f"{Path(path)}: cannot write output ({reason})") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    _fsync_dir(target.parent)
+    return Path(path)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Best-effort fsync of ``folder`` so a replace survives a crash (ignored where unsupported)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any, indent: int | None = 1) -> Path:
+    """Write ``data`` as JSON to ``path`` via a temporary file and ``os.replace``.
+
+    A ``.gz`` suffix writes gzip-compressed JSON. Parent folders are created. The path is
+    checked by :func:`shardlab.paths.check_output_path`: only a regular file is ever written
+    (devices, FIFOs, sockets and directories are refused with one line; a symlink to a regular
+    or not-yet-existing file is written through, replacing its target and keeping the link).
+    Returns the path.
+    """
+    raw = (json.dumps(data, indent=indent, sort_keys=False) + "\n").encode()
+    if Path(path).suffix == ".gz":
+        raw = gzip.compress(raw, mtime=0)
+    return _write_atomic(path, lambda f: f.write(raw))
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` via a temporary file and ``os.replace``; parent
-    folders are created. Returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    folders are created and the path is checked as in :func:`write_json_atomic`. Returns the
+    path."""
+    raw = text.encode("utf-8")
+    return _write_atomic(path, lambda f: f.write(raw))
 
 
 def torch_save_atomic(obj: Any, path: str | os.PathLike) -> Path:
     """``torch.save`` ``obj`` to ``path`` via a temporary file and ``os.replace``; parent
-    folders are created. Returns the path."""
+    folders are created and the path is checked as in :func:`write_json_atomic`. Returns the
+    path."""
     import torch
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-    return path
+    return _write_atomic(path, lambda f: torch.save(obj, f))
 
 
 def read_json(path: str | os.PathLike) -> Any:
