@@ -18,6 +18,7 @@ from typing import Sequence
 from shardlab import constants as C
 from shardlab.cli_campaigns import (_emit, cmd_profile_comm, cmd_profile_compute, cmd_profile_plans,
                                     cmd_profile_single, cmd_train)
+from shardlab.cli_checks import check_args
 from shardlab.cli_evaluate import add_evaluator_arguments, cmd_compare, cmd_evaluate, cmd_report
 from shardlab.errors import ShardlabError
 
@@ -247,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``shardlab`` / ``python -m shardlab``; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
+        check_args(args)
         args.func(args)
     except ShardlabError as e:
         print(f"shardlab: error: {e}", file=sys.stderr)

@@ -16,6 +16,14 @@ def _emit(args: argparse.Namespace, summary: str, data: object) -> None:
     print(json.dumps(data, indent=1) if args.json else summary)
 
 
+def _existing_store(path: str | None) -> None:
+    """Refuse (one line) a store to read from that does not exist, rather than create it empty."""
+    from pathlib import Path
+
+    if path is not None and not Path(path).is_file():
+        raise ShardlabError(f"option '--store' = {path!r}: no such sample store (nothing to read)")
+
+
 def cmd_profile_compute(args: argparse.Namespace) -> None:
     """Run (or resume) a compute campaign into a sample store."""
     from shardlab.profile.campaign import run_compute_campaign
@@ -55,6 +63,7 @@ def cmd_profile_single(args: argparse.Namespace) -> None:
     from shardlab.profile.hardware import profile_with
     from shardlab.profile.store import SampleStore
 
+    _existing_store(args.store)
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
     added = run_single_table_costs(args.store, prof, workers=args.workers, max_samples=args.max_samples,
                                    progress=not args.no_progress)
@@ -86,7 +95,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
     if args.kind.endswith("_policy"):
         return train_policy(args)
-
+    _existing_store(args.store)
     compute = load_samples("compute", args.store, args.dataset, args.profile)
     comm = load_samples("comm", args.store, args.dataset, args.profile)
     label = f"store:{args.store}" if args.store else f"dataset:{args.dataset}"

@@ -23,8 +23,9 @@ def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, def
                      help="cost model: a manifest JSON path or a shipped name (neuroshard, ...)"
                           + (" (default %(default)s)" if default_model else ""))
     how.add_argument("--analytic", action="store_true", help="the shipped analytic model")
-    p.add_argument("--rounds", type=int, default=default_rounds,
-                   help="--measure: paired, interleaved rounds (>= 3 for intervals and verdicts; default %(default)s)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help=f"--measure: paired, interleaved rounds (>= 3 for intervals and verdicts; default {default_rounds})")
+    p.set_defaults(default_rounds=default_rounds)
     p.add_argument("--warmup-rounds", type=int, default=None,
                    help="--measure: untimed rounds first (default 1 with several rounds, else 0)")
     p.add_argument("--reference", default=None,
@@ -49,8 +50,9 @@ def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
 
     if args.measure:
         prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
-        warm = args.warmup_rounds if args.warmup_rounds is not None else (1 if args.rounds > 1 else 0)
-        return MeasuredEvaluator(prof, rounds=args.rounds, warmup_rounds=warm, seed=args.seed, reference=reference,
+        rounds = args.rounds or args.default_rounds
+        warm = args.warmup_rounds if args.warmup_rounds is not None else (1 if rounds > 1 else 0)
+        return MeasuredEvaluator(prof, rounds=rounds, warmup_rounds=warm, seed=args.seed, reference=reference,
                                  lower_bound=not args.no_bound, pin=not args.no_pin,
                                  progress=not args.no_progress, journal=args.journal)
     return ModelEvaluator("analytic" if args.analytic or not args.model else args.model, args.profile,
@@ -58,20 +60,28 @@ def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
 
 
 def load_plans(task: Any, paths: list[str], reference: str | None) -> tuple[dict[str, Any], str | None]:
-    """Plans keyed by method (``method:file-stem`` where two share a method), every one checked
-    against ``task``; ``reference`` resolved: a Plan JSON file (added to the plans when not among
-    them) or a method name. Returns (plans, reference key or None)."""
+    """Plans keyed by method (``method:file-stem`` for every plan of a method given more than once),
+    every one checked against ``task``; ``reference`` resolved: a Plan JSON file (added to the
+    plans when not among them) or a method name. Returns (plans, reference key or None)."""
     from shardlab.io import load_plan
 
     plans: dict[str, Any] = {}
     by_path: dict[str, str] = {}
+    loaded = []
     for path in paths:
         plan = load_plan(path)
         if plan.task != task.name:
             raise ShardlabError(f"plan '{path}': field 'task' = {plan.task!r} is not the task {task.name!r}")
-        key = plan.method if plan.method not in plans else f"{plan.method}:{Path(path).stem}"
-        if key in plans:
+        resolved = str(Path(path).resolve())
+        if resolved in by_path:
             raise ShardlabError(f"plan '{path}': given twice")
+        by_path[resolved] = ""
+        loaded.append((path, plan))
+    methods = [p.method for _, p in loaded]
+    for path, plan in loaded:   # a method given once keys its plan; several plans of one method: by file
+        key = plan.method if methods.count(plan.method) == 1 else f"{plan.method}:{Path(path).stem}"
+        if key in plans:
+            key = f"{plan.method}:{Path(path).resolve().parent.name}/{Path(path).stem}"
         plans[key] = plan
         by_path[str(Path(path).resolve())] = key
     if reference is None:
@@ -152,6 +162,6 @@ def cmd_report(args: argparse.Namespace) -> None:
     evaluations = build_evaluator(args, ref).evaluate(task, plans)
     html = args.html or f"reports/{task.name}.html"
     out = write_report(html, task, plans, evaluations, {"command": " ".join(sys.argv)})
-    best = min(evaluations.items(), key=lambda kv: kv[1].cost_ms)
+    best = min(evaluations.items(), key=lambda kv: (kv[1].cost_ms, kv[0]))   # ties: by name, not by order
     _emit(args, f"report {task.name}: {len(plans)} plans, best {best[0]} {best[1].cost_ms:.3f} ms "
                 f"({best[1].source}) -> {out}", {m: e.to_dict() for m, e in evaluations.items()})

@@ -95,20 +95,20 @@ def test_identical_device_shards_are_measured_once_per_round(task, plans, monkey
 def test_compare_verb_prints_verdicts_and_json(task, plans, tmp_path, capsys):
     tp = save_task(task, tmp_path / "task.json")
     a, b = save_plan(plans["lookup_greedy"], tmp_path / "a.json"), save_plan(plans["all_on_0"], tmp_path / "b.json")
-    args = ["compare", str(tp), str(a), str(b), "--measure", "--rounds", "3", "--batch-size", "2048",
+    args = ["compare", str(tp), str(a), str(b), "--measure", "--rounds", "5", "--batch-size", "2048",
             "--repeats", "3", "--warmup", "1", "--no-bound", "--no-progress"]
     journal = tmp_path / "journal.jsonl"
     assert main(args + ["--reference", str(a), "--journal", str(journal)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     logged = [json.loads(x) for x in journal.read_text().splitlines()]     # every measurement, as taken
-    assert len(logged) == (1 + 3) * 2 and [x["round"] for x in logged[:2]] == [-1, -1]
+    assert len(logged) == (1 + 5) * 2 and [x["round"] for x in logged[:2]] == [-1, -1]
     assert all(len(x["ms"]) == task.ngpu and len(x["ms"][0]) == 4 for x in logged)
-    assert lines[0].startswith(f"compare on {task.name} (measured:cpu[") and "3 paired rounds" in lines[0]
+    assert lines[0].startswith(f"compare on {task.name} (measured:cpu[") and "5 paired rounds" in lines[0]
     assert "reference" in lines[1] and lines[2].split()[-1] == "slower" and "vs lookup_greedy" in lines[2]
     assert main(args + ["--json", "--reference", "lookup_greedy"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [d["method"] for d in data] == ["lookup_greedy", "all_on_0"]
-    assert all(len(d["rounds_ms"]) == 3 and d["reference"] == "lookup_greedy" for d in data)
+    assert all(len(d["rounds_ms"]) == 5 and d["reference"] == "lookup_greedy" for d in data)
     assert data[1]["verdict"] == "slower"
     assert main(["compare", str(tp), str(a), str(b), "--model", "analytic"]) == 0
     out = capsys.readouterr().out

@@ -115,11 +115,24 @@ def load_bundle(name_or_path: str | os.PathLike, profile: str = "cpu") -> CostMo
     if d.get("format") != MANIFEST_FORMAT:
         raise ShardlabError(f"cost model '{p}': field 'format' must be '{MANIFEST_FORMAT}'")
     models = []
+    parts = d.get("parts")
     for role in ("compute", "comm"):
-        part = d["parts"][role]
+        part = parts.get(role) if isinstance(parts, dict) else None
+        if not isinstance(part, dict) or not isinstance(part.get("class"), str) or not isinstance(part.get("file"), str):
+            raise ShardlabError(f"cost model '{p}': field 'parts.{role}' must name a 'class' and a 'file'")
         module, _, cls_name = part["class"].rpartition(".")
         if not module.startswith("shardlab.costmodel."):
             raise ShardlabError(f"cost model '{p}': field 'parts.{role}.class' must be a shardlab.costmodel class")
-        cls = getattr(importlib.import_module(module), cls_name)
-        models.append(cls.load(str(p.parent / part["file"])))
+        try:
+            cls = getattr(importlib.import_module(module), cls_name)
+        except (ImportError, AttributeError):
+            raise ShardlabError(f"cost model '{p}': field 'parts.{role}.class' = {part['class']!r} is no "
+                                "shardlab cost model class") from None
+        if not hasattr(cls, "load"):
+            raise ShardlabError(f"cost model '{p}': field 'parts.{role}.class' = {part['class']!r} is no "
+                                "shardlab cost model class")
+        file = p.parent / part["file"]
+        if not file.is_file():
+            raise ShardlabError(f"cost model '{p}': field 'parts.{role}.file' = {part['file']!r}: no such file")
+        models.append(cls.load(str(file)))
     return CostModelBundle(models[0], models[1], d.get("provenance", {}), d.get("heldout", {}))

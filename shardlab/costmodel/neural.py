@@ -200,7 +200,12 @@ class _Estimator:
         """Read a model file written by :meth:`save`."""
         if not os.path.exists(path):
             raise ShardlabError(f"cost model '{path}': no such file")
-        return cls.from_state(cls.check_state(torch.load(path, map_location="cpu", weights_only=False), path))
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as e:  # noqa: BLE001 -- torch raises many kinds on a damaged file
+            raise ShardlabError(f"cost model '{path}': not a readable model file "
+                                f"({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''})") from None
+        return cls.from_state(cls.check_state(state, path))
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> Any:

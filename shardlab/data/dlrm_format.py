@@ -109,9 +109,9 @@ def load_dlrm_file(path: str | os.PathLike) -> DlrmLookups:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise ShardlabError(f"{path}: no such file") from None
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
     try:
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
         data = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many kinds on a bad file
         raise ShardlabError(f"{path}: not a torch-saved file ({str(e).splitlines()[0][:120]})") from None

@@ -10,6 +10,7 @@ profiler regenerate the same lookups. Nothing is filled in silently.
 from __future__ import annotations
 
 import csv
+import math
 import os
 import zlib
 from pathlib import Path
@@ -54,6 +55,8 @@ def tables_from_records(records: Iterable[Mapping[str, Any]], batch_size: int = 
         if bins is not None:
             out.append(Table(name, rec["rows"], rec["dim"], pooling, bins, rec.get("source", origin)))
             continue
+        if assume_zipf is not None and not (math.isfinite(assume_zipf) and assume_zipf > 0):
+            raise ShardlabError(f"field 'assume_zipf' = {assume_zipf!r} must be a finite Zipf exponent > 0")
         if assume_zipf is None:
             raise ShardlabError(f"table '{name}': field 'reuse_bins' is missing (give them, or pass "
                                 f"assume_zipf=ALPHA / --assume-zipf ALPHA to measure them on assumed "

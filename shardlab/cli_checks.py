@@ -1,0 +1,73 @@
+"""Checks of the ``shardlab`` command line's parsed arguments, before any verb runs.
+
+Every numeric option has a range and nonsense gets one line naming the option and its value
+(:class:`~shardlab.errors.ShardlabError`, exit status 2) instead of a traceback or a silently
+odd result; options that only mean something with another option are refused without it.
+``tests/test_hostile_inputs.py`` holds every case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from typing import Any, Callable
+
+from shardlab.errors import ShardlabError
+
+#: option (argparse dest) -> (test, requirement), applied where a verb has the option and it is set.
+RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "seed": (lambda v: v >= 0, "must be >= 0"),
+    "batch_size": (lambda v: v >= 1, "must be >= 1"),
+    "repeats": (lambda v: v >= 1, "must be >= 1"),
+    "warmup": (lambda v: v >= 0, "must be >= 0"),
+    "rounds": (lambda v: 1 <= v <= 1000, "must be in [1, 1000]"),
+    "warmup_rounds": (lambda v: 0 <= v <= 100, "must be in [0, 100]"),
+    "samples": (lambda v: v >= 0, "must be >= 0"),
+    "max_samples": (lambda v: v >= 1, "must be >= 1"),
+    "workers": (lambda v: 1 <= v <= 64, "must be in [1, 64]"),
+    "ntables": (lambda v: v >= 1, "must be >= 1"),
+    "min_tables": (lambda v: v >= 1, "must be >= 1"),
+    "max_tables": (lambda v: v >= 1, "must be >= 1"),
+    "mem_gb": (lambda v: math.isfinite(v) and v > 0, "must be a finite number > 0"),
+    "max_delay_ms": (lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0"),
+    "assume_zipf": (lambda v: math.isfinite(v) and v > 0, "must be a finite Zipf exponent > 0"),
+    "epochs": (lambda v: v >= 1, "must be >= 1"),
+    "iterations": (lambda v: v >= 1, "must be >= 1"),
+    "updates": (lambda v: v >= 1, "must be >= 1"),
+    "measure": (lambda v: v >= 0, "must be >= 0"),          # train: plans measured per iteration
+    "ngpu": (lambda v: v >= 1, "must be >= 1"),
+}
+
+#: Options of the evaluation verbs that only act on measurement: refused without --measure.
+MEASURE_ONLY = ("batch_size", "repeats", "warmup", "rounds", "warmup_rounds", "no_pin", "journal")
+
+#: Verbs whose --batch-size etc. belong to the measuring evaluator.
+EVALUATION_VERBS = ("evaluate", "compare", "report")
+
+#: A Python module path (``sparse.ebc``): dotted identifiers.
+MODULE_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Raise one line for the first argument out of range or out of place (module docstring)."""
+    for dest, (ok, requirement) in RANGES.items():
+        value = getattr(args, dest, None)
+        if value is None or isinstance(value, bool):
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if not ok(v):
+                raise ShardlabError(f"option '{_flag(dest)}' = {v!r} {requirement}")
+    verb = getattr(args, "verb", None)
+    if verb in EVALUATION_VERBS and not getattr(args, "measure", False):
+        for dest in MEASURE_ONLY:
+            if getattr(args, dest, None) not in (None, False):
+                raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --measure")
+    if verb == "export-torchrec" and not MODULE_PATH.fullmatch(args.module or ""):
+        raise ShardlabError(f"option '--module' = {args.module!r} must be a dotted module path like 'sparse.ebc'")
+    if getattr(args, "min_tables", None) and getattr(args, "max_tables", None) and args.min_tables > args.max_tables:
+        raise ShardlabError(f"option '--min-tables' = {args.min_tables} must be <= --max-tables ({args.max_tables})")
