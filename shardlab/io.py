@@ -84,6 +84,13 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return _write_atomic(path, lambda f: f.write(raw))
 
 
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temporary file and ``os.replace``; parent folders are
+    created and the path is checked as in :func:`write_json_atomic`. Returns the path."""
+    data = bytes(data)
+    return _write_atomic(path, lambda f: f.write(data))
+
+
 def torch_save_atomic(obj: Any, path: str | os.PathLike) -> Path:
     """``torch.save`` ``obj`` to ``path`` via a temporary file and ``os.replace``; parent
     folders are created and the path is checked as in :func:`write_json_atomic`. Returns the

@@ -14,11 +14,13 @@ import pytest
 from shardlab import Task
 from shardlab.cli import main
 from shardlab.errors import ShardlabError
-from shardlab.io import read_json, save_task, torch_save_atomic, write_json_atomic, write_text_atomic
+from shardlab.io import (read_json, save_task, torch_save_atomic, write_bytes_atomic, write_json_atomic,
+                         write_text_atomic)
 from shardlab.paths import check_output_path, safe_filename
 from tests.conftest import make_table
 
 WRITERS = {
+    "bytes": lambda p: write_bytes_atomic(p, b"\x00\x01"),
     "json": lambda p: write_json_atomic(p, {"a": 1}),
     "text": lambda p: write_text_atomic(p, "hello\n"),
     "torch": lambda p: torch_save_atomic({"a": 1}, p),
@@ -59,6 +61,8 @@ def test_normal_write_is_atomic_and_right(tmp_path, kind):
     assert stat.S_ISREG(os.lstat(path).st_mode)
     if kind == "json":
         assert read_json(path) == {"a": 1}
+    elif kind == "bytes":
+        assert path.read_bytes() == b"\x00\x01"
     elif kind == "text":
         assert path.read_text() == "hello\n"
     else:
