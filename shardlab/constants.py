@@ -51,3 +51,13 @@ DEFAULT_POOL = "dlrm-synth"
 #: The comparators every learned sharder must beat: the five heuristics and TorchRec's planner.
 #: A paired comparison with no reference named compares against the best of these.
 BASELINE_METHODS = ("random", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec")
+
+#: Upper bound on ``ngpu`` for any search (``search.base.run_sharder`` refuses more with a
+#: one-line error naming 'ngpu'). Every registered sharder answers at this many devices or
+#: refuses at once under its own, lower bound (e.g. ``MAX_NEUROSHARD_GPUS``). ``Task`` itself
+#: accepts any ngpu >= 1 (a plan may be read, validated and costed at any size).
+MAX_SEARCH_GPUS = 4096
+
+#: Ranks one machine can host for measurement (one process per rank): the comm bench and the
+#: evaluators refuse a task with more devices than this rather than oversubscribe the host.
+MAX_MEASURE_RANKS = 64

@@ -16,6 +16,10 @@ from shardlab.errors import InfeasibleError, ShardlabError, check_fields, field_
 from shardlab.tables import Task, _as_float, _as_int
 
 
+#: The fields of one placement in Plan JSON (all required, no others accepted).
+_PLACEMENT_FIELDS = ("table", "col_offset", "cols", "row_offset", "rows", "device")
+
+
 @dataclass(frozen=True)
 class Placement:
     """Block ``[row_offset, row_offset+rows) x [col_offset, col_offset+cols)`` of ``table``
@@ -101,15 +105,17 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
-        """Parse Plan JSON; raises naming the missing or bad field."""
-        owner = check_fields(data, "plan", "method", ("task", "method", "ngpu", "placements"))
+        """Parse Plan JSON; raises naming the missing, unknown or bad field (top level and
+        placements accept only the fields :meth:`to_dict` writes)."""
+        owner = check_fields(data, "plan", "method", ("task", "method", "ngpu", "placements"),
+                             ("task", "method", "ngpu", "seed", "search_seconds", "placements"))
         if not isinstance(data["placements"], list):
             raise field_error(owner, "placements", data["placements"], "must be a list")
         placements = []
         for p in data["placements"]:
             label = p.get("table", "?") if isinstance(p, Mapping) else "?"
-            check_fields(p, "placement", "table", ("table", "col_offset", "cols", "row_offset", "rows",
-                                                   "device"), owner=f"{owner}: placement of table '{label}'")
+            check_fields(p, "placement", "table", _PLACEMENT_FIELDS, _PLACEMENT_FIELDS,
+                         owner=f"{owner}: placement of table '{label}'")
             placements.append(Placement(p["table"], p["col_offset"], p["cols"], p["row_offset"],
                                         p["rows"], p["device"]))
         return cls(data["task"], data["method"], data["ngpu"], tuple(placements),

@@ -165,6 +165,8 @@ class Task:
     batch_size: int = C.DEFAULT_BATCH_SIZE
     weights_precision: str = "fp32"
     optimizer: str = "exact_sgd"
+    #: Table name -> position in ``tables``, built once in ``__post_init__`` (O(1) lookups).
+    _index: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -182,14 +184,15 @@ class Task:
         tables = tuple(self.tables)
         if not tables:
             raise field_error(owner, "tables", [], "must hold at least one table")
-        seen: set[str] = set()
-        for t in tables:
+        index: dict[str, int] = {}
+        for i, t in enumerate(tables):
             if not isinstance(t, Table):
                 raise field_error(owner, "tables", t, "must hold Table values")
-            if t.name in seen:
+            if t.name in index:
                 raise ShardlabError(f"{owner}: table '{t.name}' appears twice (field 'name')")
-            seen.add(t.name)
+            index[t.name] = i
         object.__setattr__(self, "tables", tables)
+        object.__setattr__(self, "_index", index)
 
     @property
     def mem_cap_bytes(self) -> int:
@@ -197,11 +200,22 @@ class Task:
         return int(self.mem_cap_gb * C.GB)
 
     def table(self, name: str) -> Table:
-        """The table called ``name`` (KeyError naming it if absent)."""
-        for t in self.tables:
-            if t.name == name:
-                return t
-        raise KeyError(f"task '{self.name}' has no table '{name}'")
+        """The table called ``name`` (KeyError naming it if absent); O(1) via the name index."""
+        i = self._index.get(name)
+        if i is None:
+            raise KeyError(f"task '{self.name}' has no table '{name}'")
+        return self.tables[i]
+
+    def table_index(self, name: str) -> int:
+        """Position of the table called ``name`` in ``tables`` (KeyError naming it if absent)."""
+        i = self._index.get(name)
+        if i is None:
+            raise KeyError(f"task '{self.name}' has no table '{name}'")
+        return i
+
+    def has_table(self, name: str) -> bool:
+        """Whether the task holds a table called ``name`` (O(1))."""
+        return name in self._index
 
     def block_bytes(self, rows: int, cols: int) -> int:
         """Bytes of a rows x cols block under this task's precision and optimizer."""

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 import time
 from typing import Any, Callable, ClassVar, Protocol, Sequence, runtime_checkable
 
+import numpy as np
+
 from shardlab import constants as C
 from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.io import names_list, torch_save_atomic
@@ -65,7 +67,11 @@ def method_list(methods: str | Sequence[str]) -> list[str]:
 
 
 def run_sharder(sharder: Sharder, task: Task, seed: int = 0) -> Plan:
-    """Run ``sharder`` on ``task``, time it (``Plan.search_seconds``, s) and validate the plan."""
+    """Run ``sharder`` on ``task``, time it (``Plan.search_seconds``, s) and validate the plan.
+
+    Refuses at once (one line naming 'ngpu') a task over ``constants.MAX_SEARCH_GPUS`` devices.
+    """
+    check_search_gpus(task)
     start = time.perf_counter()
     plan = sharder.shard(task, seed)
     elapsed = time.perf_counter() - start
@@ -74,34 +80,57 @@ def run_sharder(sharder: Sharder, task: Task, seed: int = 0) -> Plan:
     return plan
 
 
+def check_search_gpus(task: Task, bound: int = C.MAX_SEARCH_GPUS, method: str = "search") -> None:
+    """Raise a one-line :class:`ShardlabError` naming 'ngpu' and ``bound`` if ``task.ngpu > bound``."""
+    if task.ngpu > bound:
+        raise ShardlabError(f"task '{task.name}': field 'ngpu' = {task.ngpu} is over the {method} "
+                            f"bound of {bound} devices")
+
+
 def run_sharders(task: Task, methods: list[str], seed: int = 0) -> dict[str, Plan]:
     """Run each named sharder on ``task``; returns method name -> validated plan."""
     return {m: run_sharder(get_sharder(m), task, seed) for m in methods}
 
 
 class DeviceState:
-    """Memory used (bytes) and accumulated weight per device during a greedy placement."""
+    """Memory used (bytes, int64 array) and accumulated weight (float64 array) per device
+    during a greedy placement; each step is O(ngpu) numpy work, not Python loops."""
 
     def __init__(self, task: Task):
         self.task = task
-        self.mem = [0] * task.ngpu
-        self.weight = [0.0] * task.ngpu
+        self.mem = np.zeros(task.ngpu, dtype=np.int64)
+        self.weight = np.zeros(task.ngpu, dtype=np.float64)
+        self._cap = task.mem_cap_bytes
 
     def fits(self, device: int, table: Table) -> bool:
         """Whether ``table`` fits on ``device`` under the cap."""
-        return self.mem[device] + self.task.table_bytes(table) <= self.task.mem_cap_bytes
+        return int(self.mem[device]) + self.task.table_bytes(table) <= self._cap
 
-    def feasible_devices(self, table: Table) -> list[int]:
-        """Devices where ``table`` fits; raises :class:`InfeasibleError` when there is none."""
-        devices = [d for d in range(self.task.ngpu) if self.fits(d, table)]
-        if not devices:
-            need = self.task.table_bytes(table)
-            free = self.task.mem_cap_bytes - min(self.mem)
+    def _fit_mask(self, table: Table) -> np.ndarray:
+        """Boolean mask of the devices where ``table`` fits; raises :class:`InfeasibleError`
+        naming the table (and how many GB short) when there is none."""
+        need = self.task.table_bytes(table)
+        mask = self.mem <= self._cap - need
+        if not mask.any():
+            free = self._cap - int(self.mem.min())
             raise InfeasibleError(
                 f"task '{self.task.name}': table '{table.name}' fits no device: it needs "
                 f"{need / C.GB:.3f} GB, the emptiest device has {free / C.GB:.3f} GB free "
                 f"({(need - free) / C.GB:.3f} GB short)", table.name, (need - free) / C.GB)
-        return devices
+        return mask
+
+    def feasible_devices(self, table: Table) -> list[int]:
+        """Devices where ``table`` fits (ascending ids); raises :class:`InfeasibleError` when
+        there is none."""
+        return np.flatnonzero(self._fit_mask(table)).tolist()
+
+    def lightest_feasible(self, table: Table) -> int:
+        """The feasible device with the smallest weight (ties: less memory, then the lower id)."""
+        mask = self._fit_mask(table)
+        w = np.where(mask, self.weight, np.inf)
+        tied = mask & (w == w.min())
+        m = np.where(tied, self.mem, np.iinfo(np.int64).max)
+        return int(np.argmin(m))
 
     def place(self, device: int, table: Table, weight: float = 0.0) -> None:
         """Account ``table`` (and its ``weight``) on ``device``."""

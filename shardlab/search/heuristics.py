@@ -44,7 +44,7 @@ class GreedySharder:
         devices = [0] * len(task.tables)
         for i in order:
             t = task.tables[i]
-            d = min(state.feasible_devices(t), key=lambda d: (state.weight[d], state.mem[d], d))
+            d = state.lightest_feasible(t)
             state.place(d, t, weight(t))
             devices[i] = d
         return Plan.table_wise(task, devices, self.name, seed)
