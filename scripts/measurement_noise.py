@@ -31,6 +31,7 @@ from shardlab.data.tasks import generate_task, pool_tables  # noqa: E402
 from shardlab.evaluate import Evaluation, MeasuredEvaluator, compare_to_reference  # noqa: E402
 from shardlab.evaluate.stats import bootstrap_median_ci, paired_ratios, relative_half_width  # noqa: E402
 from shardlab.io import read_json, write_json_atomic  # noqa: E402
+from shardlab.paths import safe_filename  # noqa: E402
 from shardlab.profile.hardware import get_profile, profile_with  # noqa: E402
 from shardlab.profile.provenance import environment  # noqa: E402
 from shardlab.search import get_sharder, run_sharder  # noqa: E402
@@ -216,7 +217,7 @@ def main() -> int:
     t0 = time.time()
     for i, (label, task) in enumerate(tasks):
         plans = {m: run_sharder(get_sharder(m), task) for m in METHODS}
-        a, b = (run_once(task, plans, args.rounds, seed, True, runs / f"{task.name}-pin-seed{seed}{tag}.json", prof)
+        a, b = (run_once(task, plans, args.rounds, seed, True, runs / safe_filename(f"{task.name}-pin-seed{seed}{tag}", ".json"), prof)
                 for seed in (1, 2))
         mine = pair_rows(label, a, b)
         rows += mine
@@ -224,7 +225,7 @@ def main() -> int:
         cost += [{"task": label, "ngpu": task.ngpu, "seconds_per_plan_round": x["seconds_per_plan_round"],
                   "seconds": x["seconds"]} for x in (a, b)]
         if args.ablate and i in (0, len(tasks) - 1):
-            c, d = (run_once(task, plans, args.rounds, seed, False, runs / f"{task.name}-nopin-seed{seed}{tag}.json", prof)
+            c, d = (run_once(task, plans, args.rounds, seed, False, runs / safe_filename(f"{task.name}-nopin-seed{seed}{tag}", ".json"), prof)
                     for seed in (1, 2))
             unpinned += pair_rows(label, c, d)
             pinned_subset += mine

@@ -112,6 +112,8 @@ def read_json(path: str | os.PathLike) -> Any:
         raise ShardlabError(f"{path}: no such file") from None
     except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as e:
         raise ShardlabError(f"{path}: not valid JSON ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise ShardlabError(f"{path}: JSON nested too deeply to read") from None
 
 
 def load_task(path: str | os.PathLike) -> Task:

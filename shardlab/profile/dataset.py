@@ -13,12 +13,15 @@ from typing import Any, Iterator
 
 from shardlab.data.pool import datasets_dir
 from shardlab.errors import ShardlabError
+from shardlab.io import write_bytes_atomic, write_json_atomic
+from shardlab.paths import safe_filename
 from shardlab.profile.store import SampleStore
 
 
 def kind_file(kind: str) -> str:
-    """File name of a kind: ``comm:4`` -> ``comm_4.jsonl.gz``."""
-    return kind.replace(":", "_") + ".jsonl.gz"
+    """File name of a kind: ``comm:4`` -> ``comm_4.jsonl.gz`` (kinds come from a store: data,
+    made a safe file name by :func:`~shardlab.paths.safe_filename`)."""
+    return safe_filename(kind.replace(":", "_"), ".jsonl.gz")
 
 
 def export_store(store_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict[str, int]:
@@ -41,11 +44,9 @@ def export_store(store_path: str | os.PathLike, out_dir: str | os.PathLike) -> d
                     provenances.append(prov)
                 s["provenance_index"] = index[text]
                 lines.append(json.dumps(s, separators=(",", ":")))
-            tmp = out / f".{kind_file(kind)}.tmp"
-            tmp.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0))
-            os.replace(tmp, out / kind_file(kind))
+            write_bytes_atomic(out / kind_file(kind), gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0))
             counts[kind] = len(lines)
-    (out / "provenance.json").write_text(json.dumps(provenances, indent=1) + "\n")
+    write_json_atomic(out / "provenance.json", provenances)
     return counts
 
 
