@@ -50,6 +50,7 @@ CASES = [
     (["evaluate", "{task}", "{plan}", "--model", "{dir}/unknown_class.json"], "is no shardlab cost model class"),
     (["profile", "comm", "--store", "{dir}/c.db", "--max-delay-ms", "-5"], "option '--max-delay-ms' = -5.0"),
     (["profile", "compute", "--store", "{dir}/c.db", "--workers", "0"], "option '--workers' = 0"),
+    (["profile", "comm", "--store", "{dir}/c.db", "--ngpu", "100", "--samples", "1"], "exceeds the 64 ranks"),
     (["evaluate", "{task}", "{plan}", "--batch-size", "128"], "option '--batch-size' = 128 only applies with --measure"),
     (["evaluate", "{task}", "{plan}", "--repeats", "3"], "option '--repeats' = 3 only applies with --measure"),
     (["compare", "{task}", "{plan}", "--rounds", "5"], "option '--rounds' = 5 only applies with --measure"),

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from shardlab import constants as C
 from shardlab.errors import ShardlabError, field_error
 from shardlab.profile.affinity import allowed_cores, core_for, pin_to
 from shardlab.profile.timing import spread_ms
@@ -245,6 +246,9 @@ class CommBench:
                  pin: bool = False):
         own = "comm bench"
         _require(world_size >= 2, own, "world_size", world_size, "must be >= 2")
+        _require(world_size <= C.MAX_MEASURE_RANKS, own, "world_size", world_size,
+                 f"exceeds the {C.MAX_MEASURE_RANKS} ranks one machine hosts for measurement "
+                 "(constants.MAX_MEASURE_RANKS)")
         _require(batch_size >= world_size, own, "batch_size", batch_size,
                  f"must be >= world_size ({world_size})")
         _require(BACKENDS.get(backend) == device, own, "backend", backend,
