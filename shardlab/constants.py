@@ -61,3 +61,12 @@ MAX_SEARCH_GPUS = 4096
 #: Ranks one machine can host for measurement (one process per rank): the comm bench and the
 #: evaluators refuse a task with more devices than this rather than oversubscribe the host.
 MAX_MEASURE_RANKS = 64
+
+#: Bound on ``ngpu`` for column-wise NeuroShard (its beam search re-runs the 11-cap greedy grid
+#: over all devices per candidate split: ~13 s at 256 devices, growing with ngpu, no answer in
+#: 120 s at 4096); ``neuroshard`` refuses more at once (neuroshard_tw has no bound of its own).
+MAX_NEUROSHARD_GPUS = 256
+
+#: Bound on ``ngpu`` for TorchRec's planner: it fails above 128 ranks on one host topology
+#: ("Invalid device string: 'cuda:-57'" at 256); ``torchrec``/``torchrec_free`` refuse more at once.
+MAX_TORCHREC_GPUS = 128

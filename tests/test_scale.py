@@ -89,3 +89,13 @@ def test_plan_json_round_trips_and_refuses_unknown_fields():
     bad["placements"][0]["shard"] = 3
     with pytest.raises(ShardlabError, match="table 'a'.*field 'shard' is not a Placement field"):
         Plan.from_dict(bad)
+
+
+@pytest.mark.parametrize("method,bound", [("neuroshard", C.MAX_NEUROSHARD_GPUS), ("torchrec", C.MAX_TORCHREC_GPUS),
+                                          ("torchrec_free", C.MAX_TORCHREC_GPUS)])
+def test_slow_sharders_refuse_over_their_bound_at_once(method, bound):
+    task = big_task(20, ngpu=bound + 1, cap_gb=8.0)
+    start = time.perf_counter()
+    with pytest.raises(ShardlabError, match=f"field 'ngpu' = {bound + 1} is over .* bound of {bound} devices"):
+        get_sharder(method).shard(task, 0)
+    assert time.perf_counter() - start < 1.0

@@ -14,6 +14,9 @@ multiples of 4; each is halved, the table-wise search re-run and the plan simula
 Shard costs: models with ``embed``/``predict_sums`` (every shipped one: per-table encodings are
 summed, so adding a table to a device adds a row) are evaluated incrementally; other models
 through ``predict`` with a cache keyed by shard content (the multiset of (table, columns)).
+
+Bounds: column-wise search refuses ``ngpu > constants.MAX_NEUROSHARD_GPUS`` at once (one line);
+table-wise (``neuroshard_tw``) answers up to ``constants.MAX_SEARCH_GPUS``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from shardlab.costmodel.base import Simulated, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.errors import InfeasibleError
 from shardlab.plan import Placement, Plan
-from shardlab.search.base import register_sharder
+from shardlab import constants as C
+from shardlab.search.base import check_search_gpus, register_sharder
 from shardlab.tables import Table, Task
 
 #: The seed's 11 dim-balance caps.
@@ -204,6 +208,8 @@ class NeuroShardSharder:
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
         """Search a plan (deterministic: the seed is recorded, nothing here is random)."""
+        if self.column_wise:
+            check_search_gpus(task, C.MAX_NEUROSHARD_GPUS, "column-wise neuroshard")
         task.check_feasible(column_wise=self.column_wise)
         coster = ShardCoster(self.bundle().compute)
         comm = self.bundle().comm_for(task.ngpu)[0]

@@ -46,7 +46,12 @@ class TorchRecSharder:
     compute_device: str = "cuda"
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
-        """Plan with TorchRec's planner (deterministic; ``seed`` is recorded)."""
+        """Plan with TorchRec's planner (deterministic; ``seed`` is recorded). Refuses at once
+        ``ngpu > constants.MAX_TORCHREC_GPUS`` (the planner fails above it)."""
+        from shardlab import constants as C
+        from shardlab.search.base import check_search_gpus
+
+        check_search_gpus(task, C.MAX_TORCHREC_GPUS, "torchrec planner")
         _torchrec()
         import torch
         from fbgemm_gpu.split_embedding_configs import EmbOptimType
