@@ -70,3 +70,8 @@ MAX_NEUROSHARD_GPUS = 256
 #: Bound on ``ngpu`` for TorchRec's planner: it fails above 128 ranks on one host topology
 #: ("Invalid device string: 'cuda:-57'" at 256); ``torchrec``/``torchrec_free`` refuse more at once.
 MAX_TORCHREC_GPUS = 128
+
+#: Largest mean lookups per sample a table may declare. Published DLRM tables pool at most a few
+#: hundred (the shipped pools: <= 209); beyond this a "table" is an input error, not a workload
+#: (a pooling of 1e12 once evaluated to 1.3e11 ms through the analytic model's extrapolation).
+MAX_POOLING_FACTOR = 1e5

@@ -82,6 +82,8 @@ class Table:
             raise field_error(owner, "dim", dim, f"must be a multiple of {C.DIM_MULTIPLE}")
         object.__setattr__(self, "dim", dim)
         pf = _as_float(owner, "pooling_factor", self.pooling_factor, 0.0)
+        if pf > C.MAX_POOLING_FACTOR:
+            raise field_error(owner, "pooling_factor", pf, f"must be <= {C.MAX_POOLING_FACTOR:g} lookups per sample")
         object.__setattr__(self, "pooling_factor", pf)
         bins = self.reuse_bins
         if isinstance(bins, (str, bytes)) or not isinstance(bins, Iterable):

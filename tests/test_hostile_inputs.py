@@ -65,8 +65,20 @@ CASES = [
 ]
 
 
+def _with_pooling(files, pooling: float) -> str:
+    d = json.loads(Path(files["task"]).read_text())
+    d["tables"][0]["pooling_factor"] = pooling
+    out = files["dir"] / "pooling.json"
+    out.write_text(json.dumps(d))
+    return str(out)
+
+
+CASES.append((["shard", "{dir}/pooling.json", "--method", "random"], "field 'pooling_factor' = 1000000000000.0 must be <= 100000"))
+
+
 @pytest.mark.parametrize("argv,says", CASES, ids=[" ".join(a[:3]) + f" #{i}" for i, (a, _) in enumerate(CASES)])
 def test_one_line_naming_the_input(files, argv, says, capsys):
+    _with_pooling(files, 1e12)
     argv = [a.format(**files) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -111,3 +123,18 @@ def test_report_keeps_every_plan_and_its_best_ignores_argument_order(tmp_path, c
     first = capsys.readouterr().out
     assert main(["report", str(b), str(a), "--task", str(tp), "--model", "analytic", "--html", str(tmp_path / "r.html")]) == 0
     assert capsys.readouterr().out == first and "2 plans" in first
+
+
+def test_task_names_never_become_paths(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    for name in ("../../evil", "x" * 300):
+        tp = tmp_path / "t.json"
+        assert main(["tasks", "--ntables", "4", "--ngpu", "2", "--mem-gb", "1", "--name", name, "--out", str(tp)]) == 0
+        pp = tmp_path / "p.json"
+        assert main(["shard", str(tp), "--method", "random", "--out", str(pp)]) == 0
+        assert main(["report", str(pp), "--task", str(tp), "--model", "analytic"]) == 0
+        written = capsys.readouterr().out.strip().split(" -> ")[-1]
+        path = Path(written).resolve()
+        assert path.parent == (tmp_path / "reports").resolve() and len(path.name) <= 130, written
+    assert not (tmp_path.parent / "evil.html").exists() and not (tmp_path.parent.parent / "evil.html").exists()
