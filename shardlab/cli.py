@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="plans of one task against a reference: median, CI, ratio, verdict")
     p.add_argument("task", help="Task JSON file")
     p.add_argument("plans", nargs="+", help="Plan JSON files of the task")
-    add_evaluator_arguments(p, default_rounds=5, default_model=None)
+    add_evaluator_arguments(p, default_rounds=8, default_model=None)
     p.add_argument("--out", help="where to write the Evaluations (a JSON list)")
     p.add_argument("--json", action="store_true", help="print the Evaluations (a JSON list)")
     p.set_defaults(func=cmd_compare)
@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plans", nargs="+", help="Plan JSON files of the same task")
     p.add_argument("--task", required=True, help="Task JSON file")
     p.add_argument("--html", default=None, help="where to write the report (default reports/<task>.html)")
-    add_evaluator_arguments(p, default_rounds=5, default_model="neuroshard")
+    add_evaluator_arguments(p, default_rounds=8, default_model="neuroshard")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_report)
 

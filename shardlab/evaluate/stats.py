@@ -7,6 +7,9 @@ rounds resampled with replacement, ``n_boot`` times, seeded) gives the 95% inter
 median. The verdict follows the interval alone: ``faster`` when it lies wholly below 1,
 ``slower`` wholly above 1, else ``within noise``. With fewer than :data:`MIN_ROUNDS` rounds no
 interval (and no verdict) is given: a percentile bootstrap of a median of 1-2 values says nothing.
+With 5 rounds or fewer the 95% interval's ends are the extreme rounds themselves (the smallest
+and largest per-round ratio), so one disturbed round decides the verdict; from about 8 rounds
+on the ends are inner rounds. ``shardlab compare`` defaults to 8.
 """
 
 from __future__ import annotations
