@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable
@@ -98,6 +99,31 @@ def torch_save_atomic(obj: Any, path: str | os.PathLike) -> Path:
     import torch
 
     return _write_atomic(path, lambda f: torch.save(obj, f))
+
+
+def torch_load_safe(path: str | os.PathLike, what: str) -> Any:
+    """Load a torch file written by :func:`torch_save_atomic` without ever running code from it:
+    ``torch.load(weights_only=True)`` (tensors, containers, numbers, strings), with only
+    ``torch.torch_version.TorchVersion`` (a ``str`` subclass the shipped files' provenance holds)
+    allowed besides. A file that needs anything else -- a pickle that would call a function --
+    is refused in one line naming ``what`` and the path, before any of it runs; so is a damaged
+    file."""
+    import torch
+    from torch.torch_version import TorchVersion
+
+    if not os.path.isfile(path):
+        raise ShardlabError(f"{what} '{path}': no such file")
+    try:
+        with torch.serialization.safe_globals([TorchVersion]):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 -- torch raises many kinds on a damaged or unsafe file
+        text = str(e)
+        unsafe = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)", text)
+        if unsafe:
+            raise ShardlabError(f"{what} '{path}': refusing to load, the file would run code "
+                                f"({unsafe.group(1)}); only tensors and plain data are read") from None
+        first = text.strip().splitlines()[0][:100] if text.strip() else ""
+        raise ShardlabError(f"{what} '{path}': not a readable model file ({type(e).__name__}: {first})") from None
 
 
 def read_json(path: str | os.PathLike) -> Any:

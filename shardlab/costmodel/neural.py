@@ -19,7 +19,6 @@ history, provenance and metrics.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,7 +30,7 @@ from shardlab import constants as C
 from shardlab.costmodel.metrics import split_samples
 from shardlab.data.features import FeatureScaler
 from shardlab.errors import ShardlabError
-from shardlab.io import torch_save_atomic
+from shardlab.io import torch_load_safe, torch_save_atomic
 from shardlab.tables import Table
 
 FORMAT = "shardlab-neural-v1"
@@ -198,14 +197,7 @@ class _Estimator:
     @classmethod
     def load(cls, path: str) -> Any:
         """Read a model file written by :meth:`save`."""
-        if not os.path.exists(path):
-            raise ShardlabError(f"cost model '{path}': no such file")
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as e:  # noqa: BLE001 -- torch raises many kinds on a damaged file
-            raise ShardlabError(f"cost model '{path}': not a readable model file "
-                                f"({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''})") from None
-        return cls.from_state(cls.check_state(state, path))
+        return cls.from_state(cls.check_state(torch_load_safe(path, "cost model"), path))
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> Any:

@@ -61,7 +61,7 @@ def fbgemm_version() -> str:
 
 def environment(device: str = "cpu") -> dict[str, Any]:
     """Everything a measurement must carry: hardware, versions, time (UTC), command, revision."""
-    return {"hardware": hardware_name(device), "device": device, "torch": torch.__version__,
+    return {"hardware": hardware_name(device), "device": device, "torch": str(torch.__version__),
             "fbgemm_gpu": fbgemm_version(), "python": platform.python_version(),
             "platform": platform.platform(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join(shlex.quote(a) for a in sys.argv), "git": git_revision()}

@@ -16,7 +16,7 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.errors import InfeasibleError, ShardlabError
-from shardlab.io import names_list, torch_save_atomic
+from shardlab.io import names_list, torch_load_safe, torch_save_atomic
 from shardlab.plan import Plan, validate_plan
 from shardlab.tables import Table, Task
 
@@ -206,14 +206,9 @@ class PolicyAgent:
 
     @classmethod
     def load(cls, path: str) -> Any:
-        """Inverse of :meth:`save`; one-line errors for a missing or foreign file."""
-        import os
-
-        import torch
-
-        if not os.path.exists(path):
-            raise ShardlabError(f"policy '{path}': no such file")
-        d = torch.load(path, map_location="cpu", weights_only=False)
+        """Inverse of :meth:`save`; one-line errors for a missing, foreign or code-carrying file
+        (nothing in it runs: :func:`~shardlab.io.torch_load_safe`)."""
+        d = torch_load_safe(path, "policy")
         if not isinstance(d, dict) or d.get("format") != cls.FORMAT:
             raise ShardlabError(f"policy '{path}': field 'format' must be '{cls.FORMAT}'")
         cost = cls.COST.from_state(cls.COST.check_state(d["cost"], path))
