@@ -77,7 +77,7 @@ def cmd_profile_plans(args: argparse.Namespace) -> None:
     """Measure plans of random tasks (heuristic sharders) into the store (kind plan:<G>)."""
     from shardlab.profile.hardware import profile_with
     from shardlab.profile.store import SampleStore
-    from shardlab.search.plan_campaign import run_plan_campaign
+    from shardlab.experiments.plan_campaign import run_plan_campaign
 
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
     added = run_plan_campaign(args.store, args.samples, args.ngpu, prof, pool=args.pool, split=args.split,
@@ -118,7 +118,7 @@ def train_policy(args: argparse.Namespace) -> None:
         raise ShardlabError(f"train {args.kind}: field 'store' is required (measured plans of the policy go there)")
     compute = [s for s in load_samples("compute", None, args.dataset) if ":train:" in s["key"]]
     if args.kind == "dreamshard_policy":
-        from shardlab.search.dreamshard import train_dreamshard
+        from shardlab.experiments.policy_training import train_dreamshard
 
         cost = load_bundle(args.cost_model or "dreamshard", args.dataset).compute
         agent = train_dreamshard(args.store, cost, compute, iterations=args.iterations,
@@ -128,7 +128,7 @@ def train_policy(args: argparse.Namespace) -> None:
         last = agent.history_[-1]["mean_predicted_cost_ms"][-10:]
         summary = f"{len(agent.history_)} iterations, last mean predicted cost {sum(last) / len(last):.2f} ms"
     else:
-        from shardlab.search.autoshard import train_autoshard
+        from shardlab.experiments.policy_training import train_autoshard
 
         cost = load_bundle(args.cost_model or "autoshard", args.dataset).compute
         agent = train_autoshard(cost, updates=args.updates * args.iterations, measure_store=args.store, ngpu=args.ngpu,

@@ -14,7 +14,8 @@ from shardlab.data.tasks import generate_task
 from shardlab.evaluate import estimate_plan
 from shardlab.plan import validate_plan
 from shardlab.search import get_sharder, run_sharder
-from shardlab.search.autoshard import AutoShardAgent, train_autoshard, vtrace
+from shardlab.experiments.policy_training import train_autoshard
+from shardlab.search.autoshard import AutoShardAgent, vtrace
 from shardlab.search.dreamshard import DreamShardAgent, reinforce
 from shardlab.search.neuroshard import NeuroShardSharder, split_block, whole_blocks
 
@@ -150,7 +151,7 @@ def test_dreamshard_loop_measures_plans_for_every_device_count(tmp_path):
     from shardlab.costmodel.dreamshard import DreamShardCost
     from shardlab.profile.hardware import profile_with
     from shardlab.profile.store import SampleStore
-    from shardlab.search.dreamshard import train_dreamshard
+    from shardlab.experiments.policy_training import train_dreamshard
 
     compute = [s for s in load_samples("compute") if ":train:" in s["key"]][:200]
     cost = DreamShardCost(epochs=5, seed=0).fit(load_samples("plan")[:20], compute)
@@ -172,7 +173,7 @@ def test_autoshard_refit_measures_exactly_n_plans_per_call(small_cost, tmp_path)
     once re-measured every earlier plan under a new key, so the buffer grew quadratically)."""
     from shardlab.profile.hardware import profile_with
     from shardlab.profile.store import SampleStore
-    from shardlab.search.autoshard import refit_cost_online
+    from shardlab.experiments.policy_training import refit_cost_online
 
     agent = AutoShardAgent(small_cost, seed=0)
     agent.cost.epochs = 2

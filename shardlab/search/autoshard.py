@@ -25,16 +25,15 @@ large stacks, which this CPU-pinned install (torch 2.13.0 + fbgemm-gpu-cpu 1.8.0
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from shardlab import constants as C
-from shardlab.costmodel.neural import AutoShardCompute, _seeded, mlp
+from shardlab.costmodel.neural import AutoShardCompute, mlp
 from shardlab.errors import InfeasibleError
 from shardlab.plan import Plan
 from shardlab.search.base import PolicyAgent, PolicySharder
@@ -161,77 +160,6 @@ def vtrace(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, values: torc
         next_vs = torch.cat([vs[:, 1:], torch.zeros(b, 1)], dim=1)
         advantage = rho * (rewards + next_vs - values)
     return vs, advantage
-
-
-def train_autoshard(cost: AutoShardCompute, updates: int = 300, episodes: int = 16, ngpu: int | Sequence[int] = 4,
-                    ntables: tuple[int, int] = (10, 60), sync_every: int = 4, lr: float = 5e-4,
-                    entropy_coef: float = 1e-2, value_coef: float = 0.5, measure_store: str | None = None,
-                    refit_every: int = 100, measure_plans: int = 2, compute_samples: Sequence[dict[str, Any]] = (),
-                    profile: str = "cpu", seed: int = 0, progress: bool = True) -> AutoShardAgent:
-    """Actor-learner training (module docstring). With ``measure_store``, every ``refit_every``
-    updates ``measure_plans`` greedy plans are measured through the evaluator into the store
-    (kind ``plan:<G>``) and the cost model is refit on ``compute_samples`` + those shards.
-    ``ngpu``: one device count or several (training tasks cycle over them, and so do the
-    measured plans), so one policy serves them all."""
-    from tqdm.auto import tqdm
-
-    from shardlab.data.tasks import generate_task
-
-    gen = _seeded(seed)
-    rng = np.random.default_rng(seed)
-    agent = AutoShardAgent(cost, seed=seed)
-    behaviour = copy.deepcopy(agent.policy)
-    opt = torch.optim.Adam(agent.policy.parameters(), lr=lr)
-    batch = cost.profile_.get("batch_size", C.DEFAULT_BATCH_SIZE)
-    gpus = [int(ngpu)] if np.isscalar(ngpu) else [int(g) for g in ngpu]
-    tasks = [generate_task(ntables=int(rng.integers(ntables[0], ntables[1] + 1)), ngpu=gpus[j % len(gpus)],
-                           batch_size=batch, seed=int(rng.integers(2**31)), split="train") for j in range(16)]
-    history = []
-    for k in tqdm(range(updates), desc="autoshard V-trace", disable=not progress):
-        task = tasks[k % len(tasks)]
-        with torch.no_grad():   # actor: behaviour policy (lagging copy)
-            acts, blogp, _, _, reward = agent.run(behaviour, task, episodes, generator=gen)
-        _, logp, ent, values, _ = agent.run(agent.policy, task, episodes, actions=acts)   # learner
-        vs, adv = vtrace(blogp, logp.detach(), values.detach(), reward)
-        loss = (-(adv * logp).mean() + value_coef * ((vs - values) ** 2).mean() - entropy_coef * ent.mean())
-        opt.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(agent.policy.parameters(), 40.0)
-        opt.step()
-        if (k + 1) % sync_every == 0:
-            behaviour.load_state_dict(agent.policy.state_dict())
-        history.append({"update": k, "mean_reward": float(reward.mean()),
-                        "feasible": float((reward >= 0).float().mean())})
-        if measure_store and (k + 1) % refit_every == 0:
-            g = gpus[((k + 1) // refit_every - 1) % len(gpus)]
-            agent.cost = refit_cost_online(agent, measure_store, compute_samples, g, ntables, profile,
-                                           measure_plans, seed + k, campaign_seed=seed)
-    agent.history_ = history
-    return agent
-
-
-def refit_cost_online(agent: AutoShardAgent, store: str, compute_samples: Sequence[dict[str, Any]], ngpu: int,
-                      ntables: tuple[int, int], profile: str, n_plans: int, seed: int,
-                      campaign_seed: int = 0) -> AutoShardCompute:
-    """Measure ``n_plans`` more greedy policy plans on ``ngpu`` devices (evaluator) and refit the
-    cost model on the compute samples plus every measured device shard of every plan in the
-    store, whatever its G (the replay buffer). ``campaign_seed`` keys the measured plans (the
-    same for a whole training run, so each call adds exactly ``n_plans``); ``seed`` the refit."""
-    from shardlab.profile.store import SampleStore
-    from shardlab.search.plan_campaign import plan_prefix, run_plan_campaign
-
-    prefix = plan_prefix(ngpu, profile, seed=campaign_seed)
-    with SampleStore(store) as s:
-        have = sum(k.startswith(prefix) for k in s.keys(f"plan:{ngpu}"))
-    run_plan_campaign(store, have + n_plans, ngpu, profile, ntables=ntables, seed=campaign_seed,
-                      plan_for=lambda task, i: agent.plan(task, i), progress=False)
-    with SampleStore(store) as s:
-        plans = [p for kind in s.kinds() if kind.startswith("plan:") for p in s.samples(kind)]
-    shards = [{"key": f"{p['key']}:dev{d}", "tables": tabs, "fw_ms": c["fw_compute_ms"], "bw_ms": c["bw_compute_ms"],
-               "profile": p["profile"]} for p in plans for d, (tabs, c) in enumerate(zip(p["devices"], p["per_device"]))
-              if tabs]
-    data = list(compute_samples) + shards
-    return AutoShardCompute(epochs=agent.cost.epochs, seed=seed).fit(data)
 
 
 @dataclass

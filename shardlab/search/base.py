@@ -138,17 +138,6 @@ class DeviceState:
         self.weight[device] += weight
 
 
-def policy_provenance(cost_model: object) -> dict:
-    """What a saved RL policy records: machine, versions, date, command, git revision, and the
-    cost model it was trained against (its source label and its own provenance)."""
-    import sys
-
-    from shardlab.profile.provenance import environment
-
-    return {**environment("cpu"), "command": " ".join(sys.argv), "cost_model": getattr(cost_model, "source", "?"),
-            "cost_model_provenance": getattr(cost_model, "provenance_", {})}
-
-
 @dataclass
 class PolicySharder:
     """A sharder that decodes a trained RL policy (``agent_class.load``) greedily: ``model`` is
@@ -199,9 +188,10 @@ class PolicyAgent:
         return sorted(range(len(task.tables)), key=lambda i: (-single[i], i))
 
     def save(self, path: str) -> None:
-        """Policy + cost model (+ history, provenance) in one torch file, written atomically."""
+        """Policy + cost model (+ history, and the provenance its trainer recorded in
+        ``provenance_``) in one torch file, written atomically."""
         torch_save_atomic({"format": self.FORMAT, "policy": self.policy.state_dict(), "cost": self.cost.state(),
-                           "seed": self.seed, "history": self.history_, "provenance": policy_provenance(self.cost)},
+                           "seed": self.seed, "history": self.history_, "provenance": self.provenance_},
                           path)
 
     @classmethod

@@ -9,7 +9,7 @@ Readable top to bottom, CleanRL style:
    devices where the next table fits.
 2. Episode: tables sorted by predicted single-table cost (descending); each step places the next
    table; reward = minus the cost network's predicted plan cost (overall head). No hardware.
-3. ``train_dreamshard``: per iteration, (a) roll out the current policy on random training tasks
+3. ``train_dreamshard`` (:mod:`shardlab.experiments.policy_training`, since it measures): per iteration, (a) roll out the current policy on random training tasks
    and measure those plans through the evaluator (``measure_plan``; CPU here) into the buffer,
    (b) refit the cost network on the buffer, (c) REINFORCE on the estimated MDP (episodes in
    batches per task, rewards standardised per batch, entropy bonus, Adam 5e-4, linear decay).
@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -155,44 +154,3 @@ class DreamShardSharder(PolicySharder):
     name: str = "dreamshard"
     model: str = "dreamshard_policy"
     agent_class = DreamShardAgent
-
-
-
-def train_dreamshard(store: str, cost: DreamShardCost, compute_samples: Sequence[dict[str, Any]],
-                     iterations: int = 10, measure_per_iteration: int = 4, updates_per_iteration: int = 50,
-                     ngpu: int | Sequence[int] = 4, ntables: tuple[int, int] = (10, 60), profile: str = "cpu",
-                     cost_epochs: int = 100, seed: int = 0, progress: bool = True,
-                     initial_plans: Sequence[dict[str, Any]] = ()) -> DreamShardAgent:
-    """DreamShard's loop (module docstring): per iteration, measure ``measure_per_iteration``
-    plans of the current policy into ``store`` (kind ``plan:<G>``, through the evaluator), refit
-    the cost network on every measured plan there and in ``initial_plans`` (+ ``compute_samples``), then run
-    ``updates_per_iteration`` REINFORCE updates on random training tasks. ``ngpu``: one device
-    count or several (measured plans and training tasks are spread over them, so one policy
-    serves them all). Deterministic by seed up to the measured costs (which are real timings)."""
-    from tqdm.auto import tqdm
-
-    from shardlab.data.tasks import generate_task
-    from shardlab.profile.store import SampleStore
-    from shardlab.search.plan_campaign import run_plan_campaign
-
-    gpus = [int(ngpu)] if np.isscalar(ngpu) else [int(g) for g in ngpu]
-    agent = DreamShardAgent(cost, seed=seed)
-    rng = np.random.default_rng(seed)
-    history = []
-    bar = tqdm(total=iterations * updates_per_iteration, desc="dreamshard REINFORCE", disable=not progress)
-    for it in range(iterations):
-        for k, g in enumerate(gpus):         # this iteration's share of measured plans for each G
-            done = len(range(k, (it + 1) * measure_per_iteration, len(gpus)))
-            run_plan_campaign(store, done, g, profile, ntables=ntables, seed=seed + 1000,
-                              plan_for=lambda task, i: agent.plan(task, i), progress=False)
-        with SampleStore(store) as s:
-            plans = list(initial_plans) + [p for k in s.kinds() if k.startswith("plan:") for p in s.samples(k)]
-        agent.cost = DreamShardCost(epochs=cost_epochs, seed=seed + it).fit(plans, compute_samples)
-        tasks = [generate_task(ntables=int(rng.integers(ntables[0], ntables[1] + 1)), ngpu=gpus[j % len(gpus)],
-                               batch_size=cost.profile_.get("batch_size", C.DEFAULT_BATCH_SIZE),
-                               seed=int(rng.integers(2**31)), split="train") for j in range(8)]
-        curve = reinforce(agent, tasks, updates_per_iteration, seed=seed + it, progress=bar)
-        history.append({"iteration": it, "measured_plans": len(plans), "mean_predicted_cost_ms": curve})
-    bar.close()
-    agent.history_ = history
-    return agent

@@ -1,0 +1,61 @@
+"""The package's layers import one way (README, "Package layout"):
+
+    tables, plan, schedule, constants, errors, io, paths, loads  <-  data  <-  profile  <-  costmodel
+    <-  evaluate  <-  search  <-  experiments  <-  report  <-  CLI, notebooks
+
+A module may import its own layer and the layers to its left, never one to its right. In
+particular search/ sees cost-model and evaluator protocols but never profile/ (measurement) or
+experiments/ (campaigns, policy training). (That report/ only draws -- no sharders run from it --
+is issue 13's next step and not checked here.) Parsed from the source (every import, including
+imports inside functions), so a lazy import cannot hide a violation.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "shardlab"
+
+#: Layer of each top-level module or subpackage; higher may import lower, never the reverse.
+LAYERS = {"constants": 0, "errors": 0, "tables": 0, "plan": 0, "schedule": 0, "io": 0, "paths": 0, "loads": 0,
+          "params": 0, "data": 1, "profile": 2, "costmodel": 3, "evaluate": 4, "export": 4, "search": 5,
+          "experiments": 6, "report": 7, "cli": 8, "cli_campaigns": 8, "cli_evaluate": 8, "cli_checks": 8,
+          "__init__": 8, "__main__": 8}
+
+def _imports(path: Path) -> set[str]:
+    """Top-level shardlab parts (``data``, ``search``, ...) that the file imports."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for n in names:
+            parts = n.split(".")
+            if parts[0] == "shardlab" and len(parts) > 1:
+                out.add(parts[1])
+    return out
+
+
+def _violations() -> dict[tuple[str, str], list[str]]:
+    found: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        me = rel.parts[0].removesuffix(".py")
+        assert me in LAYERS, f"{rel}: module not placed in a layer (add it to LAYERS)"
+        for other in _imports(path):
+            if other in LAYERS and LAYERS[other] > LAYERS[me]:
+                found.setdefault((me, other), []).append(str(rel))
+    return found
+
+
+def test_imports_go_one_way():
+    bad = _violations()
+    assert not bad, f"imports against the layering: {bad}"
+
+
+def test_search_never_sees_measurement_or_experiments():
+    for path in (PACKAGE / "search").rglob("*.py"):
+        assert not _imports(path) & {"profile", "experiments", "report"}, path
