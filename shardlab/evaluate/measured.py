@@ -199,10 +199,12 @@ class MeasuredEvaluator:
         for p in plans.values():
             validate_plan(task, p)
         shards = {k: device_tables(task, p) for k, p in plans.items()}
+        sig = {k: tuple(_shard_key(x) for x in s) for k, s in shards.items()}
         first: dict[tuple, str] = {}      # identical plans are measured once per round
-        for k, s in shards.items():
-            first.setdefault(tuple(_shard_key(x) for x in s), k)
-        items = list(dict.fromkeys(first.values())) + ([BOUND] if self.lower_bound else [])
+        for k in plans:
+            first.setdefault(sig[k], k)
+        rep = {k: first[sig[k]] for k in plans}
+        items = list(first.values()) + ([BOUND] if self.lower_bound else [])
         self.orders_ = round_orders(items, self.rounds, self.seed)
         schedule = [(-w - 1, items) for w in range(self.warmup_rounds)][::-1] + list(enumerate(self.orders_))
         runs: dict[str, list[np.ndarray]] = {k: [] for k in items}
@@ -234,7 +236,6 @@ class MeasuredEvaluator:
         bounds = [b for b in runs.get(BOUND, []) if b is not None]
         bound = float(np.median(bounds)) if bounds else None
         source = f"measured:{prof.name}{note}"
-        rep = {k: first[tuple(_shard_key(x) for x in shards[k])] for k in plans}     # identical plans: one item
         out = {k: _evaluation(task, plans[k], source, runs[rep[k]], bound, self.seed) for k in plans}
         self.warmup_ms_ = {k: self.warmup_ms_[rep[k]] for k in plans if rep[k] in self.warmup_ms_}
         self.seconds_ = time.perf_counter() - t0
