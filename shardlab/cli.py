@@ -63,14 +63,12 @@ def cmd_shard(args: argparse.Namespace) -> None:
     """Shard a task with one method and save the plan."""
     from shardlab.io import load_task, save_plan
     from shardlab.loads import device_loads, imbalance
-    from shardlab.search import get_sharder, run_sharder
+    from shardlab.search import get_sharder, run_sharder, sharder_options
 
     task = load_task(args.task)
-    sharder = get_sharder(args.method)
-    if args.model is not None:
-        if not hasattr(sharder, "model"):
-            raise ShardlabError(f"shard: field 'model' does not apply to method '{args.method}' (it uses no cost model)")
-        sharder.model = args.model
+    if args.model is not None and "model" not in sharder_options(args.method):
+        raise ShardlabError(f"shard: field 'model' does not apply to method '{args.method}' (it uses no cost model)")
+    sharder = get_sharder(args.method, **({} if args.model is None else {"model": args.model}))
     plan = run_sharder(sharder, task, args.seed)
     if args.out:
         save_plan(plan, args.out)

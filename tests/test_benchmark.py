@@ -40,7 +40,7 @@ def model():
 def bench(model):
     """Two small settings, two tasks each; a sharder that always raises and an unknown name."""
     mp = pytest.MonkeyPatch()
-    mp.setitem(base._REGISTRY, "always_fails", AlwaysFails)
+    mp.setitem(base._REGISTRY, "always_fails", base.Registration(AlwaysFails))
     try:
         tasks = benchmark_tasks(["2x6", "4x8-14"], 2, seed=3)
         rows = run_benchmark(tasks, METHODS + ["no_such_method"], model, progress=False)

@@ -32,12 +32,40 @@ class Sharder(Protocol):
         ...
 
 
-_REGISTRY: dict[str, Callable[[], Sharder]] = {}
+@dataclass(frozen=True)
+class Registration:
+    """How ``get_sharder`` builds one sharder: ``factory(**defaults, **config)``. ``factory`` is
+    a sharder class or any callable returning a sharder; ``module`` + ``attr`` instead name a
+    class imported only when the sharder is asked for (for sharders that import torch)."""
+
+    factory: Callable[..., Sharder] | None = None
+    defaults: tuple[tuple[str, Any], ...] = ()
+    module: str = ""
+    attr: str = ""
+
+    def resolve(self) -> Callable[..., Sharder]:
+        """The factory (importing ``module`` first for a lazy registration)."""
+        if self.factory is not None:
+            return self.factory
+        import importlib
+
+        return getattr(importlib.import_module(self.module), self.attr)
 
 
-def register_sharder(name: str, factory: Callable[[], Sharder]) -> None:
-    """Make ``factory()`` available as ``get_sharder(name)`` and on the command line."""
-    _REGISTRY[name] = factory
+_REGISTRY: dict[str, Registration] = {}
+
+
+def register_sharder(name: str, factory: Callable[..., Sharder] | str, /, **defaults: Any) -> None:
+    """Make ``factory(**defaults)`` available as ``get_sharder(name)`` and on the command line.
+
+    ``factory``: a sharder class (or callable); or ``"package.module:Class"`` to import it only
+    when first asked for. ``defaults``: constructor arguments of this registration (e.g. a
+    ``name`` and options), which ``get_sharder(name, **config)`` may override."""
+    if isinstance(factory, str):
+        module, _, attr = factory.partition(":")
+        _REGISTRY[name] = Registration(None, tuple(defaults.items()), module, attr)
+    else:
+        _REGISTRY[name] = Registration(factory, tuple(defaults.items()))
 
 
 def sharder_names() -> list[str]:
@@ -45,12 +73,43 @@ def sharder_names() -> list[str]:
     return list(_REGISTRY)
 
 
-def get_sharder(name: str) -> Sharder:
-    """A new instance of the sharder called ``name`` (one-line error listing the known ones)."""
+def sharder_options(name: str) -> list[str]:
+    """The configuration fields ``get_sharder(name, **config)`` accepts (constructor arguments)."""
+    return [p for p in _parameters(_registration(name).resolve()) if p != "name"]
+
+
+def _registration(name: str) -> Registration:
     try:
-        return _REGISTRY[name]()
+        return _REGISTRY[name]
     except KeyError:
         raise ShardlabError(f"method '{name}' is not a sharder; known: {', '.join(_REGISTRY)}") from None
+
+
+def _parameters(factory: Callable[..., Any]) -> list[str] | None:
+    """Keyword parameters of ``factory`` (None: it takes any keyword)."""
+    import inspect
+
+    params = inspect.signature(factory).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and not p.name.startswith("_")]
+
+
+def get_sharder(name: str, /, **config: Any) -> Sharder:
+    """A new sharder called ``name``, built once with its registration's defaults overridden by
+    ``config`` (e.g. ``get_sharder("neuroshard", model="my_bundle")``); nothing is set on it
+    afterwards. One-line errors for an unknown method or a field it does not take."""
+    reg = _registration(name)
+    factory = reg.resolve()
+    accepted = _parameters(factory)
+    if accepted is not None:
+        for key in config:
+            if key not in accepted or key == "name":
+                options = [p for p in accepted if p != "name"]
+                raise ShardlabError(f"method '{name}': field '{key}' does not apply (it takes "
+                                    f"{', '.join(options) if options else 'no options'})")
+    return factory(**{**dict(reg.defaults), **config})
 
 
 def method_list(methods: str | Sequence[str]) -> list[str]:

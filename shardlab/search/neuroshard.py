@@ -264,4 +264,4 @@ class NeuroShardSharder:
 
 
 register_sharder("neuroshard", NeuroShardSharder)
-register_sharder("neuroshard_tw", lambda: NeuroShardSharder(name="neuroshard_tw", column_wise=False))
+register_sharder("neuroshard_tw", NeuroShardSharder, name="neuroshard_tw", column_wise=False)
