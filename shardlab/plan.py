@@ -91,59 +91,6 @@ class Plan:
         return cls(task.name, method, task.ngpu, placements, seed, search_seconds)
 
     def to_dict(self) -> dict[str, Any]:
-        """The placement as Plan JSON."""
-        return {"table": self.table, "col_offset": self.col_offset, "cols": self.cols,
-                "row_offset": self.row_offset, "rows": self.rows, "device": self.device}
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A sharding plan for task ``task`` (its name) over ``ngpu`` devices.
-
-    ``method`` names the sharder, ``seed`` its seed and ``search_seconds`` its wall time (s).
-    """
-
-    task: str
-    method: str
-    ngpu: int
-    placements: tuple[Placement, ...]
-    seed: int = 0
-    search_seconds: float | None = None
-
-    def __post_init__(self) -> None:
-        owner = f"plan '{self.method}' for task '{self.task}'"
-        object.__setattr__(self, "ngpu", _as_int(owner, "ngpu", self.ngpu, 1))
-        object.__setattr__(self, "seed", _as_int(owner, "seed", self.seed, 0))
-        if self.search_seconds is not None:
-            object.__setattr__(self, "search_seconds",
-                               _as_float(owner, "search_seconds", self.search_seconds, 0.0))
-        placements = tuple(self.placements)
-        for p in placements:
-            if not isinstance(p, Placement):
-                raise field_error(owner, "placements", p, "must hold Placement values")
-            if p.device >= self.ngpu:
-                raise ShardlabError(f"{owner}: table '{p.table}': field 'device' = {p.device} "
-                                    f"must be in [0, {self.ngpu})")
-        object.__setattr__(self, "placements", placements)
-
-    @classmethod
-    def table_wise(cls, task: Task, devices: Sequence[int], method: str, seed: int = 0,
-                   search_seconds: float | None = None) -> "Plan":
-        """A plan placing ``task.tables[i]`` whole on ``devices[i]``."""
-        if len(devices) != len(task.tables):
-            raise ShardlabError(f"plan '{method}': {len(devices)} devices for {len(task.tables)} tables")
-        placements = tuple(Placement(t.name, 0, t.dim, 0, t.rows, int(d))
-                           for t, d in zip(task.tables, devices))
-        return cls(task.name, method, task.ngpu, placements, seed, search_seconds)
-
-    def device_of(self) -> dict[str, list[int]]:
-        """Table name -> devices holding a block of it."""
-        out: dict[str, list[int]] = {}
-        for p in self.placements:
-            out.setdefault(p.table, []).append(p.device)
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
         """The plan as Plan JSON."""
         return {"task": self.task, "method": self.method, "ngpu": self.ngpu, "seed": self.seed,
                 "search_seconds": self.search_seconds,
