@@ -5,8 +5,8 @@ by one cost model (simulated, no uncertainty) and, with --measure, on this machi
 with 95% intervals and paired verdicts against each baseline); ratio to the lower bound, win
 rates against each baseline (measured: significant wins only), search time; and NeuroShard's
 search time at 100 x 8 and 2,000 x 128.
-Writes reports/search_benchmark.{json,md}. The logic is in shardlab.report.benchmark (also
-used by notebooks/benchmark.ipynb).
+Writes reports/search_benchmark.{json,md}. The runs are shardlab.experiments.benchmark, the
+summaries and words shardlab.report.benchmark{,_text} (also used by notebooks/benchmark.ipynb).
 
     .venv/bin/python scripts/bench_search.py [--tasks 5] [--measure [--rounds 3]] [--model neuroshard]
 """
@@ -24,8 +24,9 @@ from shardlab.costmodel.bundle import load_bundle  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.profile.hardware import get_profile  # noqa: E402
 from shardlab.profile.provenance import environment  # noqa: E402
-from shardlab.report.benchmark import (METHODS, ROUNDS, SETTINGS, benchmark_tasks, done,  # noqa: E402
-                                       neuroshard_scaling, run_benchmark, summarise)
+from shardlab.experiments.benchmark import (METHODS, ROUNDS, SETTINGS, benchmark_tasks,  # noqa: E402
+                                            neuroshard_scaling, run_benchmark)
+from shardlab.report.benchmark import done, summarise  # noqa: E402
 from shardlab.report.benchmark_text import markdown_report  # noqa: E402
 
 

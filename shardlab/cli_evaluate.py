@@ -156,13 +156,15 @@ def cmd_report(args: argparse.Namespace) -> None:
     """A standalone HTML comparison of plans of one task (costs from a model or measured)."""
     from shardlab.io import load_task
     from shardlab.paths import safe_filename
+    from shardlab.profile.provenance import environment
     from shardlab.report.html import write_report
 
     task = load_task(args.task)
     plans, ref = load_plans(task, args.plans, args.reference)
     evaluations = build_evaluator(args, ref).evaluate(task, plans)
     html = args.html or f"reports/{safe_filename(task.name, '.html')}"
-    out = write_report(html, task, plans, evaluations, {"command": " ".join(sys.argv)})
+    out = write_report(html, task, plans, evaluations, {"command": " ".join(sys.argv)},
+                       environment=environment("cpu"))
     best = min(evaluations.items(), key=lambda kv: (kv[1].cost_ms, kv[0]))   # ties: by name, not by order
     _emit(args, f"report {task.name}: {len(plans)} plans, best {best[0]} {best[1].cost_ms:.3f} ms "
                 f"({best[1].source}) -> {out}", {m: e.to_dict() for m, e in evaluations.items()})

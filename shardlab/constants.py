@@ -48,9 +48,13 @@ BIN_SUM_TOLERANCE = 1e-3
 #: Name of the default shipped table pool.
 DEFAULT_POOL = "dlrm-synth"
 
+#: The five heuristic sharders of the seed papers, in the order ``search/heuristics.py`` registers
+#: them (ALGORITHMS.md section 3). The one list of them: benchmarks, plan campaigns and tests use it.
+HEURISTIC_METHODS = ("random", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
+
 #: The comparators every learned sharder must beat: the five heuristics and TorchRec's planner.
 #: A paired comparison with no reference named compares against the best of these.
-BASELINE_METHODS = ("random", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec")
+BASELINE_METHODS = HEURISTIC_METHODS + ("torchrec",)
 
 #: Upper bound on ``ngpu`` for any search (``search.base.run_sharder`` refuses more with a
 #: one-line error naming 'ngpu'). Every registered sharder answers at this many devices or

@@ -1,7 +1,8 @@
-"""The search benchmark (shardlab.report.benchmark, benchmark_figures): one row per (task,
-method) with failing methods recorded as skipped, summaries that match hand computation, win
-rates in [0, 1] that never compare a method with itself, a standalone offline page, and the
-same simulated costs for the same seed."""
+"""The search benchmark (run by shardlab.experiments.benchmark; summarised and drawn by
+shardlab.report.benchmark, benchmark_figures): one row per (task, method) with failing methods
+recorded as skipped, summaries that match hand computation, win rates in [0, 1] that never
+compare a method with itself, a standalone offline page, and the same simulated costs for the
+same seed."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import pytest
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.io import names_list
-from shardlab.report.benchmark import (BASELINES, SETTINGS, as_settings, benchmark_tasks, parse_setting,
-                                       ratio, run_benchmark, summarise, summary_rows)
+from shardlab.constants import BASELINE_METHODS as BASELINES
+from shardlab.experiments.benchmark import SETTINGS, as_settings, benchmark_tasks, parse_setting, run_benchmark
+from shardlab.report.benchmark import ratio, summarise, summary_rows
 from shardlab.report.benchmark_figures import (benchmark_widget, ratio_figure, win_matrix, win_rate_figure,
                                               write_benchmark)
 from shardlab.search import base

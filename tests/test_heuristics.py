@@ -3,24 +3,39 @@ specified (ALGORITHMS.md section 3)."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 
 import pytest
 
 from shardlab import InfeasibleError, Table, Task, validate_plan
+from shardlab.constants import HEURISTIC_METHODS
 from shardlab.loads import device_loads
-from shardlab.search import get_sharder, run_sharder, run_sharders, sharder_names
+from shardlab.search import base, get_sharder, heuristics, run_sharder, run_sharders, sharder_names
 from shardlab.search.heuristics import WEIGHTS
 from shardlab.errors import ShardlabError
 from tests.conftest import UNIFORM_BINS, make_table
 
-HEURISTICS = ["random", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy"]
+HEURISTICS = list(HEURISTIC_METHODS)
 
 
 def test_registry_has_the_five():
     assert sharder_names()[:5] == HEURISTICS
     with pytest.raises(ShardlabError, match="'nope' is not a sharder"):
         get_sharder("nope")
+
+
+def test_heuristics_module_registers_exactly_the_listed_methods(monkeypatch):
+    """search/heuristics.py registers exactly constants.HEURISTIC_METHODS, in that order (run
+    again on a copy of the module with registration recorded, the registry left untouched)."""
+    seen = []
+    monkeypatch.setattr(base, "register_sharder", lambda name, *_, **__: seen.append(name))
+    spec = importlib.util.spec_from_file_location("_heuristics_again", heuristics.__file__)
+    again = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, again)   # its dataclasses look themselves up there
+    spec.loader.exec_module(again)
+    assert tuple(seen) == HEURISTIC_METHODS
 
 
 @pytest.mark.parametrize("method", HEURISTICS)

@@ -5,9 +5,13 @@
 
 A module may import its own layer and the layers to its left, never one to its right. In
 particular search/ sees cost-model and evaluator protocols but never profile/ (measurement) or
-experiments/ (campaigns, policy training). (That report/ only draws -- no sharders run from it --
-is issue 13's next step and not checked here.) Parsed from the source (every import, including
-imports inside functions), so a lazy import cannot hide a violation.
+experiments/ (campaigns, policy training, benchmark runs). And report/ only draws and writes:
+it may import the data, cost-model and evaluation layers (the rows, Evaluations and plans it is
+handed), never search/ (it runs no sharder), profile/ (it measures nothing and does not inspect
+the machine: callers pass the environment in) or experiments/ (which produce what it draws,
+and are imported by the CLI, scripts and notebooks that hand their results to report/). Parsed
+from the source (every import, including imports inside functions), so a lazy import cannot
+hide a violation.
 """
 
 from __future__ import annotations
@@ -59,3 +63,9 @@ def test_imports_go_one_way():
 def test_search_never_sees_measurement_or_experiments():
     for path in (PACKAGE / "search").rglob("*.py"):
         assert not _imports(path) & {"profile", "experiments", "report"}, path
+
+
+def test_report_only_draws_and_writes():
+    """report/ imports none of search/, profile/, experiments/ (module docstring)."""
+    for path in (PACKAGE / "report").rglob("*.py"):
+        assert not _imports(path) & {"search", "profile", "experiments"}, path

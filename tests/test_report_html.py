@@ -1,5 +1,6 @@
 """Standalone HTML reports: offline (plotly.js embedded, nothing fetched), with costs, ratios
-to the bound, search time, charts and provenance; the CLI writes the same report."""
+to the bound, search time, charts and provenance (the machine and versions as the caller passes
+them: report/ does not inspect the machine); the CLI writes the same report."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from shardlab.costmodel.bundle import load_bundle
 from shardlab.data.tasks import generate_task
 from shardlab.evaluate import estimate_plan
 from shardlab.io import save_plan, save_task
-from shardlab.report.html import write_report
+from shardlab.profile.provenance import environment
+from shardlab.report.html import NO_ENVIRONMENT, write_report
 from shardlab.search import get_sharder, run_sharder
 
 
@@ -21,12 +23,15 @@ def test_report_is_standalone_and_complete(tmp_path):
     plans = {m: run_sharder(get_sharder(m), task) for m in ("size_greedy", "neuroshard_tw")}
     model = load_bundle("analytic")
     evs = {m: estimate_plan(task, p, model) for m, p in plans.items()}
-    text = write_report(tmp_path / "r.html", task, plans, evs, {"seed": 0}).read_text()
+    text = write_report(tmp_path / "r.html", task, plans, evs, {"seed": 0}, environment=environment("cpu")).read_text()
     assert not re.search(r"<script[^>]+src=", text)          # nothing fetched
     assert "Plotly" in text and text.count("plotly-graph-div") >= 2
     for m, e in evs.items():
         assert f"<td>{m}</td>" in text and f"<td>{round(e.cost_ms, 3):.4g}</td>" in text
     assert "analytic:cpu[batch_size=4096]" in text and "fbgemm_gpu" in text and "cost / lower bound" in text
+    bare = write_report(tmp_path / "n.html", task, plans, evs, {"seed": 0}).read_text()
+    [(said, value)] = NO_ENVIRONMENT.items()
+    assert f"<th>{said}</th><td>{value}</td>" in bare and "fbgemm_gpu" not in bare
 
 
 def test_report_cli(tmp_path, capsys):
@@ -37,6 +42,7 @@ def test_report_cli(tmp_path, capsys):
     assert main(["report", str(tmp_path / "random.json"), str(tmp_path / "dim_greedy.json"), "--task",
                  str(tmp_path / "t.json"), "--html", str(tmp_path / "r.html"), "--model", "analytic"]) == 0
     assert "2 plans, best" in capsys.readouterr().out and (tmp_path / "r.html").stat().st_size > 1_000_000
+    assert "fbgemm_gpu" in (tmp_path / "r.html").read_text()     # the CLI passes the machine and versions
     other = generate_task(ntables=8, ngpu=2, mem_cap_gb=4.0, batch_size=4096, seed=10)
     save_task(other, tmp_path / "o.json")
     assert main(["report", str(tmp_path / "random.json"), "--task", str(tmp_path / "o.json"),

@@ -25,9 +25,6 @@ from shardlab.profile.store import SampleStore
 from shardlab.search.base import get_sharder, run_sharder
 from shardlab.tables import Task
 
-#: Methods whose plans make the default campaign (balanced to skewed plans).
-DEFAULT_METHODS = ("random", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
-
 
 def plan_record(task: Task, plan: Plan, ev: Evaluation, profile: HardwareProfile) -> dict[str, Any]:
     """A measured plan as stored: each device's tables, per-device costs (ms), plan cost."""
@@ -45,11 +42,12 @@ def plan_prefix(ngpu: int, profile: str | HardwareProfile = "cpu", pool: str = C
 
 def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = 4, profile: str | HardwareProfile = "cpu",
                       pool: str = C.DEFAULT_POOL, split: str = "train", ntables: tuple[int, int] = (10, 60),
-                      mem_cap_gb: float = 4.0, methods: Sequence[str] = DEFAULT_METHODS, seed: int = 0,
+                      mem_cap_gb: float = 4.0, methods: Sequence[str] = C.HEURISTIC_METHODS, seed: int = 0,
                       progress: bool = True,
                       plan_for: Callable[[Task, int], Plan] | None = None) -> int:
-    """Measure plans 0..n_plans-1 not yet stored; returns how many were added. ``plan_for(task,
-    i)`` overrides the methods (DreamShard passes its policy)."""
+    """Measure plans 0..n_plans-1 not yet stored; returns how many were added. Plan i comes from
+    ``methods[i % len(methods)]`` (default: the five heuristics, balanced to skewed plans);
+    ``plan_for(task, i)`` overrides the methods (DreamShard passes its policy)."""
     from shardlab.profile.comm import CommBench
 
     prof = get_profile(profile)

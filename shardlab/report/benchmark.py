@@ -1,8 +1,6 @@
-"""Search benchmark: every sharder on held-out tasks at a few settings, judged by one cost model
-(simulated costs, labelled with the model's ``source``; predictions, so no uncertainty) and,
-optionally, measured on this machine in paired rounds (medians with 95% intervals, and against
-each baseline a paired verdict); ratio to the lower bound, win rates against each baseline, and
-search time.
+"""Summaries of a search benchmark's rows (:mod:`shardlab.experiments.benchmark` runs it and
+documents the rows): ratio to the lower bound, win rates against each baseline, and search time,
+as numbers and as table rows. Pure functions over rows: nothing here runs a sharder or measures.
 
 Wins: on simulated costs, the fraction of tasks on which a method's predicted cost is strictly
 below the baseline's. On measured costs only **significant** wins count: the fraction of tasks
@@ -10,195 +8,21 @@ on which the paired per-round ratio method / baseline has a 95% interval wholly 
 ``faster``, :mod:`shardlab.evaluate.stats`); a lower median "within noise" is not a win, and
 tasks without a verdict (fewer than 3 rounds) are not compared.
 
-A *setting* is named ``"<G>x<N>"`` or ``"<G>x<LO>-<HI>"``: G GPUs and N tables, or a number of
-tables drawn uniformly from [LO, HI] per task. A *row* is one (task, method) pair::
-
-    {"setting", "task" (index within the setting), "method", "search_s" (s), "simulated_ms",
-     "simulated_bound_ms", "sim_source", "simulated_per_device" (one dict per GPU, ms and GB),
-     ["measured_ms", "measured_bound_ms", "source", "measured_per_device",    # with measure=True
-      "measured_rounds_ms" (plan cost per round, ms), "measured_ci95_ms" ([lo, hi] ms or None),
-      "measured_vs" ({baseline: {"ratio", "ratio_ci95", "verdict"}}: paired, against every other
-      baseline measured on the task)]}
-
-or, where the method raised :class:`~shardlab.errors.ShardlabError` on that task,
-``{"setting", "task", "method", "skipped": "<the error's one line>"}``.
-
-``scripts/bench_search.py`` (-> ``reports/search_benchmark.{json,md}``) and
-``notebooks/benchmark.ipynb`` are thin wrappers around this module; the figures and the HTML
-page are in :mod:`shardlab.report.benchmark_figures`.
+The figures and the HTML page are in :mod:`shardlab.report.benchmark_figures`, the words in
+:mod:`shardlab.report.benchmark_text`.
 """
 
 from __future__ import annotations
 
 import math
-import re
-import time
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from shardlab.data.tasks import generate_task, pool_tables, task_from_tables
-from shardlab.errors import ShardlabError
-from shardlab.io import names_list
-from shardlab.evaluate import Evaluation, Evaluator, MeasuredEvaluator, ModelEvaluator, compare_to_reference
-from shardlab.profile.hardware import get_profile
-from shardlab.search import get_sharder, run_sharder
-from shardlab.tables import Task
-
-SETTING_NAMES = ("4x10-60", "4x50", "8x80")
-HEURISTICS = ["random", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy"]
-METHODS = HEURISTICS + ["torchrec", "neuroshard_tw", "neuroshard", "dreamshard", "autoshard"]
-BASELINES = HEURISTICS + ["torchrec"]
-MEM_CAP_GB = 4.0
-TASK_SEED_BASE = 1000
-
-#: Timed rounds per task when measuring (>= 3 for intervals and verdicts; cheap by default).
-ROUNDS = 3
+from shardlab.constants import BASELINE_METHODS
 
 #: Cost keys whose wins count only significant ones (paired verdict ``faster``).
 SIGNIFICANT_KEYS = ("measured_ms",)
-
-Setting = tuple[int, tuple[int, int]]
-
-
-def parse_setting(name: str) -> Setting:
-    """``"4x50"`` -> ``(4, (50, 50))``, ``"4x10-60"`` -> ``(4, (10, 60))``: (GPUs, (min, max
-    tables)). One-line :class:`ShardlabError` for anything else."""
-    m = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)(?:\s*-\s*(\d+))?\s*", str(name))
-    if not m:
-        raise ShardlabError(f"setting '{name}' must look like '<gpus>x<tables>' or '<gpus>x<min>-<max>'")
-    g, lo = int(m.group(1)), int(m.group(2))
-    hi = int(m.group(3)) if m.group(3) else lo
-    if g < 1 or lo < 1 or hi < lo:
-        raise ShardlabError(f"setting '{name}': need gpus >= 1 and 1 <= min <= max tables")
-    return g, (lo, hi)
-
-
-def as_settings(settings: Mapping[str, Setting] | Iterable[str] | str) -> dict[str, Setting]:
-    """A dict name -> (GPUs, (min, max tables)) from such a dict or from names
-    (:func:`names_list`, :func:`parse_setting`)."""
-    if isinstance(settings, Mapping):
-        return {str(k): (int(v[0]), (int(v[1][0]), int(v[1][1]))) for k, v in settings.items()}
-    names = names_list(settings)
-    if not names:
-        raise ShardlabError("field 'settings' is empty: name at least one, e.g. '4x50'")
-    return {s: parse_setting(s) for s in names}
-
-
-SETTINGS = as_settings(SETTING_NAMES)
-
-
-def benchmark_tasks(settings: Mapping[str, Setting] | Iterable[str], tasks_per_setting: int, seed: int = 0,
-                    mem_cap_gb: float = MEM_CAP_GB, batch_size: int | None = None,
-                    pool: str | None = None) -> list[tuple[str, Task]]:
-    """``tasks_per_setting`` held-out tasks (the pool's ``test`` tables) per setting, in setting
-    order: a list of (setting name, Task), length ``len(settings) * tasks_per_setting``.
-
-    Task k of a setting draws its number of tables with ``numpy.random.default_rng([len(name),
-    seed])`` (the k-th draw; for seed 0 these are the draws ``scripts/bench_search.py`` always
-    made) and its tables with :func:`~shardlab.data.tasks.generate_task` seed
-    ``1000 * (seed + 1) + k``; memory cap ``mem_cap_gb`` GB per GPU, batch ``batch_size``
-    samples (default: the ``cpu`` profile's, the batch the shipped models predict for)."""
-    if tasks_per_setting < 1:
-        raise ShardlabError(f"field 'tasks_per_setting' = {tasks_per_setting} must be >= 1")
-    batch = batch_size or get_profile("cpu").batch_size
-    extra = {"pool": pool} if pool else {}
-    out = []
-    for name, (g, (lo, hi)) in as_settings(settings).items():
-        rng = np.random.default_rng([len(name), seed])
-        for k in range(tasks_per_setting):
-            out.append((name, generate_task(ntables=int(rng.integers(lo, hi + 1)), ngpu=g, mem_cap_gb=mem_cap_gb,
-                                            batch_size=batch, seed=TASK_SEED_BASE * (seed + 1) + k,
-                                            split="test", **extra)))
-    return out
-
-
-def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], model: Any, measure: bool = False,
-                  progress: bool = True, seed: int = 0, profile: Any = "cpu",
-                  log: Callable[[str], None] | None = None, rounds: int = ROUNDS,
-                  evaluator: Evaluator | None = None, baselines: Sequence[str] = BASELINES) -> list[dict[str, Any]]:
-    """Run every method on every task (sharder seed ``seed``) and judge each plan with
-    ``model`` (a cost-model bundle or its name, through a
-    :class:`~shardlab.evaluate.ModelEvaluator`: the simulated columns). Measured columns come
-    from ``evaluator`` (any :class:`~shardlab.evaluate.Evaluator`, called once per task with all
-    its plans); with ``measure`` and no ``evaluator``, a
-    :class:`~shardlab.evaluate.MeasuredEvaluator` of ``profile`` with ``rounds`` paired rounds
-    and ``seed`` (slow: real fused fbgemm ops, G gloo ranks, the bound measured in every round).
-    Each measured row gets its rounds, interval and, against every other one of ``baselines``
-    measured on the task, the paired verdict (module docstring).
-    Returns one row per (task, method), in task then method order (module docstring); costs in ms, search time in s. A method raising
-    :class:`ShardlabError` (infeasible, unsupported blocks, torchrec missing) gives a skipped
-    row, not an exception. ``progress``: a tqdm bar on stderr; ``log``: called with one line
-    per row (``print`` without a bar, ``tqdm.write`` with one)."""
-    from tqdm import tqdm
-
-    judge = ModelEvaluator(ModelEvaluator(model).bundle())
-    if evaluator is None and measure:
-        evaluator = MeasuredEvaluator(profile, rounds=rounds, seed=seed, progress=False)
-    rows: list[dict[str, Any]] = []
-    index: dict[str, int] = {}
-    bar = tqdm(total=len(tasks) * len(methods), disable=not progress, unit="plan", desc="benchmark")
-    for setting, task in tasks:
-        k = index[setting] = index.get(setting, -1) + 1
-        mine, plans = [], {}
-        for m in methods:
-            bar.set_postfix_str(f"{setting} task {k} {m}", refresh=False)
-            try:
-                plan = run_sharder(get_sharder(m), task, seed=seed)
-                sim = judge.evaluate(task, {m: plan})[m]
-                plans[m] = plan
-                mine.append({"setting": setting, "task": k, "method": m, "search_s": plan.search_seconds,
-                             "simulated_ms": sim.cost_ms, "simulated_bound_ms": sim.lower_bound_ms,
-                             "sim_source": sim.source, "simulated_per_device": [d.to_dict() for d in sim.per_device]})
-            except ShardlabError as e:
-                msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-                mine.append({"setting": setting, "task": k, "method": m, "skipped": msg})
-            bar.update(1)
-        if evaluator is not None and plans:   # every plan of a task in the same rounds, one bound for all
-            fields = measured_fields(evaluator.evaluate(task, plans), baselines, seed)
-            for r in mine:
-                r.update(fields.get(r["method"], {}))
-        rows += mine
-        if log:
-            for r in mine:
-                log(f"{setting} task {k} {r['method']}: " + _describe(r))
-    bar.close()
-    return rows
-
-
-def measured_fields(evaluations: Mapping[str, Evaluation], baselines: Sequence[str] = BASELINES,
-                    seed: int = 0) -> dict[str, dict[str, Any]]:
-    """The measured fields of each plan's row (module docstring) from one task's Evaluations
-    (measured together, keyed by method): cost (median over rounds, ms), bound, source,
-    per-device medians, rounds, interval, and ``measured_vs``: against every baseline among the
-    keys (itself left out), the paired ratio, its interval and the verdict
-    (:func:`~shardlab.evaluate.compare_to_reference`, bootstrap ``seed``; statistics only,
-    nothing is measured again)."""
-    listed = lambda v: None if v is None else [float(x) for x in v]  # noqa: E731
-    vs = {b: compare_to_reference(evaluations, reference=b, seed=seed) for b in baselines if b in evaluations}
-    out = {}
-    for m, ev in evaluations.items():
-        out[m] = {"measured_ms": ev.cost_ms, "measured_bound_ms": ev.lower_bound_ms, "source": ev.source,
-                  "measured_per_device": [d.to_dict() for d in ev.per_device],
-                  "measured_rounds_ms": listed(ev.rounds_ms), "measured_ci95_ms": listed(ev.ci95_ms),
-                  "measured_vs": {b: _paired(against[m]) for b, against in vs.items() if b != m}}
-    return out
-
-
-def _paired(ev: Evaluation) -> dict[str, Any]:
-    """A row's entry of ``measured_vs`` from an Evaluation compared to that baseline."""
-    c = ev.comparison
-    return {"ratio": c.ratio, "ratio_ci95": None if c.ratio_ci95 is None else list(c.ratio_ci95), "verdict": c.verdict}
-
-
-def _describe(row: dict[str, Any]) -> str:
-    """One log line's tail for a benchmark row: why it was skipped, or its costs and search time."""
-    if "skipped" in row:
-        return row["skipped"]
-    ci = row.get("measured_ci95_ms")
-    ci = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
-    measured = f", measured {row['measured_ms']:.2f} ms{ci}" if "measured_ms" in row else ""
-    return f"simulated {row['simulated_ms']:.2f} ms{measured}, search {row['search_s']:.3f} s"
 
 
 def bound_key(key: str) -> str:
@@ -252,7 +76,7 @@ def _half_width_pct(row: Mapping[str, Any]) -> float | None:
 
 
 def summarise(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str = "simulated_ms",
-              baselines: Sequence[str] = BASELINES) -> dict[tuple[str, str], dict[str, Any]]:
+              baselines: Sequence[str] = BASELINE_METHODS) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (setting, method), in setting then ``methods`` order: ``cost_ms`` (mean cost under
     ``key``, ms), ``ratio_to_bound`` (mean over tasks of cost / bound; nan without bounds),
     ``search_s`` (mean search time, s), ``wins``: baseline -> fraction (in [0, 1]) of the tasks
@@ -288,7 +112,7 @@ def summarise(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str =
 
 
 def summary_rows(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str = "simulated_ms",
-                 baselines: Sequence[str] = BASELINES) -> list[dict[str, Any]]:
+                 baselines: Sequence[str] = BASELINE_METHODS) -> list[dict[str, Any]]:
     """:func:`summarise` as table rows (one per setting and method, rounded; methods skipped on
     every task of a setting appear with their count of skips): setting, method, tasks,
     skipped, mean cost (ms), [mean 95% CI half-width (%), measured only], mean cost / lower
@@ -321,28 +145,3 @@ def _round(x: float | None, digits: int) -> float | None:
 def skipped(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The skipped rows (setting, task, method, skipped = the error's message)."""
     return [r for r in rows if "skipped" in r]
-
-
-def neuroshard_scaling(model: Any, sizes: Sequence[tuple[int, int]] = ((100, 8), (2000, 128)),
-                       log: Callable[[str], None] | None = None, batch_size: int | None = None) -> dict[str, float]:
-    """NeuroShard's search time (s) on tasks of N tables over G GPUs for each (N, G) in
-    ``sizes``, tables from the whole ``dlrm-synth`` pool at dims 32, 64, 16 and 128, cap 16 GB:
-    ``"<N>x<G> table-wise"`` and (N <= 1000 only) ``"<N>x<G> column-wise beam"``."""
-    from shardlab.search.neuroshard import NeuroShardSharder
-
-    batch = batch_size or get_profile("cpu").batch_size
-    pool = pool_tables("dlrm-synth", "all")
-    variants = [t.with_dim(d, name=f"{t.name}@{d}") for d in (32, 64, 16, 128) for t in pool]
-    out: dict[str, float] = {}
-    for ntables, g in sizes:
-        task = task_from_tables(variants[:ntables], g, 16.0, f"scale-{ntables}x{g}", batch_size=batch)
-        for name, cw in (("table-wise", False), ("column-wise beam", True)):
-            if ntables > 1000 and cw:
-                continue
-            t = time.perf_counter()
-            NeuroShardSharder(model=model, column_wise=cw).shard(task)
-            label = f"{ntables}x{g} {name}"
-            out[label] = time.perf_counter() - t
-            if log:
-                log(f"neuroshard {label}: {out[label]:.2f} s")
-    return out

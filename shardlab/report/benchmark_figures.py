@@ -1,5 +1,5 @@
 """Figures and the standalone HTML page of a search benchmark (rows of
-:func:`shardlab.report.benchmark.run_benchmark`): cost / lower bound per method (box with every
+:func:`shardlab.experiments.benchmark.run_benchmark`): cost / lower bound per method (box with every
 task as a point, one panel per setting), search time per method (s, log axis), and win rates
 against each baseline (heatmap per setting). Every figure names where its costs come from
 (``simulated by model:...``, no uncertainty, or ``measured:<profile>`` in paired rounds) and,
@@ -17,9 +17,10 @@ from typing import Any, Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from shardlab.constants import BASELINE_METHODS
 from shardlab.io import write_json_atomic, write_text_atomic
-from shardlab.report.benchmark import (BASELINES, bound_key, done, ratio, settings_of, significant, skipped,
-                                       summarise, summary_rows)
+from shardlab.report.benchmark import (bound_key, done, ratio, settings_of, significant, skipped, summarise,
+                                       summary_rows)
 from shardlab.report.benchmark_text import section_title, wins_note
 from shardlab.report.figures import rows_to_html
 from shardlab.report.html import figure_html, page_provenance, provenance_table, standalone_page
@@ -130,7 +131,7 @@ def search_time_figure(rows: Sequence[dict[str, Any]], methods: Sequence[str],
 
 
 def win_matrix(summary: Mapping[tuple[str, str], Mapping[str, Any]], setting: str, methods: Sequence[str],
-               baselines: Sequence[str] = BASELINES) -> list[list[float | None]]:
+               baselines: Sequence[str] = BASELINE_METHODS) -> list[list[float | None]]:
     """Win rates of :func:`~shardlab.report.benchmark.summarise` for one setting as a
     ``len(methods) x len(baselines)`` list of lists: fraction in [0, 1] of tasks on which the row
     method wins against the column baseline (strictly cheaper when simulated; significantly
@@ -144,7 +145,7 @@ def win_matrix(summary: Mapping[tuple[str, str], Mapping[str, Any]], setting: st
 
 
 def win_rate_figure(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str = "simulated_ms",
-                    baselines: Sequence[str] = BASELINES, settings: Sequence[str] | str | None = None,
+                    baselines: Sequence[str] = BASELINE_METHODS, settings: Sequence[str] | str | None = None,
                     height: int | None = None) -> go.Figure:
     """Heatmap per setting: rows are methods, columns baselines, cells the fraction of tasks
     (0..1) on which the method wins (costs under ``key``: strictly cheaper when simulated, a
@@ -179,7 +180,7 @@ def _win_title(key: str) -> str:
 
 
 def benchmark_figures(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str = "simulated_ms",
-                      baselines: Sequence[str] = BASELINES, settings: Sequence[str] | str | None = None
+                      baselines: Sequence[str] = BASELINE_METHODS, settings: Sequence[str] | str | None = None
                       ) -> dict[str, go.Figure]:
     """The three figures for one cost key: ``ratio``, ``search_time``, ``win_rate``."""
     return {"ratio": ratio_figure(rows, methods, key, settings),
@@ -188,7 +189,7 @@ def benchmark_figures(rows: Sequence[dict[str, Any]], methods: Sequence[str], ke
 
 
 def benchmark_html(rows: Sequence[dict[str, Any]], methods: Sequence[str], keys: Sequence[str] = ("simulated_ms",),
-                   baselines: Sequence[str] = BASELINES, provenance: Mapping[str, Any] | None = None,
+                   baselines: Sequence[str] = BASELINE_METHODS, provenance: Mapping[str, Any] | None = None,
                    title: str = "Search benchmark") -> str:
     """The page as one HTML string: per cost key the summary table and the ratio and win-rate
     figures, then search time, skipped methods and provenance; plotly.js inlined once."""
@@ -214,13 +215,15 @@ def benchmark_html(rows: Sequence[dict[str, Any]], methods: Sequence[str], keys:
 
 
 def write_benchmark(out_dir: str | os.PathLike, rows: Sequence[dict[str, Any]], methods: Sequence[str],
-                    keys: Sequence[str] = ("simulated_ms",), baselines: Sequence[str] = BASELINES,
-                    provenance: Mapping[str, Any] | None = None) -> dict[str, Path]:
+                    keys: Sequence[str] = ("simulated_ms",), baselines: Sequence[str] = BASELINE_METHODS,
+                    provenance: Mapping[str, Any] | None = None,
+                    environment: Mapping[str, Any] | None = None) -> dict[str, Path]:
     """Write ``<out_dir>/benchmark.html`` (:func:`benchmark_html`) and ``<out_dir>/benchmark.json``
     (provenance, methods, every row, and the summary rows per cost key), each atomically;
-    returns {"html": path, "json": path}. ``provenance`` is completed with the machine,
-    versions, date and the cost sources."""
-    prov = page_provenance({f"costs ({k})": cost_label(rows, k) for k in keys}, provenance)
+    returns {"html": path, "json": path}. ``provenance`` is completed with the machine and
+    versions (``environment``, as the caller recorded it:
+    :func:`~shardlab.report.html.page_provenance`), date and the cost sources."""
+    prov = page_provenance({f"costs ({k})": cost_label(rows, k) for k in keys}, provenance, environment)
     out = Path(out_dir)
     page = write_text_atomic(out / "benchmark.html", benchmark_html(rows, methods, keys, baselines, prov))
     data = write_json_atomic(out / "benchmark.json", {
@@ -230,7 +233,7 @@ def write_benchmark(out_dir: str | os.PathLike, rows: Sequence[dict[str, Any]], 
 
 
 def benchmark_widget(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str = "simulated_ms",
-                     baselines: Sequence[str] = BASELINES) -> Any:
+                     baselines: Sequence[str] = BASELINE_METHODS) -> Any:
     """For JupyterLab: a setting dropdown above the three :func:`benchmark_figures` of that
     setting as plotly ``FigureWidget``s, updated in place through ``batch_update`` (never an
     ``Output`` redraw or ``interactive_output``, which can hang papermill: STACK_NOTES.md).

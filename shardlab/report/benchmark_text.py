@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from shardlab.report.benchmark import BASELINES, significant, wins_label
+from shardlab.constants import BASELINE_METHODS
+from shardlab.report.benchmark import significant, wins_label
 
 
 def wins_note(key: str, rounds: int | None = None) -> str:
@@ -28,7 +29,8 @@ def section_title(key: str, rounds: int | None = None) -> str:
     return f"{key.split('_')[0]} costs (no uncertainty)"
 
 
-def markdown_report(report: Mapping[str, Any], tasks_per_setting: int, baselines: Sequence[str] = BASELINES) -> str:
+def markdown_report(report: Mapping[str, Any], tasks_per_setting: int,
+                    baselines: Sequence[str] = BASELINE_METHODS) -> str:
     """``reports/search_benchmark.md`` from the JSON report ``scripts/bench_search.py`` writes
     (date, environment, profile, judge, ``rounds`` when measured, summary per cost key,
     neuroshard_search_seconds)."""

@@ -59,12 +59,18 @@ def standalone_page(title: str, body: str, extra_style: str = "") -> str:
 """
 
 
-def page_provenance(sources: Mapping[str, str], provenance: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A report's provenance: machine and versions, plotly version, date, the cost ``sources``
-    (label -> source text), then the caller's ``provenance`` (which wins on equal keys)."""
-    from shardlab.profile.provenance import environment
+#: What a page says of its machine and versions when the caller passed none.
+NO_ENVIRONMENT: Mapping[str, Any] = {"machine and versions": "not given"}
 
-    return {**environment("cpu"), "plotly": plotly.__version__,
+
+def page_provenance(sources: Mapping[str, str], provenance: Mapping[str, Any] | None = None,
+                    environment: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A report's provenance: the machine and versions (``environment``, as the caller recorded
+    it, e.g. :func:`shardlab.profile.provenance.environment`; :data:`NO_ENVIRONMENT` when not
+    given: this layer only draws, it does not inspect the machine), plotly version, date, the
+    cost ``sources`` (label -> source text), then the caller's ``provenance`` (which wins on
+    equal keys)."""
+    return {**(NO_ENVIRONMENT if environment is None else environment), "plotly": plotly.__version__,
             "report date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             **sources, **(provenance or {})}
 
@@ -104,8 +110,9 @@ forward (waiting included) and backward all-to-all.</p>
 
 def write_report(path: str | os.PathLike, task: Task, plans: Mapping[str, Plan],
                  evaluations: Mapping[str, Evaluation], provenance: Mapping[str, Any] | None = None,
-                 title: str = "") -> Path:
+                 title: str = "", environment: Mapping[str, Any] | None = None) -> Path:
     """Write :func:`report_html` atomically to ``path``; returns the path. ``provenance`` is
-    completed with the date, plotly version and the evaluations' sources."""
-    prov = page_provenance({"cost sources": _sources(evaluations.values())}, provenance)
+    completed with the machine and versions (``environment``: :func:`page_provenance`), the
+    date, plotly version and the evaluations' sources."""
+    prov = page_provenance({"cost sources": _sources(evaluations.values())}, provenance, environment)
     return write_text_atomic(path, report_html(task, plans, evaluations, prov, title))
