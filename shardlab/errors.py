@@ -7,6 +7,11 @@ class ShardlabError(ValueError):
     """Invalid input: the message is one line naming the object and the field at fault."""
 
 
+class NotFittedError(ShardlabError):
+    """A cost model was asked to predict (or embed) before ``fit`` or ``load``; the message is
+    one line naming the model's class."""
+
+
 class InfeasibleError(ShardlabError):
     """A task (or a step of a sharder) cannot meet the memory cap.
 

@@ -12,23 +12,23 @@ from shardlab.costmodel.bundle import load_bundle
 from shardlab.costmodel.metrics import errors, kendall, split_of, split_samples
 from shardlab.costmodel.neural import NeuroShardCompute
 from shardlab.costmodel.neural_comm import NeuroShardComm
-from shardlab.costmodel.train import load_samples, train_bundle
+from shardlab.costmodel.train import load_records, train_bundle
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table
 
 
 @pytest.fixture(scope="module")
 def compute_samples():
-    return load_samples("compute")
+    return load_records("compute")
 
 
 @pytest.fixture(scope="module")
 def comm_samples():
-    return load_samples("comm")
+    return load_records("comm")
 
 
 def shards_of(samples):
-    return [[Table.from_dict(t) for t in s["tables"]] for s in samples]
+    return [s.tables for s in samples]
 
 
 def test_split_is_stable_and_roughly_80_10_10(compute_samples):
@@ -58,7 +58,7 @@ def test_analytic_fits_measured_data_and_beats_a_constant(compute_samples, comm_
     assert isinstance(model, ComputeModel) and model.source.startswith("analytic:cpu")
     test = parts["test"]
     pred = model.predict(shards_of(test)).sum(axis=1)
-    true = np.array([s["fw_ms"] + s["bw_ms"] for s in test])
+    true = np.array([s.fw_ms + s.bw_ms for s in test])
     const = np.full_like(true, np.median(true))
     assert errors(pred, true)["mape"] < 0.5 * errors(const, true)["mape"]
     assert errors(pred, true)["spearman"] > 0.9
@@ -85,7 +85,7 @@ def test_neural_compute_learns_unseen_tables_and_round_trips(tmp_path, compute_s
     test = sets["unseen_tables"]
     assert len(test) >= 500
     pred = model.predict(shards_of(test)).sum(axis=1)
-    true = np.array([s["fw_ms"] + s["bw_ms"] for s in test])
+    true = np.array([s.fw_ms + s.bw_ms for s in test])
     assert errors(pred, true)["spearman"] > 0.9 and errors(pred, true)["mape"] < 0.4
     assert model.history_[-1]["train_loss"] < model.history_[0]["train_loss"]
     path = tmp_path / "m.pt"
@@ -108,10 +108,10 @@ def test_neural_compute_same_seed_same_model(compute_samples):
 def test_neural_comm_per_device_count(tmp_path, comm_samples):
     parts = split_samples(comm_samples)
     model = NeuroShardComm(epochs=100, seed=0).fit(parts["train"], parts["val"])
-    assert sorted(model.nets_) == sorted({s["world_size"] for s in comm_samples})
-    g4 = [s for s in parts["test"] if s["world_size"] == 4]
-    pred = model.predict([s["dim_sums"] for s in g4], [s["delays_ms"] for s in g4])
-    fw_true = np.concatenate([s["fw_comm_ms"] for s in g4])
+    assert sorted(model.nets_) == sorted({s.world_size for s in comm_samples})
+    g4 = [s for s in parts["test"] if s.world_size == 4]
+    pred = model.predict([s.dim_sums for s in g4], [s.delays_ms for s in g4])
+    fw_true = np.concatenate([s.fw_comm_ms for s in g4])
     assert errors(pred[:, :, 0].ravel(), fw_true)["spearman"] > 0.95
     with pytest.raises(ShardlabError, match="'ngpu' = 3"):
         model.predict([[4, 4, 4]])
@@ -145,3 +145,120 @@ def test_estimate_plan_labels_its_source_and_falls_back_for_untrained_device_cou
         ev = estimate_plan(task, run_sharder(get_sharder("dim_greedy"), task), neural)
         assert ev.source == "model:neuroshard-compute@cpu[batch_size=4096]" + suffix
         assert ev.cost_ms == max(d.total_ms for d in ev.per_device) and ev.lower_bound_ms > 0
+
+
+# --- one estimator convention (issue 13): config never changed by fit, NotFittedError, records, protocol
+
+
+@pytest.fixture(scope="module")
+def plan_samples():
+    return load_records("plan")
+
+
+def _fitted_models(compute_samples, comm_samples, plan_samples):
+    """(unfitted model, its training samples, its validation samples) for every model class."""
+    from shardlab.costmodel.dreamshard import DreamShardCost
+    from shardlab.costmodel.neural import AutoShardCompute
+
+    small = dict(epochs=2, seed=3, batch_size=64)
+    return [(AnalyticCompute(), compute_samples[:200], None),
+            (AnalyticCompute(batch_size=8192, weights_precision="fp16"), compute_samples[:200], None),
+            (AnalyticComm(), comm_samples[:200], None),
+            (AnalyticComm(batch_size=1024, bytes_per_value=2), comm_samples[:200], None),
+            (NeuroShardCompute(**small), compute_samples[:120], compute_samples[120:140]),
+            (AutoShardCompute(**small, hidden=16), compute_samples[:120], compute_samples[120:140]),
+            (NeuroShardComm(**small), comm_samples[:120], comm_samples[120:160]),
+            (DreamShardCost(**small), plan_samples[:12] + compute_samples[:40], None)]
+
+
+def test_fit_never_changes_the_configuration_and_learned_state_ends_in_underscore(
+        compute_samples, comm_samples, plan_samples):
+    for model, train, val in _fitted_models(compute_samples, comm_samples, plan_samples):
+        before = model.config()
+        assert set(before) == set(type(model).param_names())        # derived from __init__, not a list
+        assert model.fit(train, val) is model
+        assert model.config() == before, type(model).__name__
+        learned = [k for k in vars(model) if k not in before and not k.startswith("_")]
+        assert learned and all(k.endswith("_") for k in learned), (type(model).__name__, learned)
+        assert model.profile_["name"] == "cpu" and model.profile_["batch_size"] == 4096
+        assert type(model)(**model.config()).config() == before    # config() rebuilds the model
+
+
+def test_every_model_raises_one_not_fitted_error_before_fit(compute_samples, comm_samples, plan_samples):
+    from shardlab.errors import NotFittedError
+
+    shard = [compute_samples[0].tables]
+    for model, _, _ in _fitted_models(compute_samples, comm_samples, plan_samples):
+        name = type(model).__name__
+        calls = [lambda: model.predict([[4, 4, 4, 4]])] if model.target == "comm" else \
+            [lambda: model.predict(shard), lambda: model.embed(shard[0]),
+             lambda: model.predict_sums(np.zeros((1, model.embed_dim)), np.ones(1))]
+        if hasattr(model, "predict_plan"):
+            calls.append(lambda: model.predict_plan(shard))
+        if hasattr(model, "state"):
+            calls.append(model.state)
+        for call in calls:
+            with pytest.raises(NotFittedError) as err:
+                call()
+            assert isinstance(err.value, ShardlabError)
+            assert str(err.value).startswith(f"{name}: not fitted") and "\n" not in str(err.value)
+
+
+def test_analytic_configuration_sets_what_predictions_assume(tmp_path, compute_samples):
+    data = AnalyticCompute().fit(compute_samples[:300])
+    at8k = AnalyticCompute(batch_size=8192).fit(compute_samples[:300])
+    np.testing.assert_array_equal(at8k.coef_fw_, data.coef_fw_)            # fitted at the data's batch
+    shard = shards_of(compute_samples[:3])
+    np.testing.assert_array_equal(at8k.predict(shard), data.predict(shard, batch_size=8192))
+    assert at8k.source == "analytic:cpu[batch_size=8192]" and data.source == "analytic:cpu[batch_size=4096]"
+    at8k.save(str(tmp_path / "a.json"))
+    again = AnalyticCompute.load(str(tmp_path / "a.json"))
+    assert again.config() == at8k.config() and again.profile_ == at8k.profile_
+    np.testing.assert_array_equal(again.predict(shard), at8k.predict(shard))
+
+
+def test_fit_takes_records_or_rows_alike_and_refuses_another_kind(compute_samples, comm_samples):
+    rows = [r.to_dict() for r in compute_samples[:200]]
+    a, b = AnalyticCompute().fit(compute_samples[:200]), AnalyticCompute().fit(rows)
+    np.testing.assert_array_equal(a.coef_fw_, b.coef_fw_)
+    np.testing.assert_array_equal(a.coef_bw_, b.coef_bw_)
+    with pytest.raises(ShardlabError, match=r"^NeuroShardCompute.fit: sample 'comm:\S+' is a CommRecord, not a compute"):
+        NeuroShardCompute(epochs=1).fit(comm_samples[:5], comm_samples[5:8])
+
+
+def test_records_round_trip_through_their_rows(compute_samples, comm_samples, plan_samples):
+    from shardlab.data.samples import as_record
+
+    for r in (compute_samples[0], comm_samples[0], plan_samples[0]):
+        assert as_record(r.to_dict()) == r and as_record(r) is r
+    plan = plan_samples[0]
+    assert len(plan.devices) == len(plan.fw_compute_ms) and all(isinstance(t, Table) for t in plan.devices[0])
+    with pytest.raises(ShardlabError, match="^compute sample 'k': field 'fw_ms' is missing$"):
+        as_record({"key": "k", "tables": []})
+
+
+def test_dreamshard_fit_on_a_mix_equals_the_old_two_argument_form(compute_samples, plan_samples):
+    from shardlab.costmodel.dreamshard import DreamShardCost
+
+    plans, compute = plan_samples[:16], compute_samples[:40]
+    mixed = DreamShardCost(epochs=2, seed=5).fit(plans + compute)
+    with pytest.warns(DeprecationWarning, match="pass fit\\(plans \\+ compute_samples\\)"):
+        old = DreamShardCost(epochs=2, seed=5).fit([p.to_dict() for p in plans], compute)
+    probe = shards_of(compute_samples[50:55])
+    np.testing.assert_array_equal(mixed.predict(probe), old.predict(probe))
+    assert mixed.history_ == old.history_
+
+
+def test_incremental_compute_models_satisfy_the_protocol(compute_samples, comm_samples):
+    from shardlab.costmodel.base import IncrementalComputeModel
+
+    analytic = AnalyticCompute().fit(compute_samples[:200])
+    neural = NeuroShardCompute(epochs=2, seed=0).fit(compute_samples[:100], compute_samples[100:120])
+    assert not isinstance(AnalyticComm().fit(comm_samples[:50]), IncrementalComputeModel)
+    shard = compute_samples[300].tables
+    for model in (analytic, neural):
+        assert isinstance(model, IncrementalComputeModel)
+        rows = model.embed(shard)
+        assert rows.shape == (len(shard), model.embed_dim)
+        np.testing.assert_allclose(model.predict_sums(rows.sum(axis=0)[None], np.array([len(shard)])),
+                                   model.predict([shard]), rtol=1e-5)

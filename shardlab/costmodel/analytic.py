@@ -25,12 +25,14 @@ measured fused costs are not.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from shardlab import constants as C
-from shardlab.errors import ShardlabError
+from shardlab.costmodel.estimator import Estimator
+from shardlab.data.samples import CommRecord, ComputeRecord, as_comm_records, as_compute_records
+from shardlab.errors import NotFittedError, ShardlabError
 from shardlab.io import read_json, write_json_atomic
 from shardlab.tables import Table
 
@@ -67,31 +69,63 @@ def nnls_relative(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return w
 
 
-class _AnalyticModel:
-    """Shared parameters, (de)serialisation and file I/O of the analytic models: the constructor
-    arguments named in ``CONFIG`` plus the fitted ``coef_fw_`` / ``coef_bw_``."""
+class AnalyticModel(Estimator):
+    """Shared settings, (de)serialisation and file I/O of the analytic models.
 
-    KIND = ""
-    CONFIG: tuple[str, ...] = ()
+    Configuration: what predictions assume, each None by default = as in the training data
+    (extrapolating to another batch size is what these models are for). Learned: ``coef_fw_`` /
+    ``coef_bw_`` and ``profile_``, the training data's profile name and its value of every
+    setting (``profile_["batch_size"]`` ...), which ``fit`` reads from the samples."""
+
+    KIND: ClassVar[str] = ""
+    batch_size: int | None
     coef_fw_: np.ndarray | None
     coef_bw_: np.ndarray | None
 
-    def _unfitted(self) -> None:
+    def _reset(self) -> None:
+        super()._reset()
         self.coef_fw_ = None
         self.coef_bw_ = None
-        self.provenance_: dict[str, Any] = {}
-        self.metrics_: dict[str, Any] = {}
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the coefficients are there."""
+        return self.coef_fw_ is not None and self.coef_bw_ is not None
+
+    def setting(self, name: str, given: Any = None) -> Any:
+        """The value of setting ``name`` a prediction uses: ``given`` if not None, else the
+        configured one, else the training data's (:class:`~shardlab.errors.NotFittedError`
+        if there is none yet)."""
+        for value in (given, getattr(self, name), self.profile_.get(name)):
+            if value is not None:
+                return value
+        self.check_fitted()
+        raise NotFittedError(f"{type(self).__name__}: field '{name}' is unset (fit first or pass it)")
+
+    @property
+    def source(self) -> str:
+        """Evaluation label: ``analytic:<profile>[batch_size=<B>]``."""
+        batch = self.batch_size if self.batch_size is not None else self.profile_.get("batch_size")
+        return f"analytic:{self.profile_.get('name', '?')}[batch_size={batch}]"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready parameters."""
-        return {"kind": self.KIND, **{k: getattr(self, k) for k in self.CONFIG},
+        """JSON-ready model: the training data's profile name and settings (the fields of the
+        ``shardlab-analytic-v1`` format), the configuration and the coefficients."""
+        return {"kind": self.KIND, "profile": self.profile_.get("name"),
+                **{k: self.profile_.get(k) for k in self.param_names()}, "config": self.config(),
                 "coef_fw": None if self.coef_fw_ is None else self.coef_fw_.tolist(),
                 "coef_bw": None if self.coef_bw_ is None else self.coef_bw_.tolist()}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Any:
-        """Inverse of :meth:`to_dict`."""
-        m = cls(*(d[k] for k in cls.CONFIG))
+        """Inverse of :meth:`to_dict`; files written before the ``config`` field load with the
+        default configuration (their settings are the training data's, as always)."""
+        config = d.get("config", {})
+        unknown = sorted(set(config) - set(cls.param_names())) if isinstance(config, Mapping) else ["config"]
+        if unknown:
+            raise ShardlabError(f"{cls.__name__}: field 'config.{unknown[0]}' is not a parameter")
+        m = cls(**config)
+        m.profile_ = {"name": d["profile"], **{k: d[k] for k in cls.param_names() if k in d}}
         m.coef_fw_ = None if d["coef_fw"] is None else np.array(d["coef_fw"])
         m.coef_bw_ = None if d["coef_bw"] is None else np.array(d["coef_bw"])
         return m
@@ -109,40 +143,37 @@ class _AnalyticModel:
         return m
 
 
-class AnalyticCompute(_AnalyticModel):
+class AnalyticCompute(AnalyticModel):
     """TorchRec-style fused-op compute model (module docstring); ``fit`` sets ``coef_fw_``
-    (3,) and ``coef_bw_`` (4,) and the batch size and precision it was fitted at."""
+    (3,) and ``coef_bw_`` (4,) and ``profile_`` (name, batch size and weight precision of the
+    samples). ``batch_size`` (samples per step) and ``weights_precision`` (``fp32`` / ``fp16``):
+    what predictions assume, None (default) = the training data's."""
 
     target = "compute"
     KIND = "analytic_compute"
-    CONFIG = ("batch_size", "weights_precision", "profile")
 
-    def __init__(self, batch_size: int | None = None, weights_precision: str = "fp32", profile: str = "cpu"):
+    def __init__(self, batch_size: int | None = None, weights_precision: str | None = None):
         self.batch_size = batch_size
         self.weights_precision = weights_precision
-        self.profile = profile
-        self._unfitted()
+        self._reset()
 
-    @property
-    def source(self) -> str:
-        """Evaluation label."""
-        return f"analytic:{self.profile}[batch_size={self.batch_size}]"
-
-    def features(self, shard: Sequence[Table], batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Forward (3,) and backward (4,) regressors of one shard: [1, T, bytes] and
-        [1, T, bytes, touched-row bytes]."""
-        b = batch_size or self.batch_size
-        if b is None:
-            raise ValueError("AnalyticCompute: field 'batch_size' is unset (fit first or pass it)")
-        s = C.BYTES_PER_WEIGHT[self.weights_precision]
+    @staticmethod
+    def _features(shard: Sequence[Table], b: int, precision: str) -> tuple[np.ndarray, np.ndarray]:
+        s = C.BYTES_PER_WEIGHT[precision]
         moved = sum(block_penalty(t.dim) * (8 * b * t.pooling_factor + b * t.pooling_factor * max(t.dim, 32) * s
                                             + b * t.dim * s) for t in shard)
         touched = sum(touched_rows(t, b) * t.dim * s for t in shard)
         return np.array([1.0, len(shard), moved]), np.array([1.0, len(shard), moved, touched])
 
+    def features(self, shard: Sequence[Table], batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Forward (3,) and backward (4,) regressors of one shard: [1, T, bytes] and
+        [1, T, bytes, touched-row bytes], at ``batch_size`` (default: :meth:`setting`)."""
+        return self._features(shard, self.setting("batch_size", batch_size), self.setting("weights_precision"))
+
     def embed(self, tables: Sequence[Table], batch_size: int | None = None) -> np.ndarray:
         """(n, 3) per-table terms [1, moved bytes, touched-row bytes]; a shard's cost is a
         function of their SUM (see :meth:`predict_sums`)."""
+        self.check_fitted()
         rows = [self.features([t], batch_size) for t in tables]
         return np.array([[1.0, f[2], b[3]] for f, b in rows]).reshape(len(tables), 3)
 
@@ -150,8 +181,8 @@ class AnalyticCompute(_AnalyticModel):
 
     def predict_sums(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """(m, 2) fw/bw ms from summed :meth:`embed` rows (m, 3) and table counts (m,)."""
-        if self.coef_fw_ is None or self.coef_bw_ is None:
-            raise ValueError("AnalyticCompute: not fitted")
+        self.check_fitted()
+        assert self.coef_fw_ is not None and self.coef_bw_ is not None
         s = np.atleast_2d(np.asarray(sums, dtype=float))
         nonempty = (np.asarray(counts) > 0).astype(float)
         fw = self.coef_fw_[0] * nonempty + self.coef_fw_[1] * s[:, 0] + self.coef_fw_[2] * s[:, 1]
@@ -159,23 +190,27 @@ class AnalyticCompute(_AnalyticModel):
               + self.coef_bw_[3] * s[:, 2])
         return np.stack([fw, bw], axis=1)
 
-    def fit(self, samples: Sequence[Mapping[str, Any]]) -> "AnalyticCompute":
-        """Fit on measured compute samples (all at one batch size and precision)."""
-        if not samples:
-            raise ValueError("AnalyticCompute.fit: no samples")
-        prof = samples[0]["profile"]
-        self.batch_size = int(prof["batch_size"])
-        self.weights_precision = prof["weights_precision"]
-        self.profile = prof["name"]
-        rows = [self.features([Table.from_dict(t) for t in s["tables"]]) for s in samples]
-        self.coef_fw_ = nnls_relative(np.array([r[0] for r in rows]), np.array([s["fw_ms"] for s in samples]))
-        self.coef_bw_ = nnls_relative(np.array([r[1] for r in rows]), np.array([s["bw_ms"] for s in samples]))
+    def fit(self, samples: Sequence[ComputeRecord | Mapping[str, Any]],
+            val_samples: Sequence[ComputeRecord | Mapping[str, Any]] | None = None) -> "AnalyticCompute":
+        """Fit on measured compute samples (all at one batch size and precision: the first
+        sample's profile). Nothing is selected on validation data, so ``val_samples`` (if
+        given) are fitted on too. Returns self."""
+        records = as_compute_records(list(samples) + list(val_samples or []), "AnalyticCompute.fit")
+        if not records:
+            raise ShardlabError("AnalyticCompute.fit: no samples")
+        prof = records[0].profile
+        self._reset()
+        self.profile_ = {"name": prof["name"], "batch_size": int(prof["batch_size"]),
+                         "weights_precision": prof["weights_precision"]}
+        rows = [self._features(r.tables, self.profile_["batch_size"], self.profile_["weights_precision"])
+                for r in records]
+        self.coef_fw_ = nnls_relative(np.array([r[0] for r in rows]), np.array([r.fw_ms for r in records]))
+        self.coef_bw_ = nnls_relative(np.array([r[1] for r in rows]), np.array([r.bw_ms for r in records]))
         return self
 
     def predict(self, shards: Sequence[Sequence[Table]], batch_size: int | None = None) -> np.ndarray:
         """(n, 2) forward and backward ms per shard (0 for an empty shard)."""
-        if self.coef_fw_ is None or self.coef_bw_ is None:
-            raise ValueError("AnalyticCompute: not fitted")
+        self.check_fitted()
         out = np.zeros((len(shards), 2))
         for i, shard in enumerate(shards):
             if shard:
@@ -184,33 +219,24 @@ class AnalyticCompute(_AnalyticModel):
         return out
 
 
-class AnalyticComm(_AnalyticModel):
-    """Bandwidth + latency + waiting all-to-all model for any G (module docstring)."""
+class AnalyticComm(AnalyticModel):
+    """Bandwidth + latency + waiting all-to-all model for any G (module docstring); ``fit``
+    sets ``coef_fw_`` (6,), ``coef_bw_`` (5,) and ``profile_`` (name, batch size and bytes per
+    value of the samples). ``batch_size`` and ``bytes_per_value``: what predictions assume,
+    None (default) = the training data's."""
 
     target = "comm"
     KIND = "analytic_comm"
-    CONFIG = ("batch_size", "bytes_per_value", "profile")
 
-    def __init__(self, batch_size: int | None = None, bytes_per_value: int = 4, profile: str = "cpu"):
+    def __init__(self, batch_size: int | None = None, bytes_per_value: int | None = None):
         self.batch_size = batch_size
         self.bytes_per_value = bytes_per_value
-        self.profile = profile
-        self._unfitted()
+        self._reset()
 
-    @property
-    def source(self) -> str:
-        """Evaluation label."""
-        return f"analytic:{self.profile}[batch_size={self.batch_size}]"
-
-    def features(self, dim_sums: Sequence[int], delays_ms: Sequence[float] | None,
-                 batch_size: int | None = None) -> np.ndarray:
-        """(G, 6) regressors: [1, G-1, send bytes, receive bytes, max-rank bytes, waiting ms]."""
-        b = batch_size or self.batch_size
-        if b is None:
-            raise ValueError("AnalyticComm: field 'batch_size' is unset (fit first or pass it)")
+    @staticmethod
+    def _features(dim_sums: Sequence[int], delays_ms: Sequence[float] | None, b: int, s: int) -> np.ndarray:
         d = np.asarray(dim_sums, dtype=float)
         g = len(d)
-        s = self.bytes_per_value
         delays = np.zeros(g) if delays_ms is None else np.asarray(delays_ms, dtype=float)
         x = np.empty((g, 6))
         x[:, 0] = 1.0
@@ -221,14 +247,27 @@ class AnalyticComm(_AnalyticModel):
         x[:, 5] = delays.max() - delays
         return x
 
-    def fit(self, samples: Sequence[Mapping[str, Any]]) -> "AnalyticComm":
-        """Fit on measured comm samples (any mix of G, one batch size)."""
-        if not samples:
-            raise ValueError("AnalyticComm.fit: no samples")
-        self.batch_size = int(samples[0]["batch_size"])
-        x = np.concatenate([self.features(s["dim_sums"], s["delays_ms"]) for s in samples])
-        fw = np.concatenate([s["fw_comm_ms"] for s in samples])
-        bw = np.concatenate([s["bw_comm_ms"] for s in samples])
+    def features(self, dim_sums: Sequence[int], delays_ms: Sequence[float] | None,
+                 batch_size: int | None = None) -> np.ndarray:
+        """(G, 6) regressors: [1, G-1, send bytes, receive bytes, max-rank bytes, waiting ms]."""
+        return self._features(dim_sums, delays_ms, self.setting("batch_size", batch_size),
+                              self.setting("bytes_per_value"))
+
+    def fit(self, samples: Sequence[CommRecord | Mapping[str, Any]],
+            val_samples: Sequence[CommRecord | Mapping[str, Any]] | None = None) -> "AnalyticComm":
+        """Fit on measured comm samples (any mix of G, one batch size and element type: the
+        first sample's); ``val_samples`` (if given) are fitted on too. Returns self."""
+        records = as_comm_records(list(samples) + list(val_samples or []), "AnalyticComm.fit")
+        if not records:
+            raise ShardlabError("AnalyticComm.fit: no samples")
+        first = records[0]
+        self._reset()
+        self.profile_ = {"name": first.profile.get("name", "?"), "batch_size": first.batch_size,
+                         "bytes_per_value": first.bytes_per_value}
+        b, s = first.batch_size, first.bytes_per_value
+        x = np.concatenate([self._features(r.dim_sums, r.delays_ms, b, s) for r in records])
+        fw = np.concatenate([r.fw_comm_ms for r in records])
+        bw = np.concatenate([r.bw_comm_ms for r in records])
         self.coef_fw_ = nnls_relative(x, np.maximum(fw, 1e-3))
         self.coef_bw_ = nnls_relative(x[:, :5], np.maximum(bw, 1e-3))
         return self
@@ -236,8 +275,8 @@ class AnalyticComm(_AnalyticModel):
     def predict(self, dim_sums: Any, delays_ms: Any = None, batch_size: int | None = None) -> np.ndarray:
         """(n, G, 2) forward and backward ms per rank; ``dim_sums`` and ``delays_ms`` (ms, or
         None) are (n, G)."""
-        if self.coef_fw_ is None or self.coef_bw_ is None:
-            raise ValueError("AnalyticComm: not fitted")
+        self.check_fitted()
+        assert self.coef_fw_ is not None and self.coef_bw_ is not None
         d = np.atleast_2d(np.asarray(dim_sums, dtype=float))
         dl = None if delays_ms is None else np.atleast_2d(np.asarray(delays_ms, dtype=float))
         out = np.empty(d.shape + (2,))
@@ -248,7 +287,7 @@ class AnalyticComm(_AnalyticModel):
         return out
 
 
-def save_analytic(model: _AnalyticModel, path: str) -> None:
+def save_analytic(model: AnalyticModel, path: str) -> None:
     """Write an analytic model as JSON (parameters, provenance, held-out metrics), atomically."""
     write_json_atomic(path, {"format": FORMAT, "model": model.to_dict(), "provenance": model.provenance_,
                              "metrics": model.metrics_})
@@ -263,6 +302,9 @@ def load_analytic(path: str) -> Any:
     cls = {"analytic_compute": AnalyticCompute, "analytic_comm": AnalyticComm}.get(kind)
     if cls is None:
         raise ShardlabError(f"analytic model '{path}': field 'kind' {kind!r} is unknown")
-    m = cls.from_dict(d["model"])
+    try:
+        m = cls.from_dict(d["model"])
+    except ShardlabError as e:
+        raise ShardlabError(f"analytic model '{path}': {e}") from None
     m.provenance_, m.metrics_ = d.get("provenance", {}), d.get("metrics", {})
     return m

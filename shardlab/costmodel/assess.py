@@ -16,63 +16,66 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from shardlab.costmodel.metrics import errors, split_samples
+from shardlab.data.samples import ComputeRecord, as_compute_records
 from shardlab.profile.campaign import singles_of
-from shardlab.tables import Table
 
 #: Bins of tables per shard for the error breakdown.
 TABLE_BINS = ((1, 1), (2, 4), (5, 8), (9, 12), (13, 15))
 
 
-def held_out_sets(compute_samples: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def held_out_sets(compute_samples: Sequence[ComputeRecord | Mapping[str, Any]]) -> dict[str, list[ComputeRecord]]:
     """{"train", "val", "seen_tables", "unseen_tables"}: the pool-train campaign's splits by key,
     and every sample of the pool-test campaign (keys ``compute:<profile>:<pool>:<split>:...``)."""
-    on_train = [s for s in compute_samples if s["key"].split(":")[3] == "train"]
-    on_test = [s for s in compute_samples if s["key"].split(":")[3] == "test"]
+    records = as_compute_records(compute_samples, "held-out sets")
+    on_train = [r for r in records if r.key.split(":")[3] == "train"]
+    on_test = [r for r in records if r.key.split(":")[3] == "test"]
     parts = split_samples(on_train)
     return {"train": parts["train"], "val": parts["val"], "seen_tables": parts["test"], "unseen_tables": on_test}
 
 
-def singles_index(singles: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    """Single-table samples by key."""
-    return {s["key"]: s for s in singles}
+def singles_index(singles: Sequence[ComputeRecord | Mapping[str, Any]]) -> dict[str, ComputeRecord]:
+    """Single-table samples (kind ``single``) by key."""
+    return {r.key: r for r in as_compute_records(singles, "single-table samples")}
 
 
-def sum_of_singles(samples: Sequence[Mapping[str, Any]], singles: Mapping[str, Mapping[str, Any]]
+def sum_of_singles(samples: Sequence[ComputeRecord], singles: Mapping[str, ComputeRecord]
                    ) -> tuple[np.ndarray, np.ndarray]:
-    """(summed single-table total ms, mask of samples whose tables were all measured alone)."""
+    """(summed single-table total ms, mask of samples whose tables were all measured alone), (n,)
+    each; the single-table samples of a sample by :func:`~shardlab.profile.campaign.singles_of`."""
     out, ok = np.full(len(samples), np.nan), np.zeros(len(samples), dtype=bool)
     for i, s in enumerate(samples):
-        alone = singles_of(s, singles)
+        alone = singles_of(s.to_dict(), singles)
         if alone is not None:
-            out[i] = sum(x["total_ms"] for x in alone)
+            out[i] = sum(x.total_ms for x in alone)
             ok[i] = True
     return out, ok
 
 
-def predictions(models: Mapping[str, Any], samples: Sequence[Mapping[str, Any]],
-                singles: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, np.ndarray]:
-    """Predicted fused fwd+bwd ms of every sample, per model name (plus ``sum_of_singles``,
+def predictions(models: Mapping[str, Any], samples: Sequence[ComputeRecord | Mapping[str, Any]],
+                singles: Mapping[str, ComputeRecord] | None = None) -> dict[str, np.ndarray]:
+    """Predicted fused fwd+bwd ms of every sample, (n,) per model name (plus ``sum_of_singles``,
     nan where a table was not measured alone)."""
-    shards = [[Table.from_dict(t) for t in s["tables"]] for s in samples]
+    records = as_compute_records(samples, "predictions")
+    shards = [r.tables for r in records]
     out = {name: np.asarray(m.predict(shards)).sum(axis=1) for name, m in models.items()}
     if singles is not None:
-        out["sum_of_singles"] = sum_of_singles(samples, singles)[0]
+        out["sum_of_singles"] = sum_of_singles(records, singles)[0]
     return out
 
 
-def assess(models: Mapping[str, Any], sets: Mapping[str, Sequence[Mapping[str, Any]]],
-           singles: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def assess(models: Mapping[str, Any], sets: Mapping[str, Sequence[ComputeRecord | Mapping[str, Any]]],
+           singles: Mapping[str, ComputeRecord] | None = None) -> dict[str, Any]:
     """Metrics (:func:`~shardlab.costmodel.metrics.errors`) of every model and baseline on each
     held-out set, on the samples all of them can predict, and broken down by tables per shard."""
     out: dict[str, Any] = {}
     for set_name in ("seen_tables", "unseen_tables"):
-        samples = list(sets.get(set_name, []))
+        samples = as_compute_records(sets.get(set_name, []), f"held-out set '{set_name}'")
         if not samples:
             continue
-        true = np.array([s["fw_ms"] + s["bw_ms"] for s in samples])
+        true = np.array([s.fw_ms + s.bw_ms for s in samples])
         preds = predictions(models, samples, singles)
         common = np.all([np.isfinite(p) for p in preds.values()], axis=0)
-        n_tables = np.array([len(s["tables"]) for s in samples])
+        n_tables = np.array([len(s.tables) for s in samples])
         entry: dict[str, Any] = {"samples": len(samples), "compared": int(common.sum()), "models": {}}
         for name, p in preds.items():
             m = common & np.isfinite(p)

@@ -3,8 +3,13 @@
 A *compute model* predicts, for each device's multiset of (sub)tables, the forward and
 backward time (ms) of one fused TBE op; a *comm model* predicts each rank's forward and
 backward all-to-all time (ms) from the ranks' dim sums and forward start delays (ms).
-Estimators follow scikit-learn: configuration in ``__init__``, ``fit(samples)`` on measured
-samples (the store's / datasets' dicts) returns ``self``, ``predict`` is pure.
+Every cost model follows one convention (:class:`~shardlab.costmodel.estimator.Estimator`):
+configuration in ``__init__``, never changed by ``fit``; learned state ending in ``_``;
+``fit(samples, val_samples=None)`` on typed sample records (:mod:`shardlab.data.samples`)
+returns ``self``; ``predict`` is pure and raises :class:`~shardlab.errors.NotFittedError`
+before ``fit``. A compute model whose shard cost is a function of the SUM of per-table rows
+also satisfies :class:`IncrementalComputeModel`, which search uses to cost a device's shard
+table by table.
 
 :func:`simulate` runs the plan cost model of :mod:`shardlab.schedule` (NeuroShard's order):
 compute, backward comm, :func:`~shardlab.schedule.forward_delays`, forward comm with those
@@ -24,9 +29,9 @@ from shardlab.tables import Table
 
 @runtime_checkable
 class CostModel(Protocol):
-    """Every cost model: configured in ``__init__``, ``fit(samples) -> self`` on measured
-    samples, batched ``predict``, ``save(path)`` / ``load(path)`` (a file that records the
-    training data's provenance, versions and held-out metrics)."""
+    """Every cost model: configured in ``__init__``, ``fit(samples, val_samples=None) -> self``
+    on measured sample records, batched ``predict``, ``save(path)`` / ``load(path)`` (a file
+    that records the training data's provenance, versions and held-out metrics)."""
 
     #: What it predicts: ``"compute"`` (fused-op fw/bw ms per shard) or ``"comm"`` (per-rank
     #: fw/bw all-to-all ms).
@@ -36,8 +41,9 @@ class CostModel(Protocol):
     def source(self) -> str:
         """Label for Evaluation ``source``: ``model:<name>`` or ``analytic:<profile>``."""
 
-    def fit(self, samples: Sequence[dict[str, Any]]) -> "CostModel":
-        """Fit on measured samples (store/dataset dicts); returns self."""
+    def fit(self, samples: Sequence[Any], val_samples: Sequence[Any] | None = None) -> "CostModel":
+        """Fit on measured sample records (or their JSON rows); ``val_samples``: validation
+        data (each model's own rule when None); returns self."""
 
     def predict(self, *args: Any, **kwargs: Any) -> np.ndarray:
         """Batched prediction (ms); shapes per target, see the two protocols below."""
@@ -62,6 +68,24 @@ class CommModel(CostModel, Protocol):
 
     def predict(self, dim_sums: Any, delays_ms: Any = None) -> np.ndarray:  # type: ignore[override]
         """(n, G, 2) forward and backward ms."""
+
+
+@runtime_checkable
+class IncrementalComputeModel(ComputeModel, Protocol):
+    """A compute model whose shard cost is a function of the SUM of per-table rows, so search
+    can cost a shard incrementally (add a table to a device = add its row):
+    ``predict(shards)`` equals ``predict_sums`` of the summed ``embed`` rows of each shard."""
+
+    @property
+    def embed_dim(self) -> int:
+        """k, the width of :meth:`embed`'s rows."""
+
+    def embed(self, tables: Sequence[Table]) -> np.ndarray:
+        """(n, k) one row per table (float64)."""
+
+    def predict_sums(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """(m, 2) forward and backward ms of m shards from their summed rows ``sums`` (m, k)
+        and table counts ``counts`` (m,) (0 ms for a shard of no table)."""
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,14 @@ import importlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from shardlab.costmodel.base import CommModel, ComputeModel, Simulated, simulate
 from shardlab.costmodel.metrics import errors
 from shardlab.data.pool import datasets_dir
+from shardlab.data.samples import CommRecord, ComputeRecord, as_comm_records, as_compute_records
 from shardlab.errors import ShardlabError
 from shardlab.io import read_json, write_json_atomic
 from shardlab.tables import Table
@@ -69,22 +70,25 @@ class CostModelBundle:
                               "provenance": self.provenance, "heldout": self.heldout})
 
 
-def heldout_errors(compute: ComputeModel, comm: CommModel, compute_test: Sequence[dict[str, Any]],
-                   comm_test: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Errors on held-out samples: compute fw/bw/total, and comm fw/bw per G."""
+def heldout_errors(compute: ComputeModel, comm: CommModel, compute_test: Sequence[ComputeRecord | Mapping[str, Any]],
+                   comm_test: Sequence[CommRecord | Mapping[str, Any]]) -> dict[str, Any]:
+    """Errors (:func:`~shardlab.costmodel.metrics.errors`) on held-out samples: compute fw/bw/total,
+    and comm fw/bw per G."""
     out: dict[str, Any] = {}
-    if compute_test:
-        p = compute.predict([[Table.from_dict(t) for t in s["tables"]] for s in compute_test])
-        out["compute_fw"] = errors(p[:, 0], [s["fw_ms"] for s in compute_test])
-        out["compute_bw"] = errors(p[:, 1], [s["bw_ms"] for s in compute_test])
-        out["compute_total"] = errors(p.sum(axis=1), [s["fw_ms"] + s["bw_ms"] for s in compute_test])
-    for g in sorted({s["world_size"] for s in comm_test}):
-        ss = [s for s in comm_test if s["world_size"] == g]
-        preds = list(np.asarray(comm.predict([s["dim_sums"] for s in ss], [s["delays_ms"] for s in ss])))
+    cs = as_compute_records(compute_test, "held-out compute samples")
+    ms = as_comm_records(comm_test, "held-out comm samples")
+    if cs:
+        p = compute.predict([s.tables for s in cs])
+        out["compute_fw"] = errors(p[:, 0], [s.fw_ms for s in cs])
+        out["compute_bw"] = errors(p[:, 1], [s.bw_ms for s in cs])
+        out["compute_total"] = errors(p.sum(axis=1), [s.fw_ms + s.bw_ms for s in cs])
+    for g in sorted({s.world_size for s in ms}):
+        ss = [s for s in ms if s.world_size == g]
+        preds = list(np.asarray(comm.predict([s.dim_sums for s in ss], [s.delays_ms for s in ss])))
         out[f"comm{g}_fw"] = errors(np.concatenate([q[:, 0] for q in preds]),
-                                    np.concatenate([s["fw_comm_ms"] for s in ss]))
+                                    np.concatenate([s.fw_comm_ms for s in ss]))
         out[f"comm{g}_bw"] = errors(np.concatenate([q[:, 1] for q in preds]),
-                                    np.concatenate([s["bw_comm_ms"] for s in ss]))
+                                    np.concatenate([s.bw_comm_ms for s in ss]))
     return out
 
 

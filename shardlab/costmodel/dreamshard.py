@@ -6,16 +6,18 @@ communication (fw + bw all-to-all) ms; an overall head (32 -> 64 -> 1) reads the
 sums, takes their MAX over devices, and predicts the plan cost (ms). Sum and max make it
 independent of the numbers of tables and devices.
 
-Training data: measured plans (kind ``plan`` records: each device's tables and measured
-fw/bw compute and fw/bw comm, and the plan cost), optionally plus measured compute samples,
-which supervise the two compute heads alone. Loss: the sum of the four MSEs on log(1 + ms /
+Training data (``fit(samples)``, one list): measured plans (:class:`~shardlab.data.samples.PlanRecord`:
+each device's tables and measured fw/bw compute and fw/bw comm, and the plan cost), optionally
+mixed with measured compute samples (:class:`~shardlab.data.samples.ComputeRecord`), which
+supervise the two compute heads alone. Loss: the sum of the four MSEs on log(1 + ms /
 scale) (see :mod:`shardlab.costmodel.neural` for why log). As a :class:`ComputeModel` it
 predicts (fw, bw) compute per shard, so it plugs into the same simulation and search code.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import warnings
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -23,9 +25,14 @@ from torch import nn
 
 from shardlab import constants as C
 from shardlab.costmodel.metrics import split_samples
-from shardlab.costmodel.neural import NeuroShardCompute, ShardNet, _seeded, mlp
+from shardlab.costmodel.neural import NeuroShardCompute, ShardNet
+from shardlab.costmodel.neural_base import mlp, seeded
+from shardlab.data.features import FeatureScaler
+from shardlab.data.samples import ComputeRecord, PlanRecord, as_records
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table
+
+Sample = PlanRecord | ComputeRecord | Mapping[str, Any]
 
 
 class DreamShardNet(nn.Module):
@@ -53,7 +60,9 @@ class DreamShardNet(nn.Module):
 
 
 class DreamShardCost(NeuroShardCompute):
-    """DreamShard's cost network as an estimator. ``fit(plans, compute_samples=None)``;
+    """DreamShard's cost network as an estimator (configuration and learned state as
+    :class:`~shardlab.costmodel.neural.NeuroShardCompute`; ``scale_ms_`` is the median plan
+    cost). ``fit(samples, val_samples=None)`` on measured plans plus compute samples;
     ``predict(shards)`` -> (n, 2) fw/bw compute ms; ``predict_plan(devices)`` -> (per-device
     (G, 3) fw/bw/comm ms, overall ms)."""
 
@@ -62,33 +71,55 @@ class DreamShardCost(NeuroShardCompute):
     def _new_net(self) -> DreamShardNet:  # type: ignore[override]
         return DreamShardNet(self.hidden, self.encoding, self.head_hidden)
 
-    def fit(self, plans: Sequence[dict[str, Any]], compute_samples: Sequence[dict[str, Any]] | None = None,
-            val_plans: Sequence[dict[str, Any]] | None = None) -> "DreamShardCost":  # type: ignore[override]
-        """Train on measured plan records (+ compute samples for the compute heads)."""
-        if val_plans is None:
+    @staticmethod
+    def _split(samples: Sequence[Sample], where: str) -> tuple[list[PlanRecord], list[ComputeRecord]]:
+        """(plan records, compute records) of a mix; one-line error for any other kind."""
+        plans, compute = [], []
+        for r in as_records(samples):
+            if isinstance(r, PlanRecord):
+                plans.append(r)
+            elif isinstance(r, ComputeRecord):
+                compute.append(r)
+            else:
+                raise ShardlabError(f"{where}: sample '{r.key}' is a {type(r).__name__}, not a plan or compute sample")
+        return plans, compute
+
+    def fit(self, samples: Sequence[Sample], val_samples: Sequence[Sample] | None = None  # type: ignore[override]
+            ) -> "DreamShardCost":
+        """Train on measured plan records (all four heads) and compute records (the two compute
+        heads alone), in any mix, keeping the epoch with the best plan loss on the plans of
+        ``val_samples``. Without validation plans, the plans of ``samples`` are split by key
+        (80% train; validation: the 10% val part, or the first training plan if it is empty).
+        Compute records in ``val_samples`` are trained on: that is the old
+        ``fit(plans, compute_samples)`` form, deprecated (pass ``plans + compute_samples``).
+        Returns self."""
+        where = f"{type(self).__name__}.fit"
+        plans, compute = self._split(samples, where)
+        val_plans, old_form = self._split(val_samples or [], where)
+        if old_form:
+            warnings.warn(f"{where}(plans, compute_samples) is deprecated: pass fit(plans + compute_samples)",
+                          DeprecationWarning, stacklevel=2)
+            compute += old_form
+        if not val_plans:
             parts = split_samples(plans)
             plans, val_plans = parts["train"], parts["val"] or parts["train"][:1]
         if not plans:
-            raise ShardlabError("DreamShardCost.fit: no measured plans")
-        compute_samples = list(compute_samples or [])
-        self.profile_ = dict(plans[0]["profile"])
-        devs = [[[Table.from_dict(t) for t in d] for d in p["devices"]] for p in plans]
-        vdevs = [[[Table.from_dict(t) for t in d] for d in p["devices"]] for p in val_plans]
-        cshards = [[Table.from_dict(t) for t in s["tables"]] for s in compute_samples]
-        from shardlab.data.features import FeatureScaler
-
+            raise ShardlabError(f"{where}: no measured plans")
+        self._reset()
+        self.profile_ = dict(plans[0].profile)
+        devs = [p.devices for p in plans]
+        vdevs = [p.devices for p in val_plans]
+        cshards = [r.tables for r in compute]
         self.scaler_ = FeatureScaler.fit(list({t for p in devs for d in p for t in d} | {t for s in cshards for t in s}))
-        self._cache = {}
-        self.scale_ms_ = float(np.median([p["cost_ms"] for p in plans]))
-        _seeded(self.seed)
+        self.scale_ms_ = float(np.median([p.cost_ms for p in plans]))
+        seeded(self.seed)
         net = self.net_ = self._new_net()
 
-        def plan_targets(ps: Sequence[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            per = [d for p in ps for d in p["per_device"]]
-            comp = np.array([[d["fw_compute_ms"], d["bw_compute_ms"]] for d in per])
-            comm = np.array([d["fw_comm_ms"] + d["bw_comm_ms"] for d in per])
-            cost = np.array([p["cost_ms"] for p in ps])
-            return tuple(torch.tensor(self._to_target(a, self.scale_ms_), dtype=torch.float32)
+        def plan_targets(ps: Sequence[PlanRecord]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            comp = np.array([[f, b] for p in ps for f, b in zip(p.fw_compute_ms, p.bw_compute_ms)])
+            comm = np.array([f + b for p in ps for f, b in zip(p.fw_comm_ms, p.bw_comm_ms)])
+            cost = np.array([p.cost_ms for p in ps])
+            return tuple(torch.tensor(self.to_target(a, self.scale_ms_), dtype=torch.float32)
                          for a in (comp, comm, cost))  # type: ignore[return-value]
 
         def plan_loss(plan_devs: Sequence[Sequence[Sequence[Table]]], targets: tuple[torch.Tensor, ...]
@@ -101,8 +132,8 @@ class DreamShardCost(NeuroShardCompute):
             return (((comp - targets[0]) ** 2).mean() + ((comm - targets[1]) ** 2).mean()
                     + ((overall - targets[2]) ** 2).mean())
 
-        ctarget = torch.tensor(self._to_target(np.array([[s["fw_ms"], s["bw_ms"]] for s in compute_samples]),
-                                               self.scale_ms_), dtype=torch.float32) if compute_samples else None
+        ctarget = torch.tensor(self.to_target(np.array([[r.fw_ms, r.bw_ms] for r in compute]), self.scale_ms_),
+                               dtype=torch.float32) if compute else None
         n_plans = len(devs)
         vtargets = plan_targets(val_plans)
 
@@ -118,25 +149,22 @@ class DreamShardCost(NeuroShardCompute):
                 total = total + ((comp - ctarget[ci]) ** 2).mean()
             return total
 
-        self.history_ = []
         self._train({"net": net}, loss, n_plans + len(cshards), lambda: plan_loss(vdevs, vtargets),
                     f"train {self.name}")
         return self
 
     def _parts(self) -> tuple[nn.Module, nn.Module]:
         """(table encoder, compute head) of the fitted network."""
-        if self.net_ is None:
-            raise ShardlabError(f"{self.name}: not fitted")
+        self.check_fitted()
         return self.net_.shard.encoder, self.net_.shard.head
 
     @torch.no_grad()
     def predict_plan(self, devices: Sequence[Sequence[Table]]) -> tuple[np.ndarray, float]:
         """Per-device (G, 3) fw compute, bw compute, comm ms, and the overall plan cost (ms)."""
-        if self.net_ is None:
-            raise ShardlabError(f"{self.name}: not fitted")
+        self.check_fitted()
         x, seg = self._batch(devices)
         comp, comm, overall = self.net_(x, seg, len(devices), torch.zeros(len(devices), dtype=torch.long), 1)
-        per = np.concatenate([self._from_target(comp.numpy(), self.scale_ms_),
-                              self._from_target(comm.numpy(), self.scale_ms_)[:, None]], axis=1)
+        per = np.concatenate([self.from_target(comp.numpy(), self.scale_ms_),
+                              self.from_target(comm.numpy(), self.scale_ms_)[:, None]], axis=1)
         per[[len(d) == 0 for d in devices]] = 0.0
-        return np.maximum(per, 0.0), float(self._from_target(overall.numpy(), self.scale_ms_)[0])
+        return np.maximum(per, 0.0), float(self.from_target(overall.numpy(), self.scale_ms_)[0])

@@ -7,9 +7,13 @@ machine and run, and adding samples never moves old ones between splits.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Sequence
+from typing import Sequence, TypeVar
 
 import numpy as np
+
+from shardlab.data.samples import sample_key
+
+S = TypeVar("S")
 
 
 def split_of(key: str, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> str:
@@ -20,11 +24,11 @@ def split_of(key: str, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) 
     return "val" if h < fractions[0] + fractions[1] else "test"
 
 
-def split_samples(samples: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Samples grouped by :func:`split_of` their ``key``."""
-    out: dict[str, list[dict[str, Any]]] = {"train": [], "val": [], "test": []}
+def split_samples(samples: Sequence[S]) -> dict[str, list[S]]:
+    """Samples (records or JSON rows) grouped by :func:`split_of` their key, in their order."""
+    out: dict[str, list[S]] = {"train": [], "val": [], "test": []}
     for s in samples:
-        out[split_of(s["key"])].append(s)
+        out[split_of(sample_key(s))].append(s)  # type: ignore[arg-type]
     return out
 
 

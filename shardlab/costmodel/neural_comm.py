@@ -14,21 +14,25 @@ A G not trained for raises a one-line error naming it -- use the analytic comm m
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from shardlab.costmodel.metrics import split_samples
-from shardlab.costmodel.neural import _Estimator, _seeded, mlp
+from shardlab.costmodel.neural_base import NeuralEstimator, mlp, seeded
+from shardlab.data.samples import CommRecord, as_comm_records
 from shardlab.errors import ShardlabError
 
 HIDDEN = (128, 64, 32, 16)
 
 
-class NeuroShardComm(_Estimator):
-    """Per-G forward and backward comm MLPs; ``predict(dim_sums, delays_ms)`` -> (n, G, 2) ms."""
+class NeuroShardComm(NeuralEstimator):
+    """Per-G forward and backward comm MLPs; configuration: the training settings of
+    :class:`~shardlab.costmodel.neural_base.NeuralEstimator`; learned: ``nets_`` (G -> the two
+    networks), ``scales_`` (G -> input and target scales), ``profile_`` (profile name and batch
+    size of the samples), ``history_``. ``predict(dim_sums, delays_ms)`` -> (n, G, 2) ms."""
 
     target = "comm"
     name = "neuroshard-comm"
@@ -36,8 +40,16 @@ class NeuroShardComm(_Estimator):
     def __init__(self, epochs: int = 300, lr: float = 1e-3, batch_size: int = 512, seed: int = 0,
                  log_target: bool = True, progress: bool = False):
         super().__init__(epochs, lr, batch_size, seed, log_target, progress)
+
+    def _reset(self) -> None:
+        super()._reset()
         self.nets_: dict[int, nn.ModuleDict] = {}
         self.scales_: dict[int, dict[str, float]] = {}
+
+    @property
+    def fitted(self) -> bool:
+        """Whether a network pair for some G is there."""
+        return bool(self.nets_)
 
     @staticmethod
     def _new(g: int) -> nn.ModuleDict:
@@ -45,50 +57,55 @@ class NeuroShardComm(_Estimator):
 
     @staticmethod
     def _lead(delays: np.ndarray) -> np.ndarray:
-        """Each rank's lead over the last arrival (ms): max(delays) - delay_g, per row."""
+        """Each rank's lead over the last arrival (ms): max(delays) - delay_g, per row; (n, G)."""
         return delays.max(axis=1, keepdims=True) - delays
 
     def _inputs(self, g: int, dims: np.ndarray, delays: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Scaled backward inputs (n, G) and forward inputs (n, 2G): dim sums, then leads."""
         s = self.scales_[g]
         d = torch.tensor(dims / s["dim"], dtype=torch.float32)
         if delays is None:
             dl = torch.zeros_like(d)
-        else:  # each rank's lead over the last arrival: max(delays) - delay_g (ms), scaled
-            dl = torch.tensor((delays.max(axis=1, keepdims=True) - delays) / s["ms"], dtype=torch.float32)
+        else:
+            dl = torch.tensor(self._lead(delays) / s["ms"], dtype=torch.float32)
         return d, torch.cat([d, dl], dim=1)
 
-    def fit(self, samples: Sequence[dict[str, Any]], val_samples: Sequence[dict[str, Any]] | None = None
-            ) -> "NeuroShardComm":
-        """Train one fw and one bw model per device count found in the comm samples."""
+    def fit(self, samples: Sequence[CommRecord | Mapping[str, Any]],
+            val_samples: Sequence[CommRecord | Mapping[str, Any]] | None = None) -> "NeuroShardComm":
+        """Train one fw and one bw model per device count G found in the comm samples, each
+        keeping the epoch with the best loss on that G's ``val_samples`` (without them,
+        ``samples`` are split 80/10/10 by key; a G with no validation sample validates on its
+        first tenth of training samples). Returns self."""
+        records = as_comm_records(samples, "NeuroShardComm.fit")
         if val_samples is None:
-            parts = split_samples(samples)
-            samples, val_samples = parts["train"], parts["val"]
-        if not samples:
+            parts = split_samples(records)
+            records, vrecords = parts["train"], parts["val"]
+        else:
+            vrecords = as_comm_records(val_samples, "NeuroShardComm.fit")
+        if not records:
             raise ShardlabError("NeuroShardComm.fit: no samples")
-        self.profile_ = {"name": samples[0]["provenance"]["profile"]["name"] if "provenance" in samples[0] else "?",
-                         "batch_size": samples[0]["batch_size"]}
-        self.history_ = []
-        for g in sorted({s["world_size"] for s in samples}):
-            tr = [s for s in samples if s["world_size"] == g]
-            va = [s for s in val_samples if s["world_size"] == g] or tr[: max(1, len(tr) // 10)]
-            arr = {k: np.array([s[k] for s in tr], dtype=np.float64)
-                   for k in ("dim_sums", "delays_ms", "fw_comm_ms", "bw_comm_ms")}
-            varr = {k: np.array([s[k] for s in va], dtype=np.float64)
-                    for k in ("dim_sums", "delays_ms", "fw_comm_ms", "bw_comm_ms")}
+        self._reset()
+        self.profile_ = {"name": records[0].profile.get("name", "?"), "batch_size": records[0].batch_size}
+        fields = ("dim_sums", "delays_ms", "fw_comm_ms", "bw_comm_ms")
+        for g in sorted({r.world_size for r in records}):
+            tr = [r for r in records if r.world_size == g]
+            va = [r for r in vrecords if r.world_size == g] or tr[: max(1, len(tr) // 10)]
+            arr = {k: np.array([getattr(r, k) for r in tr], dtype=np.float64) for k in fields}
+            varr = {k: np.array([getattr(r, k) for r in va], dtype=np.float64) for k in fields}
             self.scales_[g] = {"dim": float(arr["dim_sums"].mean()),
                                "ms": float(np.median(np.concatenate([arr["fw_comm_ms"], arr["bw_comm_ms"]])))}
-            _seeded(self.seed + g)
+            seeded(self.seed + g)
             nets = self._new(g)
             self.nets_[g] = nets
             ms = self.scales_[g]["ms"]
             xb, xf = self._inputs(g, arr["dim_sums"], arr["delays_ms"])
             vxb, vxf = self._inputs(g, varr["dim_sums"], varr["delays_ms"])
-            yf = torch.tensor(self._to_target(arr["fw_comm_ms"] - self._lead(arr["delays_ms"]), ms),
+            yf = torch.tensor(self.to_target(arr["fw_comm_ms"] - self._lead(arr["delays_ms"]), ms),
                               dtype=torch.float32)
-            yb = torch.tensor(self._to_target(arr["bw_comm_ms"], ms), dtype=torch.float32)
-            vyf = torch.tensor(self._to_target(varr["fw_comm_ms"] - self._lead(varr["delays_ms"]), ms),
+            yb = torch.tensor(self.to_target(arr["bw_comm_ms"], ms), dtype=torch.float32)
+            vyf = torch.tensor(self.to_target(varr["fw_comm_ms"] - self._lead(varr["delays_ms"]), ms),
                                dtype=torch.float32)
-            vyb = torch.tensor(self._to_target(varr["bw_comm_ms"], ms), dtype=torch.float32)
+            vyb = torch.tensor(self.to_target(varr["bw_comm_ms"], ms), dtype=torch.float32)
 
             def loss(idx: torch.Tensor) -> torch.Tensor:
                 return (((nets["fw"](xf[idx]) - yf[idx]) ** 2).mean()
@@ -106,6 +123,7 @@ class NeuroShardComm(_Estimator):
     @torch.no_grad()
     def predict(self, dim_sums: Any, delays_ms: Any = None) -> np.ndarray:
         """(n, G, 2) forward and backward ms; ``dim_sums`` and ``delays_ms`` are (n, G)."""
+        self.check_fitted()
         d = np.atleast_2d(np.asarray(dim_sums, dtype=np.float64))
         g = d.shape[1]
         if g not in self.nets_:
@@ -114,8 +132,8 @@ class NeuroShardComm(_Estimator):
         dl = None if delays_ms is None else np.atleast_2d(np.asarray(delays_ms, dtype=np.float64))
         xb, xf = self._inputs(g, d, dl)
         ms = self.scales_[g]["ms"]
-        fw = self._from_target(self.nets_[g]["fw"](xf).numpy(), ms) + (0.0 if dl is None else self._lead(dl))
-        bw = self._from_target(self.nets_[g]["bw"](xb).numpy(), ms)
+        fw = self.from_target(self.nets_[g]["fw"](xf).numpy(), ms) + (0.0 if dl is None else self._lead(dl))
+        bw = self.from_target(self.nets_[g]["bw"](xb).numpy(), ms)
         return np.maximum(np.stack([fw, bw], axis=2), 0.0)
 
     def _payload(self) -> dict[str, Any]:

@@ -12,12 +12,14 @@ training command, seed, versions, and the held-out errors (test split by key).
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute
 from shardlab.costmodel.assess import held_out_sets
 from shardlab.costmodel.bundle import CostModelBundle, heldout_errors
-from shardlab.costmodel.metrics import split_samples
+from shardlab.costmodel.metrics import errors, split_samples
+from shardlab.data.samples import (CommRecord, ComputeRecord, PlanRecord, Record, as_comm_records,
+                                   as_compute_records, as_plan_records, as_records)
 from shardlab.errors import ShardlabError
 from shardlab.profile.dataset import load_measured
 from shardlab.profile.provenance import environment
@@ -29,8 +31,10 @@ KINDS = ("analytic", "neuroshard", "autoshard", "dreamshard")
 def load_samples(kind: str, store: str | None = None, dataset: str = "cpu",
                  profile: str | None = None) -> list[dict[str, Any]]:
     """Measured samples of ``kind`` (``compute``, ``single``, ``comm`` = every ``comm:<G>``,
-    ``plan`` = every ``plan:<G>``)
-    from a SQLite store if given, else from the shipped dataset; optionally one profile only."""
+    ``plan`` = every ``plan:<G>``) as the stored JSON rows, each with its provenance, from a
+    SQLite store if given, else from the shipped dataset; optionally one profile only. Cost
+    models take the typed records of :func:`load_records`; the rows serve code that reads them
+    as dicts (:mod:`shardlab.evaluate.subadditivity`, :mod:`shardlab.report.measured`)."""
     if store is not None:
         with SampleStore(store) as s:
             kinds = [k for k in s.kinds() if k == kind or (kind in ("comm", "plan") and k.startswith(kind + ":"))]
@@ -49,49 +53,59 @@ def load_samples(kind: str, store: str | None = None, dataset: str = "cpu",
     return out
 
 
-def data_provenance(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def load_records(kind: str, store: str | None = None, dataset: str = "cpu", profile: str | None = None) -> list[Any]:
+    """:func:`load_samples` parsed once into typed records (:mod:`shardlab.data.samples`):
+    :class:`~shardlab.data.samples.ComputeRecord` for ``compute`` and ``single``,
+    :class:`~shardlab.data.samples.CommRecord` for ``comm``, :class:`~shardlab.data.samples.PlanRecord`
+    for ``plan``: what every cost model's ``fit`` takes."""
+    return as_records(load_samples(kind, store, dataset, profile))
+
+
+def data_provenance(samples: Sequence[Record | Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The distinct provenance records of ``samples`` (hardware, versions, command, date)."""
     seen: dict[str, dict[str, Any]] = {}
-    for s in samples:
-        p = s.get("provenance", {})
+    for s in as_records(samples):
+        p = dict(s.provenance)
         seen.setdefault(repr(sorted(p.items(), key=lambda kv: kv[0])), p)
     return list(seen.values())
 
 
-def train_bundle(kind: str, compute_samples: Sequence[dict[str, Any]], comm_samples: Sequence[dict[str, Any]],
-                 seed: int = 0, epochs: int | None = None, progress: bool = True,
-                 data_label: str = "", plan_samples: Sequence[dict[str, Any]] = ()) -> CostModelBundle:
-    """Fit a bundle of ``kind`` on the train/val splits (by key); test errors in ``heldout``."""
+def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[str, Any]],
+                 comm_samples: Sequence[CommRecord | Mapping[str, Any]], seed: int = 0, epochs: int | None = None,
+                 progress: bool = True, data_label: str = "",
+                 plan_samples: Sequence[PlanRecord | Mapping[str, Any]] = ()) -> CostModelBundle:
+    """Fit a bundle of ``kind`` on the train/val splits (by key) of the records (or rows);
+    test errors in ``heldout``. Every model is fitted the same way: ``fit(train, val)``."""
     if kind not in KINDS:
         raise ShardlabError(f"train: field 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
     if not compute_samples or not comm_samples:
         raise ShardlabError("train: needs both compute and comm samples")
-    cs, ms = held_out_sets(compute_samples), split_samples(comm_samples)
-    comm: Any
+    compute_records = as_compute_records(compute_samples, "train")
+    comm_records = as_comm_records(comm_samples, "train")
+    cs, ms = held_out_sets(compute_records), split_samples(comm_records)
+    extra = {"seed": seed, "progress": progress, **({} if epochs is None else {"epochs": epochs})}
+    compute: Any
+    comm: Any = AnalyticComm()
+    ps: dict[str, list[PlanRecord]] = {}
     if kind == "analytic":
-        compute: Any = AnalyticCompute().fit(cs["train"] + cs["val"])
-        comm = AnalyticComm().fit(ms["train"] + ms["val"])
+        compute = AnalyticCompute().fit(cs["train"], cs["val"])
     elif kind == "dreamshard":
         from shardlab.costmodel.dreamshard import DreamShardCost
 
         if not plan_samples:
             raise ShardlabError("train dreamshard: needs measured plans (kind plan:<G>; `shardlab profile plans`)")
-        ps = split_samples(plan_samples)
-        compute = DreamShardCost(seed=seed, progress=progress, **({} if epochs is None else {"epochs": epochs}))
-        compute.fit(ps["train"], cs["train"], val_plans=ps["val"] or ps["train"][:1])
-        comm = AnalyticComm().fit(ms["train"] + ms["val"])
+        ps = split_samples(as_plan_records(plan_samples, "train dreamshard"))
+        compute = DreamShardCost(**extra).fit(ps["train"] + cs["train"], ps["val"] or ps["train"][:1])
     else:
         from shardlab.costmodel.neural import AutoShardCompute, NeuroShardCompute
 
         cls = NeuroShardCompute if kind == "neuroshard" else AutoShardCompute
-        extra = {} if epochs is None else {"epochs": epochs}
-        compute = cls(seed=seed, progress=progress, **extra).fit(cs["train"], cs["val"])
+        compute = cls(**extra).fit(cs["train"], cs["val"])
         if kind == "neuroshard":
             from shardlab.costmodel.neural_comm import NeuroShardComm
 
-            comm = NeuroShardComm(seed=seed, progress=progress, **extra).fit(ms["train"], ms["val"])
-        else:
-            comm = AnalyticComm().fit(ms["train"] + ms["val"])
+            comm = NeuroShardComm(**extra)
+    comm.fit(ms["train"], ms["val"])
     heldout = heldout_errors(compute, comm, cs["seen_tables"], ms["test"])
     if cs["unseen_tables"]:
         unseen = heldout_errors(compute, comm, cs["unseen_tables"], [])
@@ -100,22 +114,19 @@ def train_bundle(kind: str, compute_samples: Sequence[dict[str, Any]], comm_samp
                                 "pool's test tables are all held out (unseen tables)",
                         "compute": {k: len(v) for k, v in cs.items()}, "comm": {k: len(v) for k, v in ms.items()}}
     if kind == "dreamshard":
-        heldout["plans"] = dreamshard_plan_errors(compute, split_samples(plan_samples)["test"])
+        heldout["plans"] = dreamshard_plan_errors(compute, ps["test"])
     prov = {**environment("cpu"), "kind": kind, "seed": seed, "epochs": epochs, "data": data_label,
             "command": " ".join(sys.argv),
-            "data_provenance": data_provenance(list(compute_samples) + list(comm_samples))}
+            "data_provenance": data_provenance(compute_records + comm_records)}
     for m in (compute, comm):
         m.provenance_ = prov
         m.metrics_ = heldout
     return CostModelBundle(compute, comm, prov, heldout)
 
 
-def dreamshard_plan_errors(model: Any, plans: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def dreamshard_plan_errors(model: Any, plans: Sequence[PlanRecord | Mapping[str, Any]]) -> dict[str, Any]:
     """Held-out errors of DreamShard's overall head on measured plan costs (ms)."""
-    from shardlab.costmodel.metrics import errors
-    from shardlab.tables import Table
-
-    if len(plans) < 2:
-        return {"n": len(plans)}
-    pred = [model.predict_plan([[Table.from_dict(t) for t in d] for d in p["devices"]])[1] for p in plans]
-    return errors(pred, [p["cost_ms"] for p in plans])
+    records = as_plan_records(plans, "held-out plans")
+    if len(records) < 2:
+        return {"n": len(records)}
+    return errors([model.predict_plan(p.devices)[1] for p in records], [p.cost_ms for p in records])

@@ -49,12 +49,6 @@ class ComputeSample:
     total_spread_ms: tuple[float, float, float, float]
     profile: dict[str, Any] = field(repr=False)
 
-    @property
-    def relativespread_ms(self) -> float:
-        """(p75 - p25) / median of the total time: the noise of this sample."""
-        p25, p75 = self.total_spread_ms[:2]
-        return (p75 - p25) / self.total_ms if self.total_ms > 0 else 0.0
-
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the store's payload)."""
         return {"tables": list(self.tables), "fw_ms": self.fw_ms, "bw_ms": self.bw_ms,

@@ -11,8 +11,9 @@ the union of the top-``top_n`` blocks by size and by predicted single cost whose
 multiples of 4; each is halved, the table-wise search re-run and the plan simulated; the best
 ``beam_width`` states are kept for up to ``max_splits`` rounds; the best plan seen is returned.
 
-Shard costs: models with ``embed``/``predict_sums`` (every shipped one: per-table encodings are
-summed, so adding a table to a device adds a row) are evaluated incrementally; other models
+Shard costs: models that are an :class:`~shardlab.costmodel.base.IncrementalComputeModel`
+(``embed``/``predict_sums``; every shipped one: per-table encodings are summed, so adding a
+table to a device adds a row) are evaluated incrementally; other models
 through ``predict`` with a cache keyed by shard content (the multiset of (table, columns)).
 
 Bounds: column-wise search refuses ``ngpu > constants.MAX_NEUROSHARD_GPUS`` at once (one line);
@@ -26,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from shardlab.costmodel.base import Simulated, simulate_many
+from shardlab.costmodel.base import IncrementalComputeModel, Simulated, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.errors import InfeasibleError
 from shardlab.plan import Placement, Plan
@@ -71,7 +72,7 @@ class ShardCoster:
 
     def __init__(self, model: Any):
         self.model = model
-        self.incremental = hasattr(model, "embed") and hasattr(model, "predict_sums")
+        self.incremental = isinstance(model, IncrementalComputeModel)
         self._emb: dict[Table, np.ndarray] = {}
         self._cache: dict[tuple, np.ndarray] = {}
 
