@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from shardlab.costmodel.assess import assess, held_out_sets, markdown_table, singles_index  # noqa: E402
 from shardlab.costmodel.bundle import load_bundle, models_dir  # noqa: E402
-from shardlab.costmodel.train import load_samples  # noqa: E402
+from shardlab.costmodel.train import load_records  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.profile.provenance import environment  # noqa: E402
 
@@ -28,8 +28,8 @@ def main() -> int:
     ap.add_argument("--dataset", default="cpu")
     ap.add_argument("--out", default="reports")
     args = ap.parse_args()
-    compute = load_samples("compute", dataset=args.dataset)
-    singles = singles_index(load_samples("single", dataset=args.dataset))
+    compute = load_records("compute", dataset=args.dataset)
+    singles = singles_index(load_records("single", dataset=args.dataset))
     sets = held_out_sets(compute)
     names = sorted(p.stem for p in models_dir(args.dataset).glob("*.json") if "." not in p.stem)
     bundles = {n: load_bundle(n, args.dataset) for n in names}

@@ -91,15 +91,15 @@ def cmd_profile_plans(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     """Train a cost-model bundle (or an RL policy) on measured samples; save it with provenance."""
-    from shardlab.costmodel.train import load_samples, train_bundle
+    from shardlab.costmodel.train import load_records, train_bundle
 
     if args.kind.endswith("_policy"):
         return train_policy(args)
     _existing_store(args.store)
-    compute = load_samples("compute", args.store, args.dataset, args.profile)
-    comm = load_samples("comm", args.store, args.dataset, args.profile)
+    compute = load_records("compute", args.store, args.dataset, args.profile)
+    comm = load_records("comm", args.store, args.dataset, args.profile)
     label = f"store:{args.store}" if args.store else f"dataset:{args.dataset}"
-    plans = load_samples("plan", args.store, args.dataset, args.profile) if args.kind == "dreamshard" else []
+    plans = load_records("plan", args.store, args.dataset, args.profile) if args.kind == "dreamshard" else []
     bundle = train_bundle(args.kind, compute, comm, seed=args.seed, epochs=args.epochs,
                           progress=not args.no_progress, data_label=label, plan_samples=plans)
     bundle.save(args.out)
@@ -112,11 +112,11 @@ def cmd_train(args: argparse.Namespace) -> None:
 def train_policy(args: argparse.Namespace) -> None:
     """DreamShard / AutoShard policy training; measured plans of the policy go to --store."""
     from shardlab.costmodel.bundle import load_bundle
-    from shardlab.costmodel.train import load_samples
+    from shardlab.costmodel.train import load_records
 
     if not args.store:
         raise ShardlabError(f"train {args.kind}: field 'store' is required (measured plans of the policy go there)")
-    compute = [s for s in load_samples("compute", None, args.dataset) if ":train:" in s["key"]]
+    compute = [s for s in load_records("compute", None, args.dataset) if ":train:" in s.key]
     if args.kind == "dreamshard_policy":
         from shardlab.experiments.policy_training import train_dreamshard
 
@@ -124,7 +124,7 @@ def train_policy(args: argparse.Namespace) -> None:
         agent = train_dreamshard(args.store, cost, compute, iterations=args.iterations,
                                  measure_per_iteration=args.measure, updates_per_iteration=args.updates,
                                  ngpu=args.ngpu, seed=args.seed, progress=not args.no_progress,
-                                 initial_plans=load_samples("plan", None, args.dataset))
+                                 initial_plans=load_records("plan", None, args.dataset))
         last = agent.history_[-1]["mean_predicted_cost_ms"][-10:]
         summary = f"{len(agent.history_)} iterations, last mean predicted cost {sum(last) / len(last):.2f} ms"
     else:
