@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from shardlab import constants as C
-from shardlab.cli_campaigns import (_emit, cmd_profile_comm, cmd_profile_compute, cmd_profile_plans,
+from shardlab.cli_campaigns import (emit, cmd_profile_comm, cmd_profile_compute, cmd_profile_plans,
                                     cmd_profile_single, cmd_train)
 from shardlab.cli_checks import check_args
 from shardlab.cli_evaluate import add_evaluator_arguments, cmd_compare, cmd_evaluate, cmd_report
@@ -54,7 +54,7 @@ def cmd_tasks(args: argparse.Namespace) -> None:
         save_task(task, args.out)
     total_gb = sum(task.table_bytes(t) for t in task.tables) / C.GB
     where = f" -> {args.out}" if args.out else ""
-    _emit(args, f"task {task.name}: {len(task.tables)} tables, {task.ngpu} GPUs x "
+    emit(args, f"task {task.name}: {len(task.tables)} tables, {task.ngpu} GPUs x "
                 f"{task.mem_cap_gb:g} GB, batch {task.batch_size}, {total_gb:.2f} GB of tables, {dims_note}{where}",
           task.to_dict())
 
@@ -74,7 +74,7 @@ def cmd_shard(args: argparse.Namespace) -> None:
         save_plan(plan, args.out)
     loads = device_loads(task, plan)
     where = f" -> {args.out}" if args.out else ""
-    _emit(args, f"plan {plan.method} for {task.name}: {len(plan.placements)} blocks on {plan.ngpu} GPUs, "
+    emit(args, f"plan {plan.method} for {task.name}: {len(plan.placements)} blocks on {plan.ngpu} GPUs, "
                 f"max memory {max(l.mem_gb for l in loads):.2f}/{task.mem_cap_gb:g} GB, dim-sum max/mean "
                 f"{imbalance([l.dim_sum for l in loads]):.3f}, {plan.search_seconds:.3f} s{where}",
           plan.to_dict())
@@ -89,7 +89,7 @@ def cmd_export_torchrec(args: argparse.Namespace) -> None:
     data = export_torchrec(task, plan, module=args.module)
     write_json_atomic(args.out, data)
     kinds = sorted({e["sharding_type"] for e in data["plan"].values()})
-    _emit(args, f"export-torchrec {plan.method}: {len(data['plan'])} tables ({', '.join(kinds)}) -> {args.out}", data)
+    emit(args, f"export-torchrec {plan.method}: {len(data['plan'])} tables ({', '.join(kinds)}) -> {args.out}", data)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ import json
 from shardlab.errors import ShardlabError
 
 
-def _emit(args: argparse.Namespace, summary: str, data: object) -> None:
+def emit(args: argparse.Namespace, summary: str, data: object) -> None:
     """Print the one-line ``summary``, or ``data`` as JSON with ``--json``."""
     print(json.dumps(data, indent=1) if args.json else summary)
 
@@ -36,7 +36,7 @@ def cmd_profile_compute(args: argparse.Namespace) -> None:
                                  workers=args.workers, seed=args.seed, progress=not args.no_progress)
     with SampleStore(args.store) as store:
         total = store.count("compute")
-    _emit(args, f"profile compute ({prof.name}): added {added} samples, {total} compute samples in "
+    emit(args, f"profile compute ({prof.name}): added {added} samples, {total} compute samples in "
                 f"{args.store}", {"added": added, "compute_samples": total, "profile": prof.to_dict()})
 
 
@@ -53,7 +53,7 @@ def cmd_profile_comm(args: argparse.Namespace) -> None:
     with SampleStore(args.store) as store:
         kinds = store.kinds()
     counts = ", ".join(f"G={g}: +{n} ({kinds.get(f'comm:{g}', 0)} stored)" for g, n in added.items())
-    _emit(args, f"profile comm ({prof.name}): {counts} in {args.store}",
+    emit(args, f"profile comm ({prof.name}): {counts} in {args.store}",
           {"added": added, "stored": kinds, "profile": prof.to_dict()})
 
 
@@ -69,7 +69,7 @@ def cmd_profile_single(args: argparse.Namespace) -> None:
                                    progress=not args.no_progress)
     with SampleStore(args.store) as store:
         total = store.count("single")
-    _emit(args, f"profile single ({prof.name}): added {added}, {total} single-table costs in {args.store}",
+    emit(args, f"profile single ({prof.name}): added {added}, {total} single-table costs in {args.store}",
           {"added": added, "single_samples": total, "profile": prof.to_dict()})
 
 
@@ -85,7 +85,7 @@ def cmd_profile_plans(args: argparse.Namespace) -> None:
                               seed=args.seed, progress=not args.no_progress)
     with SampleStore(args.store) as store:
         total = store.count(f"plan:{args.ngpu}")
-    _emit(args, f"profile plans ({prof.name}, G={args.ngpu}): added {added}, {total} measured plans in "
+    emit(args, f"profile plans ({prof.name}, G={args.ngpu}): added {added}, {total} measured plans in "
                 f"{args.store}", {"added": added, "plans": total, "profile": prof.to_dict()})
 
 
@@ -104,7 +104,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                           progress=not args.no_progress, data_label=label, plan_samples=plans)
     bundle.save(args.out)
     h = bundle.heldout
-    _emit(args, f"train {args.kind}: {len(compute)} compute + {len(comm)} comm samples ({label}); held-out "
+    emit(args, f"train {args.kind}: {len(compute)} compute + {len(comm)} comm samples ({label}); held-out "
                 f"compute MAPE {h['compute_total']['mape']:.3f}, Spearman {h['compute_total']['spearman']:.3f}"
                 f" -> {args.out}", {"out": args.out, "heldout": h})
 
@@ -118,23 +118,23 @@ def train_policy(args: argparse.Namespace) -> None:
         raise ShardlabError(f"train {args.kind}: field 'store' is required (measured plans of the policy go there)")
     compute = [s for s in load_records("compute", None, args.dataset) if ":train:" in s.key]
     if args.kind == "dreamshard_policy":
-        from shardlab.experiments.policy_training import train_dreamshard
+        from shardlab.experiments.train_dreamshard import DreamShardArgs, train_dreamshard
 
         cost = load_bundle(args.cost_model or "dreamshard", args.dataset).compute
-        agent = train_dreamshard(args.store, cost, compute, iterations=args.iterations,
-                                 measure_per_iteration=args.measure, updates_per_iteration=args.updates,
-                                 ngpu=args.ngpu, seed=args.seed, progress=not args.no_progress,
-                                 initial_plans=load_records("plan", None, args.dataset))
+        config = DreamShardArgs(iterations=args.iterations, measure_per_iteration=args.measure,
+                                updates_per_iteration=args.updates, ngpu=args.ngpu, seed=args.seed,
+                                progress=not args.no_progress)
+        agent = train_dreamshard(config, args.store, cost, compute, initial_plans=load_records("plan", None, args.dataset))
         last = agent.history_[-1]["mean_predicted_cost_ms"][-10:]
         summary = f"{len(agent.history_)} iterations, last mean predicted cost {sum(last) / len(last):.2f} ms"
     else:
-        from shardlab.experiments.policy_training import train_autoshard
+        from shardlab.experiments.train_autoshard import AutoShardArgs, train_autoshard
 
         cost = load_bundle(args.cost_model or "autoshard", args.dataset).compute
-        agent = train_autoshard(cost, updates=args.updates * args.iterations, measure_store=args.store, ngpu=args.ngpu,
-                                refit_every=args.updates, measure_plans=args.measure, compute_samples=compute,
-                                seed=args.seed, progress=not args.no_progress)
+        config = AutoShardArgs(updates=args.updates * args.iterations, ngpu=args.ngpu, refit_every=args.updates,
+                               measure_plans=args.measure, seed=args.seed, progress=not args.no_progress)
+        agent = train_autoshard(config, cost, compute, store=args.store)
         last = [h["mean_reward"] for h in agent.history_[-10:]]
         summary = f"{len(agent.history_)} updates, last mean reward {sum(last) / len(last):.3f}"
     agent.save(args.out)
-    _emit(args, f"train {args.kind}: {summary} -> {args.out}", {"out": args.out, "history": agent.history_})
+    emit(args, f"train {args.kind}: {summary} -> {args.out}", {"out": args.out, "history": agent.history_})

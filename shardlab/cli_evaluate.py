@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shardlab.cli_campaigns import _emit
+from shardlab.cli_campaigns import emit
 from shardlab.errors import ShardlabError
 
 
@@ -128,7 +128,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         vs = f", x{ev.comparison.ratio:.3f} vs {ev.comparison.reference}" + (
             f" ({ev.comparison.verdict})" if ev.comparison.verdict else "")
     where = f" -> {args.out}" if args.out else ""
-    _emit(args, f"evaluate {plans[key].method} on {task.name}: {ev.cost_ms:.3f} ms{ci} ({ev.source}){bound}{vs}{where}",
+    emit(args, f"evaluate {plans[key].method} on {task.name}: {ev.cost_ms:.3f} ms{ci} ({ev.source}){bound}{vs}{where}",
           ev.to_dict())
 
 
@@ -142,7 +142,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
     if args.out:
         write_json_atomic(args.out, [e.to_dict() for e in evs.values()])
     if args.json:
-        _emit(args, "", [e.to_dict() for e in evs.values()])
+        emit(args, "", [e.to_dict() for e in evs.values()])
         return
     first = next(iter(evs.values()))
     rounds = f", {len(first.rounds_ms)} paired rounds" if first.rounds_ms else ""
@@ -166,5 +166,5 @@ def cmd_report(args: argparse.Namespace) -> None:
     out = write_report(html, task, plans, evaluations, {"command": " ".join(sys.argv)},
                        environment=environment("cpu"))
     best = min(evaluations.items(), key=lambda kv: (kv[1].cost_ms, kv[0]))   # ties: by name, not by order
-    _emit(args, f"report {task.name}: {len(plans)} plans, best {best[0]} {best[1].cost_ms:.3f} ms "
+    emit(args, f"report {task.name}: {len(plans)} plans, best {best[0]} {best[1].cost_ms:.3f} ms "
                 f"({best[1].source}) -> {out}", {m: e.to_dict() for m, e in evaluations.items()})

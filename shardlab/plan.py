@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from shardlab import constants as C
 from shardlab.errors import InfeasibleError, ShardlabError, check_fields, field_error
-from shardlab.tables import Task, _as_float, _as_int
+from shardlab.tables import Task, checked_float, checked_int
 
 
 #: The fields of one placement in Plan JSON (all required, no others accepted).
@@ -36,11 +36,11 @@ class Placement:
         if not isinstance(self.table, str) or not self.table:
             raise field_error("placement", "table", self.table, "must be a non-empty string")
         owner = f"placement of table '{self.table}'"
-        object.__setattr__(self, "col_offset", _as_int(owner, "col_offset", self.col_offset, 0))
-        object.__setattr__(self, "cols", _as_int(owner, "cols", self.cols, 1))
-        object.__setattr__(self, "row_offset", _as_int(owner, "row_offset", self.row_offset, 0))
-        object.__setattr__(self, "rows", _as_int(owner, "rows", self.rows, 1))
-        object.__setattr__(self, "device", _as_int(owner, "device", self.device, 0))
+        object.__setattr__(self, "col_offset", checked_int(owner, "col_offset", self.col_offset, 0))
+        object.__setattr__(self, "cols", checked_int(owner, "cols", self.cols, 1))
+        object.__setattr__(self, "row_offset", checked_int(owner, "row_offset", self.row_offset, 0))
+        object.__setattr__(self, "rows", checked_int(owner, "rows", self.rows, 1))
+        object.__setattr__(self, "device", checked_int(owner, "device", self.device, 0))
         if self.cols % C.DIM_MULTIPLE or self.col_offset % C.DIM_MULTIPLE:
             raise field_error(owner, "cols", self.cols, f"and col_offset must be multiples of {C.DIM_MULTIPLE}")
 
@@ -66,11 +66,11 @@ class Plan:
 
     def __post_init__(self) -> None:
         owner = f"plan '{self.method}' for task '{self.task}'"
-        object.__setattr__(self, "ngpu", _as_int(owner, "ngpu", self.ngpu, 1))
-        object.__setattr__(self, "seed", _as_int(owner, "seed", self.seed, 0))
+        object.__setattr__(self, "ngpu", checked_int(owner, "ngpu", self.ngpu, 1))
+        object.__setattr__(self, "seed", checked_int(owner, "seed", self.seed, 0))
         if self.search_seconds is not None:
             object.__setattr__(self, "search_seconds",
-                               _as_float(owner, "search_seconds", self.search_seconds, 0.0))
+                               checked_float(owner, "search_seconds", self.search_seconds, 0.0))
         placements = tuple(self.placements)
         for p in placements:
             if not isinstance(p, Placement):

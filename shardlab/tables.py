@@ -17,7 +17,7 @@ from shardlab import constants as C
 from shardlab.errors import InfeasibleError, ShardlabError, check_fields, field_error
 
 
-def _as_int(owner: str, name: str, value: Any, minimum: int) -> int:
+def checked_int(owner: str, name: str, value: Any, minimum: int) -> int:
     """Return ``value`` as an int >= ``minimum`` or raise a one-line error naming the field."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise field_error(owner, name, value, "must be an integer")
@@ -30,7 +30,7 @@ def _as_int(owner: str, name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-def _as_float(owner: str, name: str, value: Any, minimum: float, strict: bool = False) -> float:
+def checked_float(owner: str, name: str, value: Any, minimum: float, strict: bool = False) -> float:
     """Return ``value`` as a finite float >= ``minimum`` (> if ``strict``) or raise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise field_error(owner, name, value, "must be a number")
@@ -76,19 +76,19 @@ class Table:
         if not isinstance(self.name, str) or not self.name:
             raise field_error("table", "name", self.name, "must be a non-empty string")
         owner = f"table '{self.name}'"
-        object.__setattr__(self, "rows", _as_int(owner, "rows", self.rows, 1))
-        dim = _as_int(owner, "dim", self.dim, C.DIM_MULTIPLE)
+        object.__setattr__(self, "rows", checked_int(owner, "rows", self.rows, 1))
+        dim = checked_int(owner, "dim", self.dim, C.DIM_MULTIPLE)
         if dim % C.DIM_MULTIPLE:
             raise field_error(owner, "dim", dim, f"must be a multiple of {C.DIM_MULTIPLE}")
         object.__setattr__(self, "dim", dim)
-        pf = _as_float(owner, "pooling_factor", self.pooling_factor, 0.0)
+        pf = checked_float(owner, "pooling_factor", self.pooling_factor, 0.0)
         if pf > C.MAX_POOLING_FACTOR:
             raise field_error(owner, "pooling_factor", pf, f"must be <= {C.MAX_POOLING_FACTOR:g} lookups per sample")
         object.__setattr__(self, "pooling_factor", pf)
         bins = self.reuse_bins
         if isinstance(bins, (str, bytes)) or not isinstance(bins, Iterable):
             raise field_error(owner, "reuse_bins", bins, f"must be a list of {C.N_REUSE_BINS} fractions")
-        bins = tuple(_as_float(owner, "reuse_bins", b, 0.0) for b in bins)
+        bins = tuple(checked_float(owner, "reuse_bins", b, 0.0) for b in bins)
         if len(bins) != C.N_REUSE_BINS:
             raise field_error(owner, "reuse_bins", f"{len(bins)} values", f"must have {C.N_REUSE_BINS}")
         if any(b > 1.0 for b in bins):
@@ -99,7 +99,7 @@ class Table:
             raise field_error(owner, "reuse_bins", f"sum {total:.6f}", "must sum to 1")
         object.__setattr__(self, "reuse_bins", bins)
         if self.index_seed is not None:
-            object.__setattr__(self, "index_seed", _as_int(owner, "index_seed", self.index_seed, 0))
+            object.__setattr__(self, "index_seed", checked_int(owner, "index_seed", self.index_seed, 0))
         dist = self.distribution
         if isinstance(dist, Mapping):
             dist = tuple(sorted(dist.items()))
@@ -174,10 +174,10 @@ class Task:
         if not isinstance(self.name, str) or not self.name:
             raise field_error("task", "name", self.name, "must be a non-empty string")
         owner = f"task '{self.name}'"
-        object.__setattr__(self, "ngpu", _as_int(owner, "ngpu", self.ngpu, 1))
+        object.__setattr__(self, "ngpu", checked_int(owner, "ngpu", self.ngpu, 1))
         object.__setattr__(self, "mem_cap_gb",
-                           _as_float(owner, "mem_cap_gb", self.mem_cap_gb, 0.0, strict=True))
-        object.__setattr__(self, "batch_size", _as_int(owner, "batch_size", self.batch_size, 1))
+                           checked_float(owner, "mem_cap_gb", self.mem_cap_gb, 0.0, strict=True))
+        object.__setattr__(self, "batch_size", checked_int(owner, "batch_size", self.batch_size, 1))
         if self.weights_precision not in C.BYTES_PER_WEIGHT:
             raise field_error(owner, "weights_precision", self.weights_precision,
                               f"must be one of {sorted(C.BYTES_PER_WEIGHT)}")

@@ -237,16 +237,18 @@ def test_records_round_trip_through_their_rows(compute_samples, comm_samples, pl
         as_record({"key": "k", "tables": []})
 
 
-def test_dreamshard_fit_on_a_mix_equals_the_old_two_argument_form(compute_samples, plan_samples):
+def test_dreamshard_fit_takes_one_list_and_refuses_compute_records_as_validation(compute_samples, plan_samples):
+    """One signature: plans and compute records in ``samples``; rows parse to the same fit."""
     from shardlab.costmodel.dreamshard import DreamShardCost
 
     plans, compute = plan_samples[:16], compute_samples[:40]
     mixed = DreamShardCost(epochs=2, seed=5).fit(plans + compute)
-    with pytest.warns(DeprecationWarning, match="pass fit\\(plans \\+ compute_samples\\)"):
-        old = DreamShardCost(epochs=2, seed=5).fit([p.to_dict() for p in plans], compute)
+    rows = DreamShardCost(epochs=2, seed=5).fit([p.to_dict() for p in plans] + compute)
     probe = shards_of(compute_samples[50:55])
-    np.testing.assert_array_equal(mixed.predict(probe), old.predict(probe))
-    assert mixed.history_ == old.history_
+    np.testing.assert_array_equal(mixed.predict(probe), rows.predict(probe))
+    assert mixed.history_ == rows.history_
+    with pytest.raises(ShardlabError, match="^DreamShardCost.fit: field 'val_samples' holds 40 compute records"):
+        DreamShardCost(epochs=2, seed=5).fit(plans, compute)
 
 
 def test_incremental_compute_models_satisfy_the_protocol(compute_samples, comm_samples):

@@ -69,3 +69,14 @@ def test_report_only_draws_and_writes():
     """report/ imports none of search/, profile/, experiments/ (module docstring)."""
     for path in (PACKAGE / "report").rglob("*.py"):
         assert not _imports(path) & {"search", "profile", "experiments"}, path
+
+
+def test_no_private_names_imported_across_modules():
+    """A name starting with ``_`` is its module's own: no other shardlab module imports it."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("shardlab"):
+                found += [f"{path.relative_to(PACKAGE)}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not found, f"private names imported across modules: {found}"

@@ -9,14 +9,15 @@ import torch
 
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.costmodel.neural import AutoShardCompute
-from shardlab.costmodel.train import load_samples
+from shardlab.costmodel.train import load_records
 from shardlab.data.tasks import generate_task
 from shardlab.evaluate import estimate_plan
 from shardlab.plan import validate_plan
 from shardlab.search import get_sharder, run_sharder
-from shardlab.experiments.policy_training import train_autoshard
-from shardlab.search.autoshard import AutoShardAgent, vtrace
-from shardlab.search.dreamshard import DreamShardAgent, reinforce
+from shardlab.experiments.train_autoshard import AutoShardArgs, train_autoshard, vtrace
+from shardlab.experiments.train_dreamshard import DreamShardArgs, reinforce
+from shardlab.search.autoshard import AutoShardAgent
+from shardlab.search.dreamshard import DreamShardAgent
 from shardlab.search.neuroshard import NeuroShardSharder, split_block, whole_blocks
 
 
@@ -76,16 +77,17 @@ def test_vtrace_on_policy_equals_monte_carlo_returns():
 
 @pytest.fixture(scope="module")
 def small_cost():
-    compute = [s for s in load_samples("compute") if ":train:" in s["key"]][:600]
+    compute = [s for s in load_records("compute") if ":train:" in s.key][:600]
     return AutoShardCompute(epochs=30, seed=0).fit(compute[:500], compute[500:])
 
 
 def test_autoshard_trains_and_plans_feasibly(small_cost, task):
-    agent = train_autoshard(small_cost, updates=6, episodes=4, ntables=(8, 12), progress=False, seed=1)
+    args = AutoShardArgs(updates=6, episodes=4, ntables=(8, 12), progress=False, seed=1)
+    agent = train_autoshard(args, small_cost)
     assert len(agent.history_) == 6 and all(-1.0 <= h["mean_reward"] <= 1.0 for h in agent.history_)
     plan = agent.plan(task)
     validate_plan(task, plan)
-    again = train_autoshard(small_cost, updates=6, episodes=4, ntables=(8, 12), progress=False, seed=1)
+    again = train_autoshard(args, small_cost)
     assert again.plan(task).placements == plan.placements
 
 
@@ -102,12 +104,12 @@ def test_autoshard_generalises_to_other_sizes(small_cost, tmp_path):
 def test_dreamshard_reinforce_lowers_predicted_cost(task):
     from shardlab.costmodel.dreamshard import DreamShardCost
 
-    plans = load_samples("plan")
-    compute = [s for s in load_samples("compute") if ":train:" in s["key"]][:300]
-    cost = DreamShardCost(epochs=20, seed=0).fit(plans, compute)
+    plans = load_records("plan")
+    compute = [s for s in load_records("compute") if ":train:" in s.key][:300]
+    cost = DreamShardCost(epochs=20, seed=0).fit(plans + compute)
     agent = DreamShardAgent(cost, seed=0)
     torch.manual_seed(0)
-    curve = reinforce(agent, [task], updates=30, episodes=16, lr=5e-3, seed=0)
+    curve = reinforce(agent, [task], DreamShardArgs(updates_per_iteration=30, episodes=16, lr=5e-3), seed=0)
     assert np.mean(curve[-5:]) < np.mean(curve[:5])
     plan = agent.plan(task)
     validate_plan(task, plan)
@@ -151,14 +153,15 @@ def test_dreamshard_loop_measures_plans_for_every_device_count(tmp_path):
     from shardlab.costmodel.dreamshard import DreamShardCost
     from shardlab.profile.hardware import profile_with
     from shardlab.profile.store import SampleStore
-    from shardlab.experiments.policy_training import train_dreamshard
+    from shardlab.experiments.train_dreamshard import train_dreamshard
 
-    compute = [s for s in load_samples("compute") if ":train:" in s["key"]][:200]
-    cost = DreamShardCost(epochs=5, seed=0).fit(load_samples("plan")[:20], compute)
+    compute = [s for s in load_records("compute") if ":train:" in s.key][:200]
+    cost = DreamShardCost(epochs=5, seed=0).fit(load_records("plan")[:20] + compute)
     store = str(tmp_path / "policy.db")
     fast = profile_with("cpu", batch_size=256, repeats=2, warmup=1)
-    agent = train_dreamshard(store, cost, compute, iterations=2, measure_per_iteration=3, updates_per_iteration=2,
-                             ngpu=[2, 3], ntables=(4, 6), profile=fast, cost_epochs=3, progress=False)
+    args = DreamShardArgs(iterations=2, measure_per_iteration=3, updates_per_iteration=2, ngpu=(2, 3),
+                          ntables=(4, 6), profile=fast, cost_epochs=3, progress=False)
+    agent = train_dreamshard(args, store, cost, compute)
     with SampleStore(store) as s:
         counts = {k: s.count(k) for k in s.kinds()}
     assert counts == {"plan:2": 3, "plan:3": 3}            # 6 plans over 2 iterations, alternating G
@@ -173,14 +176,14 @@ def test_autoshard_refit_measures_exactly_n_plans_per_call(small_cost, tmp_path)
     once re-measured every earlier plan under a new key, so the buffer grew quadratically)."""
     from shardlab.profile.hardware import profile_with
     from shardlab.profile.store import SampleStore
-    from shardlab.experiments.policy_training import refit_cost_online
+    from shardlab.experiments.train_autoshard import refit_cost_online
 
     agent = AutoShardAgent(small_cost, seed=0)
-    agent.cost.epochs = 2
     fast = profile_with("cpu", batch_size=256, repeats=2, warmup=1)
     store = str(tmp_path / "auto.db")
-    compute = [s for s in load_samples("compute") if ":train:" in s["key"]][:80]
+    args = AutoShardArgs(ntables=(4, 6), profile=fast, measure_plans=2, cost_epochs=2, seed=0)
+    compute = [s for s in load_records("compute") if ":train:" in s.key][:80]
     for call in range(3):
-        refit_cost_online(agent, store, compute, 2, (4, 6), fast, 2, seed=call, campaign_seed=0)
+        refit_cost_online(agent, store, compute, 2, args, seed=call)
         with SampleStore(store) as s:
             assert s.count("plan:2") == 2 * (call + 1)

@@ -16,7 +16,6 @@ predicts (fw, bw) compute per shard, so it plugs into the same simulation and se
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -90,16 +89,14 @@ class DreamShardCost(NeuroShardCompute):
         heads alone), in any mix, keeping the epoch with the best plan loss on the plans of
         ``val_samples``. Without validation plans, the plans of ``samples`` are split by key
         (80% train; validation: the 10% val part, or the first training plan if it is empty).
-        Compute records in ``val_samples`` are trained on: that is the old
-        ``fit(plans, compute_samples)`` form, deprecated (pass ``plans + compute_samples``).
+        Compute records in ``val_samples`` are refused (one line): validation is on plans.
         Returns self."""
         where = f"{type(self).__name__}.fit"
         plans, compute = self._split(samples, where)
-        val_plans, old_form = self._split(val_samples or [], where)
-        if old_form:
-            warnings.warn(f"{where}(plans, compute_samples) is deprecated: pass fit(plans + compute_samples)",
-                          DeprecationWarning, stacklevel=2)
-            compute += old_form
+        val_plans, val_compute = self._split(val_samples or [], where)
+        if val_compute:
+            raise ShardlabError(f"{where}: field 'val_samples' holds {len(val_compute)} compute records; validation "
+                                "is on measured plans (pass compute records in 'samples')")
         if not val_plans:
             parts = split_samples(plans)
             plans, val_plans = parts["train"], parts["val"] or parts["train"][:1]

@@ -37,9 +37,6 @@ from shardlab.tables import Table
 
 __all__ = ["AutoShardCompute", "IndexedShards", "NeuroShardCompute", "ShardNet", "mlp", "seeded"]
 
-#: Old name of :func:`~shardlab.costmodel.neural_base.seeded`, kept until its callers switch.
-_seeded = seeded
-
 
 class ShardNet(nn.Module):
     """Table encoder + sum per shard + head. ``forward(x, seg, n)``: x (T, 21) standardised

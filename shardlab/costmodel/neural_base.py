@@ -77,8 +77,6 @@ class NeuralEstimator(Estimator):
         t = np.asarray(t, dtype=np.float64)
         return (np.expm1(t) if self.log_target else t) * scale
 
-    _from_target = from_target  # old name, kept for callers that have not switched yet
-
     def _train(self, nets: dict[str, nn.Module], loss_fn: Callable[[torch.Tensor], torch.Tensor], n_train: int,
                val_loss_fn: Callable[[], torch.Tensor], desc: str) -> None:
         """Adam + MSE mini-batches over ``n_train`` items; ``loss_fn(index_tensor)`` -> loss;

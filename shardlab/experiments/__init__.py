@@ -1,3 +1,5 @@
 """Experiments: orchestration above search and evaluation -- measurement campaigns of whole
-plans (:mod:`~shardlab.experiments.plan_campaign`) and policy training with measured-plan refresh
-(:mod:`~shardlab.experiments.policy_training`). Stages below never import this package."""
+plans (:mod:`~shardlab.experiments.plan_campaign`), the search benchmark
+(:mod:`~shardlab.experiments.benchmark`) and RL policy training with measured-plan refresh, one
+file per method (:mod:`~shardlab.experiments.train_dreamshard`,
+:mod:`~shardlab.experiments.train_autoshard`). Stages below never import this package."""

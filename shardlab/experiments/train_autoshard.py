@@ -1,0 +1,183 @@
+"""AutoShard's training loop (ALGORITHMS.md section 6), top to bottom, CleanRL style.
+
+Networks, agent and episode: :mod:`shardlab.search.autoshard`. Every knob is a field of
+:class:`AutoShardArgs`. Per update:
+
+1. *Actors* play ``episodes`` episodes of one training task with the behaviour policy, a copy of
+   the learner's refreshed every ``sync_every`` updates (so their data is off-policy).
+2. The *learner* replays those actions with the current policy and corrects with V-trace
+   (:func:`vtrace`); loss = policy gradient + ``value_coef`` value error - ``entropy_coef``
+   entropy; Adam; gradient norm clipped at ``max_grad_norm``.
+3. With a store, every ``refit_every`` updates *measure* ``measure_plans`` greedy plans through the
+   evaluator and *refit* the cost model on the compute samples plus every measured device shard
+   (:func:`refit_cost_online`).
+
+Actors run in this process, one after another: the structure and the correction are IMPALA's,
+the parallelism is not. Same seed -> same policy, up to measured costs (real timings).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from shardlab import constants as C
+from shardlab.costmodel.neural import AutoShardCompute
+from shardlab.costmodel.neural_base import seeded
+from shardlab.data.samples import ComputeRecord, as_compute_records, as_plan_records
+from shardlab.data.tasks import generate_task
+from shardlab.errors import ShardlabError
+from shardlab.experiments.plan_campaign import plan_prefix, run_plan_campaign
+from shardlab.experiments.policy_provenance import policy_provenance
+from shardlab.profile.hardware import HardwareProfile
+from shardlab.profile.store import SampleStore
+from shardlab.search.autoshard import AutoShardAgent
+
+
+@dataclass(frozen=True)
+class AutoShardArgs:
+    """AutoShard's training configuration (one place for every knob)."""
+
+    updates: int = 300
+    """Learner updates (gradient steps)."""
+    episodes: int = 16
+    """Episodes the actors play per update, all on one training task (episodes)."""
+    ngpu: tuple[int, ...] = (4,)
+    """Device counts G of the training tasks and measured plans (one policy serves them all)."""
+    ntables: tuple[int, int] = (10, 60)
+    """Tables per training task and measured plan: inclusive range (tables)."""
+    n_tasks: int = 16
+    """Training tasks drawn once and cycled by the updates (tasks)."""
+    sync_every: int = 4
+    """Updates between refreshes of the actors' behaviour policy (updates)."""
+    lr: float = 5e-4
+    """Adam learning rate (unitless)."""
+    entropy_coef: float = 1e-2
+    """Weight of the entropy bonus (unitless)."""
+    value_coef: float = 0.5
+    """Weight of the value loss (unitless)."""
+    max_grad_norm: float = 40.0
+    """Gradient-norm clip of each update (unitless)."""
+    rho_bar: float = 1.0
+    """V-trace truncation of the importance weights in the targets and advantages."""
+    c_bar: float = 1.0
+    """V-trace truncation of the trace-cutting weights."""
+    refit_every: int = 100
+    """Updates between online refits of the cost model (only with a store; updates)."""
+    measure_plans: int = 2
+    """Greedy policy plans measured per refit (plans)."""
+    cost_epochs: int | None = None
+    """Epochs of each online refit (None: the pre-trained cost model's own ``epochs``)."""
+    profile: str | HardwareProfile = "cpu"
+    """Hardware profile the plans are measured with (name or profile)."""
+    seed: int = 0
+    """Seed of tasks, sampling, networks and the measured-plan campaign."""
+    progress: bool = True
+    """Show a progress bar over the updates."""
+
+    def __post_init__(self) -> None:
+        gpus = (self.ngpu,) if np.isscalar(self.ngpu) else tuple(self.ngpu)
+        object.__setattr__(self, "ngpu", tuple(int(g) for g in gpus))
+        object.__setattr__(self, "ntables", tuple(int(n) for n in self.ntables))
+        for name in ("updates", "episodes", "n_tasks", "sync_every", "refit_every", "measure_plans"):
+            if int(getattr(self, name)) < 1:
+                raise ShardlabError(f"AutoShardArgs: field '{name}' must be positive, got {getattr(self, name)!r}")
+        if not self.ngpu or min(self.ngpu) < 1:
+            raise ShardlabError(f"AutoShardArgs: field 'ngpu' must be device counts >= 1, got {self.ngpu!r}")
+        if len(self.ntables) != 2 or not 1 <= self.ntables[0] <= self.ntables[1]:
+            raise ShardlabError(f"AutoShardArgs: field 'ntables' must be (low, high) with 1 <= low <= high, "
+                                f"got {self.ntables!r}")
+
+
+def train_autoshard(args: AutoShardArgs, cost: AutoShardCompute, compute_samples: Sequence[Any] = (),
+                    store: str | None = None) -> AutoShardAgent:
+    """Train an AutoShard policy against ``cost`` (a fitted compute model); with ``store``, the
+    online refits measure plans into it (kind ``plan:<G>``) and refit on ``compute_samples`` +
+    the measured shards."""
+    gen = seeded(args.seed)
+    rng = np.random.default_rng(args.seed)
+    agent = AutoShardAgent(cost, seed=args.seed)
+    behaviour = copy.deepcopy(agent.policy)
+    opt = torch.optim.Adam(agent.policy.parameters(), lr=args.lr)
+    batch = cost.profile_.get("batch_size", C.DEFAULT_BATCH_SIZE)
+    tasks = [generate_task(ntables=int(rng.integers(args.ntables[0], args.ntables[1] + 1)),
+                           ngpu=args.ngpu[j % len(args.ngpu)], batch_size=batch, seed=int(rng.integers(2**31)),
+                           split="train") for j in range(args.n_tasks)]
+    history = []
+    for k in tqdm(range(args.updates), desc="autoshard V-trace", disable=not args.progress):
+        task = tasks[k % len(tasks)]
+        # 1. actors: the lagging behaviour policy plays the episodes
+        with torch.no_grad():
+            played = agent.run(behaviour, task, args.episodes, generator=gen)
+        # 2. learner: replay the same actions under the current policy, correct with V-trace
+        learner = agent.run(agent.policy, task, args.episodes, actions=played.actions)
+        vs, adv = vtrace(played.log_prob, learner.log_prob.detach(), learner.value.detach(), played.reward,
+                         args.rho_bar, args.c_bar)
+        loss = (-(adv * learner.log_prob).mean() + args.value_coef * ((vs - learner.value) ** 2).mean()
+                - args.entropy_coef * learner.entropy.mean())
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.policy.parameters(), args.max_grad_norm)
+        opt.step()
+        if (k + 1) % args.sync_every == 0:
+            behaviour.load_state_dict(agent.policy.state_dict())
+        history.append({"update": k, "mean_reward": float(played.reward.mean()),
+                        "feasible": float((played.reward >= 0).float().mean())})
+        # 3. online refit on measured shards
+        if store and (k + 1) % args.refit_every == 0:
+            g = args.ngpu[((k + 1) // args.refit_every - 1) % len(args.ngpu)]
+            agent.cost = refit_cost_online(agent, store, compute_samples, g, args, seed=args.seed + k)
+    agent.history_ = history
+    agent.provenance_ = policy_provenance(agent.cost, args)
+    return agent
+
+
+def vtrace(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, values: torch.Tensor,
+           reward: torch.Tensor, rho_bar: float = 1.0, c_bar: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets v_s (B, T) and policy-gradient advantages (B, T) for episodes whose only
+    reward is the final one (discount 1, value after the last step 0). Inputs: log-probs of the
+    taken actions under the behaviour and target policies (B, T), values (B, T), rewards (B,)."""
+    with torch.no_grad():
+        ratio = torch.exp(target_logp - behaviour_logp)
+        rho, c = ratio.clamp(max=rho_bar), ratio.clamp(max=c_bar)
+        b, t_count = values.shape
+        rewards = torch.zeros(b, t_count)
+        rewards[:, -1] = reward
+        next_values = torch.cat([values[:, 1:], torch.zeros(b, 1)], dim=1)
+        delta = rho * (rewards + next_values - values)             # importance-weighted TD errors
+        correction = torch.zeros(b, t_count)
+        acc = torch.zeros(b)
+        for t in reversed(range(t_count)):                         # v_s - V(x_s), backwards in time
+            acc = delta[:, t] + c[:, t] * acc
+            correction[:, t] = acc
+        vs = values + correction
+        next_vs = torch.cat([vs[:, 1:], torch.zeros(b, 1)], dim=1)
+        advantage = rho * (rewards + next_vs - values)
+    return vs, advantage
+
+
+def refit_cost_online(agent: AutoShardAgent, store: str, compute_samples: Sequence[Any], ngpu: int,
+                      args: AutoShardArgs, seed: int) -> AutoShardCompute:
+    """Measure ``args.measure_plans`` more greedy policy plans on ``ngpu`` devices (evaluator)
+    and refit the cost model on the compute samples plus every measured device shard of every
+    plan in the store, whatever its G (the replay buffer). The campaign is keyed by
+    ``args.seed`` (the same for a whole run, so each call adds exactly ``measure_plans``);
+    ``seed`` seeds the refit."""
+    prefix = plan_prefix(ngpu, args.profile, seed=args.seed)
+    with SampleStore(store) as s:
+        have = sum(k.startswith(prefix) for k in s.keys(f"plan:{ngpu}"))
+    run_plan_campaign(store, have + args.measure_plans, ngpu, args.profile, ntables=args.ntables, seed=args.seed,
+                      plan_for=lambda task, i: agent.plan(task, i), progress=False)
+    with SampleStore(store) as s:
+        plans = as_plan_records(p for kind in s.kinds() if kind.startswith("plan:") for p in s.samples(kind))
+    shards = [ComputeRecord(f"{p.key}:dev{d}", tables, fw, bw, fw + bw, p.profile)
+              for p in plans for d, (tables, fw, bw) in enumerate(zip(p.devices, p.fw_compute_ms, p.bw_compute_ms))
+              if tables]
+    epochs = agent.cost.epochs if args.cost_epochs is None else args.cost_epochs
+    return AutoShardCompute(epochs=epochs, seed=seed).fit(as_compute_records(compute_samples) + shards)

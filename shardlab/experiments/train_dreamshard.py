@@ -1,0 +1,140 @@
+"""DreamShard's training loop (ALGORITHMS.md section 5), top to bottom, CleanRL style.
+
+Networks, agent and episode: :mod:`shardlab.search.dreamshard`. Every knob is a field of
+:class:`DreamShardArgs`. Per iteration:
+
+1. *Measure* ``measure_per_iteration`` plans of the current policy on this machine, through the
+   evaluator, into the store (kind ``plan:<G>``), spread over the device counts ``ngpu``.
+2. *Refit* the cost network on every measured plan (store + ``initial_plans``) and the compute
+   samples: the estimated MDP follows what the hardware said.
+3. *REINFORCE* on the estimated MDP (:func:`reinforce`): ``updates_per_iteration`` updates, each
+   ``episodes`` episodes of one training task; reward = minus the predicted plan cost, standardised
+   per batch; entropy bonus; Adam with the learning rate decayed linearly to 0.
+
+Same seed -> same policy, up to the measured costs (real timings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from shardlab import constants as C
+from shardlab.costmodel.dreamshard import DreamShardCost
+from shardlab.costmodel.neural_base import seeded
+from shardlab.data.samples import as_compute_records, as_plan_records
+from shardlab.data.tasks import generate_task
+from shardlab.errors import ShardlabError
+from shardlab.experiments.plan_campaign import run_plan_campaign
+from shardlab.experiments.policy_provenance import policy_provenance
+from shardlab.profile.hardware import HardwareProfile
+from shardlab.profile.store import SampleStore
+from shardlab.search.dreamshard import DreamShardAgent
+from shardlab.tables import Task
+
+
+@dataclass(frozen=True)
+class DreamShardArgs:
+    """DreamShard's training configuration (one place for every knob)."""
+
+    iterations: int = 10
+    """Outer iterations (measure, refit, REINFORCE)."""
+    measure_per_iteration: int = 4
+    """Plans of the current policy measured per iteration (plans, over all device counts)."""
+    updates_per_iteration: int = 50
+    """REINFORCE updates per iteration (policy-gradient steps)."""
+    episodes: int = 16
+    """Episodes per update, all on one training task (batch size, episodes)."""
+    lr: float = 5e-4
+    """Adam learning rate at the start of each iteration, decayed linearly to 0 (unitless)."""
+    entropy_coef: float = 1e-3
+    """Weight of the entropy bonus in the loss (unitless)."""
+    ngpu: tuple[int, ...] = (4,)
+    """Device counts G of the training tasks and measured plans (one policy serves them all)."""
+    ntables: tuple[int, int] = (10, 60)
+    """Tables per training task and measured plan: inclusive range (tables)."""
+    tasks_per_iteration: int = 8
+    """Training tasks drawn per iteration, cycled by the updates (tasks)."""
+    cost_epochs: int = 100
+    """Epochs of each cost-network refit (epochs)."""
+    profile: str | HardwareProfile = "cpu"
+    """Hardware profile the plans are measured with (name or profile)."""
+    seed: int = 0
+    """Seed of tasks, sampling, networks and the measured-plan campaign."""
+    progress: bool = True
+    """Show a progress bar over the updates."""
+
+    def __post_init__(self) -> None:
+        gpus = (self.ngpu,) if np.isscalar(self.ngpu) else tuple(self.ngpu)
+        object.__setattr__(self, "ngpu", tuple(int(g) for g in gpus))
+        object.__setattr__(self, "ntables", tuple(int(n) for n in self.ntables))
+        for name in ("iterations", "measure_per_iteration", "updates_per_iteration", "episodes",
+                     "tasks_per_iteration", "cost_epochs"):
+            if int(getattr(self, name)) < (0 if name == "measure_per_iteration" else 1):
+                raise ShardlabError(f"DreamShardArgs: field '{name}' must be positive, got {getattr(self, name)!r}")
+        if not self.ngpu or min(self.ngpu) < 1:
+            raise ShardlabError(f"DreamShardArgs: field 'ngpu' must be device counts >= 1, got {self.ngpu!r}")
+        if len(self.ntables) != 2 or not 1 <= self.ntables[0] <= self.ntables[1]:
+            raise ShardlabError(f"DreamShardArgs: field 'ntables' must be (low, high) with 1 <= low <= high, "
+                                f"got {self.ntables!r}")
+
+
+def train_dreamshard(args: DreamShardArgs, store: str, cost: DreamShardCost,
+                     compute_samples: Sequence[Any] = (), initial_plans: Sequence[Any] = ()) -> DreamShardAgent:
+    """Train a DreamShard policy against ``cost`` (a fitted cost network); measured plans go to
+    the sample store ``store``; ``compute_samples`` also supervise every refit's compute heads."""
+    agent = DreamShardAgent(cost, seed=args.seed)
+    compute = as_compute_records(compute_samples)
+    rng = np.random.default_rng(args.seed)
+    batch = cost.profile_.get("batch_size", C.DEFAULT_BATCH_SIZE)
+    history = []
+    bar = tqdm(total=args.iterations * args.updates_per_iteration, desc="dreamshard REINFORCE",
+               disable=not args.progress)
+    for it in range(args.iterations):
+        # 1. measure: this iteration's share of the policy's plans for each G, on the hardware
+        for k, g in enumerate(args.ngpu):
+            done = len(range(k, (it + 1) * args.measure_per_iteration, len(args.ngpu)))
+            run_plan_campaign(store, done, g, args.profile, ntables=args.ntables, seed=args.seed + 1000,
+                              plan_for=lambda task, i: agent.plan(task, i), progress=False)
+        # 2. refit the cost network on every measured plan so far
+        with SampleStore(store) as s:
+            plans = as_plan_records(list(initial_plans) + [p for k in s.kinds() if k.startswith("plan:")
+                                                           for p in s.samples(k)])
+        agent.cost = DreamShardCost(epochs=args.cost_epochs, seed=args.seed + it).fit(plans + compute)
+        # 3. REINFORCE on the estimated MDP, on fresh training tasks
+        tasks = [generate_task(ntables=int(rng.integers(args.ntables[0], args.ntables[1] + 1)),
+                               ngpu=args.ngpu[j % len(args.ngpu)], batch_size=batch,
+                               seed=int(rng.integers(2**31)), split="train") for j in range(args.tasks_per_iteration)]
+        curve = reinforce(agent, tasks, args, seed=args.seed + it, progress=bar)
+        history.append({"iteration": it, "measured_plans": len(plans), "mean_predicted_cost_ms": curve})
+    bar.close()
+    agent.history_ = history
+    agent.provenance_ = policy_provenance(agent.cost, args)
+    return agent
+
+
+def reinforce(agent: DreamShardAgent, tasks: Sequence[Task], args: DreamShardArgs, seed: int = 0,
+              progress: Any = None) -> list[float]:
+    """``args.updates_per_iteration`` REINFORCE updates of ``agent.policy`` on the estimated MDP,
+    cycling over ``tasks``; returns the mean predicted plan cost (ms) of each update's episodes."""
+    gen = seeded(seed)
+    opt = torch.optim.Adam(agent.policy.parameters(), lr=args.lr)
+    updates = args.updates_per_iteration
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 - k / max(updates, 1))
+    curve = []
+    for k in range(updates):
+        ep = agent.rollout(tasks[k % len(tasks)], args.episodes, generator=gen)
+        adv = (ep.reward - ep.reward.mean()) / (ep.reward.std() + 1e-8)       # standardised per batch
+        loss = -(adv.float() * ep.log_prob.sum(1)).mean() - args.entropy_coef * ep.entropy.sum(1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        curve.append(float(ep.cost_ms.mean()))
+        if progress is not None:
+            progress.update(1)
+    return curve

@@ -1,0 +1,128 @@
+"""The placement episode both RL sharders play (DreamShard and AutoShard, ALGORITHMS.md 5-6).
+
+An episode places a task's T tables one at a time, in an order the agent chooses (both seeds:
+largest predicted single-table cost first), each on one of the G devices; B episodes run side by
+side as a batch. :func:`play_episodes` holds the part the two methods share -- the state
+(one-hot placements, memory used), the memory mask, sampling or replaying an action, and the
+log-probabilities and entropies a policy gradient needs -- and asks the method only for its
+logits (``step``) and its end-of-episode reward (``finish``). Both methods return
+:class:`Episodes`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from shardlab.errors import InfeasibleError
+from shardlab.tables import Task
+
+
+@dataclass
+class PlacementState:
+    """Where B episodes stand before step ``t``.
+
+    ``assign`` (B, G, T): 1 where table step s went to device g (s < t); ``mem`` (B, G): bytes
+    used per device (float64); ``need`` (T,): bytes of each step's table; ``sums[name]``
+    (B, G, k): per-device sums of the rows given to :func:`play_episodes` as ``accumulate``.
+    The tensors are replaced, not written in place, at every step (autograd may hold the old ones).
+    """
+
+    t: int
+    assign: torch.Tensor
+    mem: torch.Tensor
+    need: torch.Tensor
+    cap_bytes: float
+    sums: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def fits(self) -> torch.Tensor:
+        """(B, G) True where step ``t``'s table fits under the memory cap."""
+        return self.mem + self.need[self.t] <= self.cap_bytes
+
+
+@dataclass
+class Episodes:
+    """B episodes on one task. Per step t (the agent's placement order, ``order[t]`` is the
+    task's table index): ``actions`` (B, T) device chosen, ``log_prob`` and ``entropy`` (B, T) of
+    the policy at that step, ``value`` (B, T) its value estimate (None if it has no critic).
+    ``reward`` (B,): the final (only) reward; ``cost_ms`` (B,): the cost model's predicted plan
+    cost (ms) where the method has one, else None."""
+
+    order: list[int]
+    actions: torch.Tensor
+    log_prob: torch.Tensor
+    entropy: torch.Tensor
+    value: torch.Tensor | None
+    reward: torch.Tensor
+    cost_ms: torch.Tensor | None = None
+
+    def devices(self) -> torch.Tensor:
+        """(B, T) device of each table in task order."""
+        out = torch.empty_like(self.actions)
+        out[:, torch.tensor(self.order)] = self.actions
+        return out
+
+
+#: ``step(state) -> (logits (B, G), value (B,) or None)``.
+StepFn = Callable[[PlacementState], "tuple[torch.Tensor, torch.Tensor | None]"]
+#: ``finish(state after the last step) -> (reward (B,), predicted cost ms (B,) or None)``.
+FinishFn = Callable[[PlacementState], "tuple[torch.Tensor, torch.Tensor | None]"]
+
+
+def play_episodes(task: Task, order: Sequence[int], n: int, step: StepFn, finish: FinishFn, *,
+                  mask: bool = True, greedy: bool = False, actions: torch.Tensor | None = None,
+                  generator: torch.Generator | None = None,
+                  accumulate: dict[str, torch.Tensor] | None = None) -> Episodes:
+    """Play ``n`` episodes placing ``task``'s tables in ``order``.
+
+    Each step: ``step(state)`` gives logits; with ``mask`` devices where the table does not fit
+    are excluded (a table that fits nowhere raises :class:`InfeasibleError`; without ``mask``
+    infeasible moves are allowed, for methods whose reward teaches the cap); the action is the
+    given ``actions[:, t]`` (replay, (n, T)), the arg-max (``greedy``), a draw from
+    ``generator`` (``torch.multinomial``) or, with no generator, ``Categorical.sample``.
+    ``accumulate``: named (T, k) rows added to the chosen device's ``state.sums[name]``."""
+    tables = [task.tables[i] for i in order]
+    g, t_count = task.ngpu, len(tables)
+    rows = dict(accumulate or {})
+    state = PlacementState(0, torch.zeros(n, g, t_count), torch.zeros(n, g, dtype=torch.float64),
+                           torch.tensor([task.table_bytes(t) for t in tables], dtype=torch.float64),
+                           float(task.mem_cap_bytes),
+                           {k: torch.zeros(n, g, r.shape[1], dtype=r.dtype) for k, r in rows.items()})
+    acts, logps, ents, vals = [], [], [], []
+    batch = torch.arange(n)
+    for t in range(t_count):
+        state.t = t
+        logits, value = step(state)
+        if mask:
+            fits = state.fits()
+            if not bool(fits.any(dim=1).all()):
+                raise InfeasibleError(f"task '{task.name}': table '{tables[t].name}' fits no device "
+                                      "in an RL placement episode", tables[t].name, 0.0)
+            logits = logits.masked_fill(~fits, float("-inf"))
+        dist = torch.distributions.Categorical(logits=logits)
+        if actions is not None:
+            a = actions[:, t]
+        elif greedy:
+            a = logits.argmax(dim=1)
+        elif generator is None:
+            a = dist.sample()
+        else:
+            a = torch.multinomial(dist.probs.detach(), 1, generator=generator).squeeze(1)
+        acts.append(a)
+        logps.append(dist.log_prob(a))
+        ents.append(dist.entropy())
+        if value is not None:
+            vals.append(value)
+        state.assign = state.assign.clone()
+        state.assign[batch, a, t] = 1.0
+        state.mem = state.mem.clone()
+        state.mem[batch, a] += state.need[t]
+        for k, r in rows.items():
+            state.sums[k] = state.sums[k].clone()
+            state.sums[k][batch, a] += r[t]
+    state.t = t_count
+    reward, cost_ms = finish(state)
+    return Episodes(list(order), torch.stack(acts, 1), torch.stack(logps, 1), torch.stack(ents, 1),
+                    torch.stack(vals, 1) if vals else None, reward, cost_ms)
