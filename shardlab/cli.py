@@ -139,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--batch-size", type=int, default=None, help="override the profile's batch size")
     c.add_argument("--repeats", type=int, default=None, help="override the profile's timed runs")
     c.add_argument("--warmup", type=int, default=None, help="override the profile's warm-up runs")
-    c.add_argument("--pool", default=C.DEFAULT_POOL)
+    c.add_argument("--pool", default=C.DEFAULT_POOL,
+                   help="table pool; 'broad' draws synthetic tables over rows 1e2..1e8, pooling 1..100 "
+                        "(one-hot and fixed multi-hot included), dims 4..256, skew 0..1.4, with column slices")
     c.add_argument("--split", default="train", choices=["train", "test", "all"])
     c.add_argument("--max-tables", type=int, default=15)
     c.add_argument("--mem-gb", type=float, default=4.0, help="memory cap of one sample's op, GB")
@@ -168,7 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--min-tables", type=int, default=10)
     c.add_argument("--max-tables", type=int, default=60)
     c.add_argument("--mem-gb", type=float, default=4.0, help="memory cap per device, GB")
-    c.add_argument("--pool", default=C.DEFAULT_POOL)
+    c.add_argument("--pool", default=C.DEFAULT_POOL,
+                   help="table pool; 'broad' draws synthetic tables over rows 1e2..1e8, pooling 1..100 "
+                        "(one-hot and fixed multi-hot included), dims 4..256, skew 0..1.4, with column slices")
     c.add_argument("--split", default="train", choices=["train", "test", "all"])
     c.add_argument("--profile", default="cpu")
     c.add_argument("--batch-size", type=int, default=None)

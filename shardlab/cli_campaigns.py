@@ -31,9 +31,15 @@ def cmd_profile_compute(args: argparse.Namespace) -> None:
     from shardlab.profile.store import SampleStore
 
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
-    added = run_compute_campaign(args.store, args.samples, prof, pool=args.pool, split=args.split,
-                                 max_tables=args.max_tables, mem_cap_gb=args.mem_gb,
-                                 workers=args.workers, seed=args.seed, progress=not args.no_progress)
+    if args.pool == "broad":
+        from shardlab.profile.broad_campaign import run_broad_campaign
+
+        added = run_broad_campaign(args.store, args.samples, prof, max_tables=args.max_tables, mem_cap_gb=args.mem_gb,
+                                   workers=args.workers, seed=args.seed, progress=not args.no_progress)
+    else:
+        added = run_compute_campaign(args.store, args.samples, prof, pool=args.pool, split=args.split,
+                                     max_tables=args.max_tables, mem_cap_gb=args.mem_gb,
+                                     workers=args.workers, seed=args.seed, progress=not args.no_progress)
     with SampleStore(args.store) as store:
         total = store.count("compute")
     emit(args, f"profile compute ({prof.name}): added {added} samples, {total} compute samples in "

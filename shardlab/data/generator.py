@@ -128,8 +128,12 @@ def generate_lookups(table: Table, batch_size: int, batch_index: int = 0
         raise ShardlabError(f"table '{table.name}': batch_size must be >= 1 and batch_index >= 0")
     rng = np.random.default_rng([table.index_seed, 0x5EED, 1, batch_index])
     mean, k = float(d["pooling"]), float(d["bag_k"])
-    lengths = rng.negative_binomial(k, k / (k + mean), size=batch_size) if mean > 0 \
-        else np.zeros(batch_size, dtype=np.int64)
+    if d.get("fixed"):      # every bag exactly round(pooling) long: one-hot (1) or fixed multi-hot
+        lengths = np.full(batch_size, int(round(mean)), dtype=np.int64)
+    elif mean > 0:
+        lengths = rng.negative_binomial(k, k / (k + mean), size=batch_size)
+    else:
+        lengths = np.zeros(batch_size, dtype=np.int64)
     offsets = np.zeros(batch_size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     ranks = _sample_ranks(rng, int(offsets[-1]), table.rows, float(d["alpha"]),
@@ -159,7 +163,9 @@ def table_from_params(name: str, params: Mapping[str, Any], dim: int, batch_size
     """Build a Table from generator parameters by generating one batch and measuring it.
 
     ``params``: ``rows`` (int) and the distribution keys ``alpha``, ``pooling`` (mean bag
-    length), ``bag_k`` and optionally ``q`` and ``hot`` (default 0: a plain Zipf law); other
+    length), ``bag_k`` and optionally ``q`` and ``hot`` (default 0: a plain Zipf law) and
+    ``fixed`` (true: every bag exactly ``round(pooling)`` long -- one-hot features and fixed-size
+    multi-hot ones such as MLPerf DLRM-DCNv2's; the default draws negative-binomial lengths); other
     keys such as ``model`` are ignored. Returns
     (table, stats): ``table.rows`` is the declared rows, ``pooling_factor`` the measured mean bag
     length of batch 0 (``batch_size`` samples) and ``reuse_bins`` its unique-row histogram;
@@ -170,6 +176,8 @@ def table_from_params(name: str, params: Mapping[str, Any], dim: int, batch_size
     dist = {"model": MODEL, "alpha": _sig(params["alpha"]), "q": _sig(params.get("q", 0.0)),
             "hot": _sig(params.get("hot", 0.0)), "pooling": _sig(params["pooling"]),
             "bag_k": _sig(params["bag_k"])}
+    if params.get("fixed"):
+        dist["fixed"] = 1
     probe = Table(name, int(params["rows"]), dim, 0.0, (0.0,) * C.N_REUSE_BINS, None,
                   int(index_seed), dist)
     idx, off = generate_lookups(probe, batch_size, 0)

@@ -55,7 +55,7 @@ def _measure(job: tuple[str, list[dict[str, Any]], dict[str, Any]]) -> tuple[str
     return key, sample.to_dict()
 
 
-def _run_jobs(store: SampleStore, kind: str, jobs: list[tuple[str, list[dict[str, Any]], dict[str, Any]]],
+def run_jobs(store: SampleStore, kind: str, jobs: list[tuple[str, list[dict[str, Any]], dict[str, Any]]],
               provenance: dict[str, Any], workers: int, desc: str, progress: bool,
               on_sample: Callable[[str, dict[str, Any]], None] | None = None) -> int:
     """Measure ``jobs`` (key, tables as dicts, profile as dict) with ``workers`` spawned
@@ -110,7 +110,7 @@ def run_compute_campaign(store_path: str, n_samples: int, profile: str | Hardwar
             chosen = compute_sample_tables(tables, i, seed, max_tables, mem, prof.weights_precision,
                                            prof.optimizer)
             jobs.append((key, [t.to_dict() for t in chosen], prof.to_dict()))
-        added = _run_jobs(store, "compute", jobs, provenance, workers, f"compute samples ({prof.name})",
+        added = run_jobs(store, "compute", jobs, provenance, workers, f"compute samples ({prof.name})",
                           progress, on_sample)
     return added
 
@@ -148,7 +148,7 @@ def run_single_table_costs(store_path: str, profile: str | HardwareProfile = "cp
                 if key not in done:
                     todo[key] = t
         jobs = [(key, [t], prof.to_dict()) for key, t in todo.items()]
-        return _run_jobs(store, "single", jobs, provenance, workers, f"single tables ({prof.name})", progress)
+        return run_jobs(store, "single", jobs, provenance, workers, f"single tables ({prof.name})", progress)
 
 
 def _key_order(key: str) -> tuple[str, int]:
