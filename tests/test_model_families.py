@@ -49,7 +49,8 @@ def test_set_fields_and_sources(name):
     names = [t["name"] for t in tables]
     assert len(set(names)) == len(names)
     for t in tables:
-        assert set(t) == {"name", "rows", "dim", "pooling_factor"}, t
+        assert set(t) - {"fixed_bags"} == {"name", "rows", "dim", "pooling_factor"}, t
+        assert t.get("fixed_bags", False) in (True, False)
         assert isinstance(t["rows"], int) and not isinstance(t["rows"], bool) and t["rows"] >= 1
         assert isinstance(t["dim"], int) and t["dim"] > 0 and t["dim"] % C.DIM_MULTIPLE == 0
         assert isinstance(t["pooling_factor"], (int, float)) and t["pooling_factor"] > 0
@@ -167,3 +168,20 @@ def test_heldout_tables_never_in_training_data():
             assert _key(t["rows"], t["dim"], t["pooling_factor"]) not in full, (name, t)
             # stricter: not even the same rows and pooling at another dim
             assert _key(t["rows"], 0, t["pooling_factor"]) not in loose, (name, t)
+
+
+def test_fixed_bags_are_replayed_exactly():
+    """One-hot tables get exactly one id per bag, MLPerf's multi-hot tables exactly their size,
+    and Taobao's click sequences (assumed mean 50) variable lengths."""
+    import numpy as np
+
+    from shardlab.data.generator import generate_lookups
+
+    mlperf = {t.name: t for t in family_tables("mlperf_dlrm_dcnv2_multihot", batch_size=256, max_rows=10_000)}
+    for t in mlperf.values():
+        lengths = np.diff(generate_lookups(t, 256)[1])
+        assert (lengths == round(t.pooling_factor)).all() and "every bag exactly" in t.source
+    taobao = family_tables("taobao_tzrec_din", batch_size=256, max_rows=10_000)
+    seq = [t for t in taobao if t.pooling_factor == 50]
+    assert seq and all(np.diff(generate_lookups(t, 256)[1]).std() > 0 for t in seq)
+    assert all((np.diff(generate_lookups(t, 256)[1]) == 1).all() for t in taobao if t.pooling_factor == 1)

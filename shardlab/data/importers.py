@@ -26,13 +26,14 @@ IMPORT_BAG_K = 1000.0
 
 
 def _with_assumed_bins(name: str, rows: int, dim: int, pooling: float, batch_size: int,
-                       alpha: float, seed: int, origin: str) -> Table:
+                       alpha: float, seed: int, origin: str, fixed: bool = False) -> Table:
     from shardlab.data.generator import table_from_params
 
     index_seed = zlib.crc32(f"{seed}:{name}".encode())
-    params = {"rows": rows, "alpha": alpha, "pooling": pooling, "bag_k": IMPORT_BAG_K}
+    params = {"rows": rows, "alpha": alpha, "pooling": pooling, "bag_k": IMPORT_BAG_K, "fixed": fixed}
     generated, _ = table_from_params(name, params, dim, batch_size, index_seed)
-    source = (f"{origin}; reuse bins measured on assumed Zipf({alpha:g}) lookups, batch "
+    bags = f"every bag exactly {round(pooling)} long" if fixed else "bag lengths near-Poisson"
+    source = (f"{origin}; reuse bins measured on assumed Zipf({alpha:g}) lookups ({bags}), batch "
               f"{batch_size}")
     return Table(name, rows, dim, pooling, generated.reuse_bins, source, index_seed,
                  generated.distribution)
@@ -42,7 +43,8 @@ def tables_from_records(records: Iterable[Mapping[str, Any]], batch_size: int = 
                         assume_zipf: float | None = None, seed: int = 0,
                         origin: str = "imported") -> list[Table]:
     """Tables from dicts with ``name``, ``rows``, ``dim``, ``pooling_factor`` and optionally
-    ``reuse_bins`` (17 fractions) and ``source``. Without bins, ``assume_zipf`` is required
+    ``reuse_bins`` (17 fractions), ``source`` and ``fixed_bags`` (true: every bag exactly
+    ``pooling_factor`` long -- one-hot or fixed multi-hot features; default near-Poisson lengths). Without bins, ``assume_zipf`` is required
     (module docstring); ``batch_size`` (samples) is the batch the bins are measured at."""
     out = []
     for i, rec in enumerate(records):
@@ -63,7 +65,7 @@ def tables_from_records(records: Iterable[Mapping[str, Any]], batch_size: int = 
                                 f"Zipf lookups)")
         probe = Table(name, rec["rows"], rec["dim"], pooling, (1.0,) + (0.0,) * (C.N_REUSE_BINS - 1))
         out.append(_with_assumed_bins(name, probe.rows, probe.dim, probe.pooling_factor, batch_size,
-                                      assume_zipf, seed, rec.get("source", origin)))
+                                      assume_zipf, seed, rec.get("source", origin), bool(rec.get("fixed_bags"))))
     return out
 
 

@@ -107,7 +107,7 @@ def _records(name: str, names: set[str] | None, max_rows: int | None) -> list[di
     for rec in data["tables"]:
         if names is not None and rec["name"] not in names:
             continue
-        rec = {k: rec[k] for k in ("name", "rows", "dim", "pooling_factor") if k in rec}
+        rec = {k: rec[k] for k in ("name", "rows", "dim", "pooling_factor", "fixed_bags") if k in rec}
         rec["source"] = origin
         if max_rows is not None and int(rec["rows"]) > max_rows:
             rec["source"] = f"{origin}; rows capped from {int(rec['rows'])} to {max_rows} (max_rows)"
