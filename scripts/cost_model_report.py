@@ -27,6 +27,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="cpu")
     ap.add_argument("--out", default="reports")
+    ap.add_argument("--heldout", default="cpu_heldout",
+                    help="measured plans on the held-out model families (datasets/<name>; skipped if absent)")
     args = ap.parse_args()
     compute = load_records("compute", dataset=args.dataset)
     singles = singles_index(load_records("single", dataset=args.dataset))
@@ -41,6 +43,9 @@ def main() -> int:
               "models": {n: {"source": b.source, "provenance": {k: b.provenance.get(k) for k in
                                                                 ("kind", "seed", "epochs", "data", "date", "git")}}
                          for n, b in bundles.items()}}
+    heldout = heldout_rows(bundles, args.heldout)
+    if heldout:
+        report["heldout_families"] = heldout
     out = Path(args.out)
     write_json_atomic(out / "cost_models.json", report)
     lines = [f"# Cost models: held-out accuracy on measured data (`datasets/{args.dataset}`)", "",
@@ -68,9 +73,56 @@ def main() -> int:
     for n, e in unseen.items():
         lines.append(f"| {n} | " + " | ".join(f"{e['by_tables'][b]['mape']:.3f}" if b in e["by_tables"] else "-"
                                               for b in bins) + " |")
+    lines += heldout_markdown(heldout, args.heldout)
     (out / "cost_models.md").write_text("\n".join(lines) + "\n")
     print(json.dumps({k: {n: round(e["mape"], 4) for n, e in v["models"].items()} for k, v in result.items()}))
     return 0
+
+
+def heldout_rows(bundles: dict, dataset: str) -> dict:
+    """Per bundle and held-out set: shard compute MAPE, plan-cost error, Spearman (measured
+    plans of datasets/<dataset>; {} when that dataset is absent)."""
+    from shardlab.data.pool import datasets_dir
+    from shardlab.experiments.heldout import KIND, heldout_errors, heldout_verdicts
+    from shardlab.profile.dataset import kind_file, load_measured
+
+    if not (datasets_dir() / dataset / kind_file(KIND)).exists():
+        return {}
+    samples = list(load_measured(KIND, dataset))
+    return {"models": {n: heldout_errors(samples, b) for n, b in bundles.items()},
+            "verdicts": heldout_verdicts(samples)}
+
+
+def heldout_markdown(heldout: dict, dataset: str) -> list[str]:
+    """The held-out families section of the markdown report."""
+    if not heldout:
+        return []
+    lines = ["", f"### Held-out model families (measured plans, `datasets/{dataset}`)", "",
+             "Tables from public model configs no training step saw (`datasets/heldout_models/`); every plan "
+             "measured in paired rounds (median). Shard: each device's fused fw+bw compute; plan: max over devices "
+             "of compute + comm, predicted with the bundle's comm model.", "",
+             "| model | set | plans | shard compute MAPE | plan-cost error median | p90 | Spearman (plans) |",
+             "|---|---|---|---|---|---|---|"]
+    for n, sets in heldout["models"].items():
+        for name, e in sets.items():
+            lines.append(f"| {n} | {name} | {e['plans']} | {e['shard_compute']['mape']:.3f} | "
+                         f"{e['plan_cost_error_median']:.3f} | {e['plan_cost_error_p90']:.3f} | "
+                         f"{e['plan_cost_spearman']:.3f} |")
+    lines += ["", "Measured paired verdicts on the same tasks (ratio = median over rounds of plan / reference; "
+              "verdicts need a 95% interval clear of 1): NeuroShard column-wise against its own table-wise plan, "
+              "and each NeuroShard variant against the best baseline (the cheapest heuristic, measured).", "",
+              "| set | task | tables x GPUs | neuroshard vs neuroshard_tw | splits? | neuroshard_tw vs best | "
+              "neuroshard vs best |", "|---|---|---|---|---|---|---|"]
+
+    def cell(c):
+        return "-" if not c else f"{c['ratio']:.3f} {c['verdict'] or '(no interval)'}"
+
+    for r in heldout["verdicts"]["tasks"]:
+        vs = r["vs_best_baseline"]
+        lines.append(f"| {r['set']} | {r['index']} | {r['tables']} x {r['ngpu']} | {cell(r['cw_vs_tw'])} | "
+                     f"{'yes' if (r['cw_vs_tw'] or {}).get('splits') else 'no'} | {cell(vs.get('neuroshard_tw'))} | "
+                     f"{cell(vs.get('neuroshard'))} |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from shardlab import constants as C
 from shardlab.cli_campaigns import (emit, cmd_profile_comm, cmd_profile_compute, cmd_profile_plans,
@@ -69,6 +69,13 @@ def cmd_shard(args: argparse.Namespace) -> None:
     if args.model is not None and "model" not in sharder_options(args.method):
         raise ShardlabError(f"shard: field 'model' does not apply to method '{args.method}' (it uses no cost model)")
     sharder = get_sharder(args.method, **({} if args.model is None else {"model": args.model}))
+    if args.verify:
+        from shardlab.evaluate import MeasuredEvaluator
+        from shardlab.experiments.verify import VerifiedSharder
+
+        evaluator = MeasuredEvaluator(args.profile or "cpu", rounds=args.rounds or 5, seed=args.seed,
+                                      progress=not args.json)
+        sharder = VerifiedSharder(sharder, evaluator, args.verify)
     plan = run_sharder(sharder, task, args.seed)
     if args.out:
         save_plan(plan, args.out)
@@ -76,8 +83,18 @@ def cmd_shard(args: argparse.Namespace) -> None:
     where = f" -> {args.out}" if args.out else ""
     emit(args, f"plan {plan.method} for {task.name}: {len(plan.placements)} blocks on {plan.ngpu} GPUs, "
                 f"max memory {max(l.mem_gb for l in loads):.2f}/{task.mem_cap_gb:g} GB, dim-sum max/mean "
-                f"{imbalance([l.dim_sum for l in loads]):.3f}, {plan.search_seconds:.3f} s{where}",
+                f"{imbalance([l.dim_sum for l in loads]):.3f}, {plan.search_seconds:.3f} s{_verified(plan)}{where}",
           plan.to_dict())
+
+
+def _verified(plan: Any) -> str:
+    """', measured best: model#2 (faster than heuristic:lookup_greedy, ratio 0.93)' or ''."""
+    v = plan.metadata.get("verification")
+    if not v:
+        return ""
+    h = v["vs_heuristic"]
+    return (f", measured best of {len(v['plans'])}: {v['chosen']} ({h['verdict'] or 'no interval'} vs "
+            f"{h['reference']}, ratio {h['ratio']:.3f})")
 
 
 def cmd_export_torchrec(args: argparse.Namespace) -> None:
@@ -125,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task", help="Task JSON file")
     p.add_argument("--method", required=True, choices=sharder_names())
     p.add_argument("--model", default=None, help="cost model (shipped name or manifest path) for model-based methods")
+    p.add_argument("--verify", type=int, default=None, metavar="K",
+                   help="measure the model's K best plans and the best heuristic plan in paired rounds and "
+                        "return the measured best (verdicts in the plan's metadata)")
+    p.add_argument("--rounds", type=int, default=None, help="paired measurement rounds with --verify (default 5)")
+    p.add_argument("--profile", default=None, help="hardware profile that measures with --verify (default cpu)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="where to write the Plan JSON")
     p.add_argument("--json", action="store_true", help="print the Plan JSON to stdout")

@@ -33,6 +33,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_delay_ms": (lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0"),
     "assume_zipf": (lambda v: math.isfinite(v) and v > 0, "must be a finite Zipf exponent > 0"),
     "epochs": (lambda v: v >= 1, "must be >= 1"),
+    "verify": (lambda v: 1 <= v <= 20, "must be in [1, 20] (candidate plans measured)"),
     "iterations": (lambda v: v >= 1, "must be >= 1"),
     "updates": (lambda v: v >= 1, "must be >= 1"),
     "measure": (lambda v: v >= 0, "must be >= 0"),          # train: plans measured per iteration
@@ -67,6 +68,10 @@ def check_args(args: argparse.Namespace) -> None:
         for dest in MEASURE_ONLY:
             if getattr(args, dest, None) not in (None, False):
                 raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --measure")
+    if verb == "shard" and not getattr(args, "verify", None):
+        for dest in ("rounds", "profile"):
+            if getattr(args, dest, None) is not None:
+                raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --verify")
     if verb == "export-torchrec" and not MODULE_PATH.fullmatch(args.module or ""):
         raise ShardlabError(f"option '--module' = {args.module!r} must be a dotted module path like 'sparse.ebc'")
     if getattr(args, "min_tables", None) and getattr(args, "max_tables", None) and args.min_tables > args.max_tables:

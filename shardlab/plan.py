@@ -8,7 +8,7 @@ every table's rows x dim covered exactly once, devices in range, memory under th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from shardlab import constants as C
@@ -55,6 +55,8 @@ class Plan:
     """A sharding plan for task ``task`` (its name) over ``ngpu`` devices.
 
     ``method`` names the sharder, ``seed`` its seed and ``search_seconds`` its wall time (s).
+    ``metadata``: optional JSON-ready facts about how the plan was chosen (e.g. a verification's
+    measured verdicts); it does not take part in equality.
     """
 
     task: str
@@ -63,6 +65,7 @@ class Plan:
     placements: tuple[Placement, ...]
     seed: int = 0
     search_seconds: float | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         owner = f"plan '{self.method}' for task '{self.task}'"
@@ -79,6 +82,9 @@ class Plan:
                 raise ShardlabError(f"{owner}: table '{p.table}': field 'device' = {p.device} "
                                     f"must be in [0, {self.ngpu})")
         object.__setattr__(self, "placements", placements)
+        if not isinstance(self.metadata, Mapping):
+            raise field_error(owner, "metadata", self.metadata, "must be a mapping")
+        object.__setattr__(self, "metadata", dict(self.metadata))
 
     @classmethod
     def table_wise(cls, task: Task, devices: Sequence[int], method: str, seed: int = 0,
@@ -92,16 +98,19 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as Plan JSON."""
-        return {"task": self.task, "method": self.method, "ngpu": self.ngpu, "seed": self.seed,
-                "search_seconds": self.search_seconds,
-                "placements": [p.to_dict() for p in self.placements]}
+        out = {"task": self.task, "method": self.method, "ngpu": self.ngpu, "seed": self.seed,
+               "search_seconds": self.search_seconds,
+               "placements": [p.to_dict() for p in self.placements]}
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
         """Parse Plan JSON; raises naming the missing, unknown or bad field (top level and
         placements accept only the fields :meth:`to_dict` writes)."""
         owner = check_fields(data, "plan", "method", ("task", "method", "ngpu", "placements"),
-                             ("task", "method", "ngpu", "seed", "search_seconds", "placements"))
+                             ("task", "method", "ngpu", "seed", "search_seconds", "placements", "metadata"))
         if not isinstance(data["placements"], list):
             raise field_error(owner, "placements", data["placements"], "must be a list")
         placements = []
@@ -112,7 +121,7 @@ class Plan:
             placements.append(Placement(p["table"], p["col_offset"], p["cols"], p["row_offset"],
                                         p["rows"], p["device"]))
         return cls(data["task"], data["method"], data["ngpu"], tuple(placements),
-                   data.get("seed", 0), data.get("search_seconds"))
+                   data.get("seed", 0), data.get("search_seconds"), data.get("metadata") or {})
 
 
 def device_memory_bytes(task: Task, plan: Plan) -> list[int]:

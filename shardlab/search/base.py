@@ -7,7 +7,7 @@ the same task and seed always give the same plan. Register a new one with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import time
 from typing import Any, Callable, ClassVar, Protocol, Sequence, runtime_checkable
@@ -50,6 +50,16 @@ class Registration:
         import importlib
 
         return getattr(importlib.import_module(self.module), self.attr)
+
+
+@runtime_checkable
+class CandidateSharder(Sharder, Protocol):
+    """A model-based sharder that can also return its ``k`` best distinct plans under its own
+    cost model, best first (what verification measures)."""
+
+    def candidates(self, task: Task, seed: int = 0, k: int = 3) -> list[Plan]:
+        """Up to ``k`` distinct memory-feasible plans, by predicted cost ascending."""
+        ...
 
 
 _REGISTRY: dict[str, Registration] = {}
@@ -133,8 +143,7 @@ def run_sharder(sharder: Sharder, task: Task, seed: int = 0) -> Plan:
     check_search_gpus(task)
     start = time.perf_counter()
     plan = sharder.shard(task, seed)
-    elapsed = time.perf_counter() - start
-    plan = Plan(plan.task, plan.method, plan.ngpu, plan.placements, plan.seed, elapsed)
+    plan = replace(plan, search_seconds=time.perf_counter() - start)
     validate_plan(task, plan)
     return plan
 

@@ -209,6 +209,25 @@ class NeuroShardSharder:
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
         """Search a plan (deterministic: the seed is recorded, nothing here is random)."""
+        best, best_blocks, _ = self._search(task)
+        return self._plan(task, best_blocks, best[0], seed)
+
+    def candidates(self, task: Task, seed: int = 0, k: int = 3) -> list[Plan]:
+        """The ``k`` best distinct plans this search evaluated under its cost model (the
+        table-wise plan and every beam state), by simulated cost ascending; the first is
+        :meth:`shard`'s plan up to ties."""
+        _, _, evaluated = self._search(task)
+        out: dict[tuple, Plan] = {}
+        for _, blocks, devices in sorted(evaluated, key=lambda e: e[0]):
+            plan = self._plan(task, blocks, devices, seed)
+            out.setdefault(tuple(sorted((p.table, p.col_offset, p.cols, p.device) for p in plan.placements)), plan)
+            if len(out) == k:
+                break
+        return list(out.values())
+
+    def _search(self, task: Task) -> tuple[tuple[list[int], Simulated], tuple[Block, ...],
+                                           list[tuple[float, tuple[Block, ...], list[int]]]]:
+        """(best (devices, simulated), its blocks, every evaluated (cost ms, blocks, devices))."""
         if self.column_wise:
             check_search_gpus(task, C.MAX_NEUROSHARD_GPUS, "column-wise neuroshard")
         task.check_feasible(column_wise=self.column_wise)
@@ -217,6 +236,7 @@ class NeuroShardSharder:
         blocks = whole_blocks(task)
         best = self.table_wise(task, blocks, coster, comm)
         best_blocks = blocks
+        evaluated = [] if best is None else [(best[1].cost_ms, blocks, best[0])]
         if self.column_wise:
             beam = [(best[1].cost_ms if best else float("inf"), blocks)]
             seen = {self._key(blocks)}
@@ -232,6 +252,7 @@ class NeuroShardSharder:
                         got = self.table_wise(task, nxt, coster, comm)
                         if got is not None:
                             scored.append((got[1].cost_ms, nxt, got))
+                            evaluated.append((got[1].cost_ms, nxt, got[0]))
                 if not scored:
                     break
                 scored.sort(key=lambda x: x[0])
@@ -240,7 +261,7 @@ class NeuroShardSharder:
                     best, best_blocks = scored[0][2], scored[0][1]
         if best is None:
             raise InfeasibleError(f"task '{task.name}': neuroshard found no memory-feasible plan", "", 0.0)
-        return self._plan(task, best_blocks, best[0], seed)
+        return best, best_blocks, evaluated
 
     @staticmethod
     def _key(blocks: tuple[Block, ...]) -> tuple:

@@ -1,0 +1,143 @@
+"""Cost models judged on held-out model families (issue 14, must-show 2).
+
+:func:`measure_heldout` builds tasks from the public table sets of
+:mod:`shardlab.data.model_families` (tables no training step saw), shards each with several
+methods, and measures all of a task's plans together in paired, interleaved rounds
+(:class:`~shardlab.evaluate.MeasuredEvaluator`); one crash-safe sample per task (kind
+``heldout_plan``, key ``heldout_plan:<profile>:<set>:<i>``) holds the task, the plans and their
+measured Evaluations, so a rerun resumes and the measurements are kept whatever model comes
+next. :func:`heldout_errors` then judges any cost-model bundle against those measurements, per
+set: shard compute MAPE (each device's fused fw+bw compute, measured median over rounds, against
+the model's prediction for that device's tables), plan-cost error (|predicted - measured| /
+measured, median and p90 over plans) and Spearman's rank correlation of predicted and measured
+plan costs. Nothing here trains: the sets stay held out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from shardlab import constants as C
+from shardlab.costmodel.metrics import errors, spearman
+from shardlab.data.model_families import FAMILY_SETS, family_set, family_task
+from shardlab.errors import ShardlabError
+from shardlab.evaluate import Evaluation, MeasuredEvaluator, device_tables, estimate_plan
+from shardlab.plan import Plan
+from shardlab.profile.hardware import HardwareProfile, get_profile
+from shardlab.profile.provenance import environment
+from shardlab.profile.store import SampleStore
+from shardlab.search import get_sharder, run_sharder
+from shardlab.tables import Task
+
+KIND = "heldout_plan"
+
+#: Methods whose plans are measured on every held-out task (model-based ones use ``model``).
+METHODS = C.HEURISTIC_METHODS + ("neuroshard_tw", "neuroshard")
+
+
+def heldout_tasks(set_name: str, n: int, ngpu: int, batch_size: int, mem_cap_gb: float,
+                  max_rows: int) -> list[Task]:
+    """``n`` tasks over set ``set_name``: task i takes all its tables (i = 0) or a seeded sample
+    of about (2/3, 1/2, ...) of them; rows capped at ``max_rows`` (recorded in each table)."""
+    total = len(family_set(set_name)["tables"])
+    out = []
+    for i in range(n):
+        size = total if i == 0 else max(min(total, ngpu + 1), int(round(total * (2 / (i + 2)))))
+        out.append(family_task(set_name, ngpu, mem_cap_gb, batch_size, ntables=size, seed=i, max_rows=max_rows))
+    return out
+
+
+def measure_heldout(store_path: str, sets: Sequence[str] = FAMILY_SETS, tasks_per_set: int = 3, ngpu: int = 4,
+                    profile: str | HardwareProfile = "cpu", rounds: int = 3, mem_cap_gb: float = 4.0,
+                    max_rows: int = 2_000_000, methods: Sequence[str] = METHODS, model: str = "neuroshard",
+                    seed: int = 0, progress: bool = True) -> int:
+    """Measure the plans of every held-out task not yet in the store; returns how many tasks
+    were added. ``model``: the bundle model-based sharders search with."""
+    prof = get_profile(profile)
+    if rounds < 3:
+        raise ShardlabError(f"heldout: field 'rounds' = {rounds} must be >= 3 (intervals need 3 rounds)")
+    provenance = {**environment(prof.device), "profile": prof.to_dict(),
+                  "campaign": {"kind": KIND, "sets": list(sets), "tasks_per_set": tasks_per_set, "ngpu": ngpu,
+                               "rounds": rounds, "mem_cap_gb": mem_cap_gb, "max_rows": max_rows,
+                               "methods": list(methods), "model": model, "seed": seed}}
+    jobs = [(s, i, t) for s in sets
+            for i, t in enumerate(heldout_tasks(s, tasks_per_set, ngpu, prof.batch_size, mem_cap_gb, max_rows))]
+    added = 0
+    with SampleStore(store_path) as store:
+        done = store.keys(KIND)
+        todo = [(s, i, t) for s, i, t in jobs if f"{KIND}:{prof.name}:{s}:{i}" not in done]
+        for s, i, task in tqdm(todo, desc=f"held-out tasks ({prof.name})", disable=not progress):
+            plans = {}
+            for m in methods:
+                config = {"model": model} if m.startswith("neuroshard") else {}
+                try:
+                    plans[m] = run_sharder(get_sharder(m, **config), task, seed)
+                except ShardlabError as e:           # infeasible for this method: recorded, not measured
+                    plans[m] = None
+                    print(f"held-out {s}:{i}: {m} skipped: {e}")
+            measured = {m: p for m, p in plans.items() if p is not None}
+            evs = MeasuredEvaluator(prof, rounds=rounds, seed=seed, lower_bound=False,
+                                    progress=False).evaluate(task, measured)
+            payload = {"set": s, "index": i, "task": task.to_dict(),
+                       "plans": {m: p.to_dict() for m, p in measured.items()},
+                       "evaluations": {m: e.to_dict() for m, e in evs.items()},
+                       "skipped": [m for m, p in plans.items() if p is None]}
+            added += store.add(KIND, f"{KIND}:{prof.name}:{s}:{i}", payload, provenance)
+    return added
+
+
+def heldout_errors(samples: Iterable[Mapping[str, Any]], bundle: Any) -> dict[str, Any]:
+    """Per held-out set and over all: shard compute errors (fw+bw ms per device), plan-cost
+    errors and Spearman of plan costs, for cost-model ``bundle`` against the measured samples."""
+    by_set: dict[str, dict[str, list[float]]] = {}
+    for sample in samples:
+        task = Task.from_dict(sample["task"])
+        acc = by_set.setdefault(sample["set"], {"shard_pred": [], "shard_meas": [], "plan_pred": [],
+                                                "plan_meas": [], "plans": []})
+        for m, pd in sample["plans"].items():
+            plan, ev = Plan.from_dict(pd), Evaluation.from_dict(sample["evaluations"][m])
+            shards = device_tables(task, plan)
+            pred = np.asarray(bundle.compute.predict(shards)).sum(axis=1)
+            for shard, p, d in zip(shards, pred, ev.per_device):
+                if shard:
+                    acc["shard_pred"].append(float(p))
+                    acc["shard_meas"].append(d.fw_compute_ms + d.bw_compute_ms)
+            acc["plan_pred"].append(estimate_plan(task, plan, bundle, lower_bound=False).cost_ms)
+            acc["plan_meas"].append(ev.cost_ms)
+    out: dict[str, Any] = {}
+    for name, acc in list(by_set.items()) + [("all", {k: [x for a in by_set.values() for x in a[k]]
+                                                      for k in ("shard_pred", "shard_meas", "plan_pred", "plan_meas")})]:
+        pred, meas = np.array(acc["plan_pred"]), np.array(acc["plan_meas"])
+        rel = np.abs(pred - meas) / meas
+        out[name] = {"shards": len(acc["shard_meas"]), "plans": len(meas),
+                     "shard_compute": errors(acc["shard_pred"], acc["shard_meas"]),
+                     "plan_cost_error_median": float(np.median(rel)) if len(rel) else float("nan"),
+                     "plan_cost_error_p90": float(np.percentile(rel, 90)) if len(rel) else float("nan"),
+                     "plan_cost_spearman": spearman(pred, meas) if len(meas) >= 3 else float("nan")}
+    return out
+
+
+def heldout_verdicts(samples: Iterable[Mapping[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """Measured paired verdicts per held-out task: every method against the best baseline
+    (the cheapest heuristic plan, measured), and column-wise NeuroShard against its own
+    table-wise plan -- the check that splits are not chosen where they measure slower."""
+    from shardlab.evaluate import compare_to_reference
+
+    rows = []
+    for sample in samples:
+        evs = {m: Evaluation.from_dict(e) for m, e in sample["evaluations"].items()}
+        row = {"set": sample["set"], "index": sample["index"], "tables": len(sample["task"]["tables"]),
+               "ngpu": sample["task"]["ngpu"], "vs_best_baseline": {}, "cw_vs_tw": None}
+        for m, e in compare_to_reference(evs, None, seed).items():
+            c = e.comparison
+            row["vs_best_baseline"][m] = {"reference": c.reference, "ratio": c.ratio, "verdict": c.verdict}
+        if "neuroshard" in evs and "neuroshard_tw" in evs:
+            c = compare_to_reference(evs, "neuroshard_tw", seed)["neuroshard"].comparison
+            splits = any(p["cols"] < t["dim"] for p in sample["plans"]["neuroshard"]["placements"]
+                         for t in sample["task"]["tables"] if t["name"] == p["table"])
+            row["cw_vs_tw"] = {"ratio": c.ratio, "verdict": c.verdict, "splits": splits}
+        rows.append(row)
+    return {"tasks": rows}
