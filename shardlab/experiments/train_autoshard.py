@@ -32,9 +32,9 @@ from shardlab.costmodel.neural import AutoShardCompute
 from shardlab.costmodel.neural_base import seeded
 from shardlab.data.samples import ComputeRecord, as_compute_records, as_plan_records
 from shardlab.data.tasks import generate_task
-from shardlab.errors import ShardlabError
 from shardlab.experiments.plan_campaign import plan_prefix, run_plan_campaign
 from shardlab.experiments.policy_provenance import policy_provenance
+from shardlab.experiments.rl_args import check_rl_args
 from shardlab.profile.hardware import HardwareProfile
 from shardlab.profile.store import SampleStore
 from shardlab.search.autoshard import AutoShardAgent
@@ -82,17 +82,8 @@ class AutoShardArgs:
     """Show a progress bar over the updates."""
 
     def __post_init__(self) -> None:
-        gpus = (self.ngpu,) if np.isscalar(self.ngpu) else tuple(self.ngpu)
-        object.__setattr__(self, "ngpu", tuple(int(g) for g in gpus))
-        object.__setattr__(self, "ntables", tuple(int(n) for n in self.ntables))
-        for name in ("updates", "episodes", "n_tasks", "sync_every", "refit_every", "measure_plans"):
-            if int(getattr(self, name)) < 1:
-                raise ShardlabError(f"AutoShardArgs: field '{name}' must be positive, got {getattr(self, name)!r}")
-        if not self.ngpu or min(self.ngpu) < 1:
-            raise ShardlabError(f"AutoShardArgs: field 'ngpu' must be device counts >= 1, got {self.ngpu!r}")
-        if len(self.ntables) != 2 or not 1 <= self.ntables[0] <= self.ntables[1]:
-            raise ShardlabError(f"AutoShardArgs: field 'ntables' must be (low, high) with 1 <= low <= high, "
-                                f"got {self.ntables!r}")
+        check_rl_args(self, {"updates": 1, "episodes": 1, "n_tasks": 1, "sync_every": 1, "refit_every": 1,
+                            "measure_plans": 1})
 
 
 def train_autoshard(args: AutoShardArgs, cost: AutoShardCompute, compute_samples: Sequence[Any] = (),

@@ -28,9 +28,9 @@ from shardlab.costmodel.dreamshard import DreamShardCost
 from shardlab.costmodel.neural_base import seeded
 from shardlab.data.samples import as_compute_records, as_plan_records
 from shardlab.data.tasks import generate_task
-from shardlab.errors import ShardlabError
 from shardlab.experiments.plan_campaign import run_plan_campaign
 from shardlab.experiments.policy_provenance import policy_provenance
+from shardlab.experiments.rl_args import check_rl_args
 from shardlab.profile.hardware import HardwareProfile
 from shardlab.profile.store import SampleStore
 from shardlab.search.dreamshard import DreamShardAgent
@@ -69,18 +69,8 @@ class DreamShardArgs:
     """Show a progress bar over the updates."""
 
     def __post_init__(self) -> None:
-        gpus = (self.ngpu,) if np.isscalar(self.ngpu) else tuple(self.ngpu)
-        object.__setattr__(self, "ngpu", tuple(int(g) for g in gpus))
-        object.__setattr__(self, "ntables", tuple(int(n) for n in self.ntables))
-        for name in ("iterations", "measure_per_iteration", "updates_per_iteration", "episodes",
-                     "tasks_per_iteration", "cost_epochs"):
-            if int(getattr(self, name)) < (0 if name == "measure_per_iteration" else 1):
-                raise ShardlabError(f"DreamShardArgs: field '{name}' must be positive, got {getattr(self, name)!r}")
-        if not self.ngpu or min(self.ngpu) < 1:
-            raise ShardlabError(f"DreamShardArgs: field 'ngpu' must be device counts >= 1, got {self.ngpu!r}")
-        if len(self.ntables) != 2 or not 1 <= self.ntables[0] <= self.ntables[1]:
-            raise ShardlabError(f"DreamShardArgs: field 'ntables' must be (low, high) with 1 <= low <= high, "
-                                f"got {self.ntables!r}")
+        check_rl_args(self, {"iterations": 1, "measure_per_iteration": 0, "updates_per_iteration": 1, "episodes": 1,
+                            "tasks_per_iteration": 1, "cost_epochs": 1})
 
 
 def train_dreamshard(args: DreamShardArgs, store: str, cost: DreamShardCost,

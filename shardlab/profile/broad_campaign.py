@@ -22,7 +22,7 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.data.generator import table_from_params
 from shardlab.errors import ShardlabError
-from shardlab.profile.campaign import run_jobs
+from shardlab.profile.campaign import run_jobs, take_within
 from shardlab.profile.hardware import HardwareProfile, get_profile
 from shardlab.profile.provenance import environment
 from shardlab.profile.store import SampleStore
@@ -107,16 +107,9 @@ def broad_sample_tables(index: int, seed: int, space: BroadSpace, batch_size: in
     rng = np.random.default_rng([seed, index, 0xB40AD])
     want = int(rng.integers(1, max_tables + 1))
     split = rng.uniform() < space.split_share
-    chosen: list[Table] = []
-    used = 0
-    for j in range(4 * want):
-        t = broad_table(rng, f"broad-s{seed}-{index}-{j}", space, batch_size, precision, optimizer)
-        need = t.memory_bytes(precision, optimizer)
-        if used + need <= mem_bytes:
-            chosen.append(t)
-            used += need
-        if len(chosen) == want:
-            break
+    drawn = (broad_table(rng, f"broad-s{seed}-{index}-{j}", space, batch_size, precision, optimizer)
+             for j in range(4 * want))
+    chosen = take_within(drawn, want, mem_bytes, precision, optimizer)
     if split and chosen:
         for i in rng.permutation(len(chosen))[: int(rng.integers(1, min(3, len(chosen)) + 1))]:
             part = column_slice(chosen[int(i)], int(space.split_ways[int(rng.integers(len(space.split_ways)))]))

@@ -12,7 +12,7 @@ loses at most the samples in flight, and a rerun skips the keys already stored.
 from __future__ import annotations
 
 import multiprocessing as mp
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -33,11 +33,18 @@ def compute_sample_tables(tables: tuple[Table, ...], index: int, seed: int, max_
     added while the op's memory (bytes) stays within ``mem_bytes``. Deterministic."""
     rng = np.random.default_rng([seed, index, 0xC0])
     want = int(rng.integers(1, max_tables + 1))
+    drawn = (tables[int(i)].with_dim(int(dims[int(rng.integers(len(dims)))])) for i in rng.permutation(len(tables)))
+    return take_within(drawn, want, mem_bytes, precision, optimizer)
+
+
+def take_within(candidates: Iterable[Table], want: int, mem_bytes: int, precision: str,
+                optimizer: str) -> list[Table]:
+    """The first candidates, in order, whose memory (bytes, weights + optimizer state) keeps the
+    running total within ``mem_bytes``, until ``want`` are taken or the candidates run out.
+    Candidates are drawn lazily: a generator's random draws stop where the taking stops."""
     chosen: list[Table] = []
     used = 0
-    for i in rng.permutation(len(tables)):
-        t = tables[int(i)]
-        t = t.with_dim(int(dims[int(rng.integers(len(dims)))]))
+    for t in candidates:
         need = t.memory_bytes(precision, optimizer)
         if used + need <= mem_bytes:
             chosen.append(t)
