@@ -63,7 +63,9 @@ def test_the_measured_best_is_returned_with_its_verdicts(analytic, task):
     assert plan.method == "neuroshard+verify3" and v["chosen"] != "model#1"
     assert set(fake.seen[0]) == set(v["plans"]) and any(n.startswith("heuristic:") for n in v["plans"])
     costs = {n: e["cost_ms"] for n, e in v["plans"].items()}
-    assert costs[v["chosen"]] == min(costs.values())
+    assert costs[v["chosen"]] == min(costs.values())     # clear-cut here: 1.5x at 1% noise
+    ratios = {n: e["ratio_to_model_choice"] for n, e in v["plans"].items()}
+    assert ratios["model#1"] == 1.0 and ratios[v["chosen"]] == min(ratios.values())   # the paired choice
     assert v["vs_model_choice"]["verdict"] == "faster" and v["vs_model_choice"]["ratio"] < 1
     assert v["vs_heuristic"]["verdict"] in ("faster", "slower", "within noise")
     validate_plan(task, plan)

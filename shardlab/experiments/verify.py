@@ -9,7 +9,8 @@ where it is wrong, and nothing inside the search can notice. Measuring a handful
 ``k = 3``, 5 rounds is ~40 s) and can only pick a plan the measurement says is at least as fast;
 it pays when the model is off on the work at hand (held-out tables, a new machine) and is wasted
 when the model is calibrated there. The choice is deterministic for a given set of measurements:
-lowest median cost, ties to the model's ranking, then the heuristic.
+the lowest median per-round ratio to the model's first choice (paired rounds; without rounds,
+the lowest cost), ties to the model's ranking, then the heuristic.
 """
 
 from __future__ import annotations
@@ -47,8 +48,11 @@ def best_heuristic(task: Task, model: Any, seed: int = 0,
 
 
 def _entry(ev: Evaluation, predicted_rank: int | None) -> dict[str, Any]:
+    """One measured candidate: median and interval (ms), rounds, its paired ratio to the
+    model's first choice, and its rank under the model (None for the heuristic)."""
     return {"method": ev.method, "cost_ms": ev.cost_ms, "ci95_ms": list(ev.ci95_ms) if ev.ci95_ms else None,
-            "rounds": len(ev.rounds_ms or ()), "predicted_rank": predicted_rank}
+            "rounds": len(ev.rounds_ms or ()), "ratio_to_model_choice": ev.comparison.ratio if ev.comparison else None,
+            "predicted_rank": predicted_rank}
 
 
 def _verdict(evs: dict[str, Evaluation], reference: str, chosen: str, seed: int) -> dict[str, Any]:
@@ -88,9 +92,12 @@ class VerifiedSharder:
         plans = {f"model#{i + 1}": p for i, p in enumerate(candidates)}
         heur_name = f"heuristic:{heuristic.method}"
         plans[heur_name] = heuristic
-        evs = self.evaluator.evaluate(task, plans)
+        evs = compare_to_reference(self.evaluator.evaluate(task, plans), "model#1", seed)
         order = list(plans)
-        chosen = min(order, key=lambda n: (evs[n].cost_ms, order.index(n)))
+        # paired: each plan's median per-round ratio to the model's first choice (measured in the
+        # same rounds), so the choice agrees with the reported ratios; unpaired medians otherwise
+        chosen = min(order, key=lambda n: (evs[n].comparison.ratio if evs[n].rounds_ms else evs[n].cost_ms,
+                                           order.index(n)))
         metadata = {"verification": {
             "k": self.k, "source": evs[chosen].source, "chosen": chosen,
             "plans": {n: _entry(evs[n], order.index(n) + 1 if n.startswith("model#") else None) for n in order},
