@@ -9,6 +9,7 @@ Writes reports/search_benchmark.{json,md}. The runs are shardlab.experiments.ben
 summaries and words shardlab.report.benchmark{,_text} (also used by notebooks/benchmark.ipynb).
 
     .venv/bin/python scripts/bench_search.py [--tasks 5] [--measure [--rounds 3]] [--model neuroshard]
+        [--settings 4x10-60,4x50] [--families 1]
 """
 
 from __future__ import annotations
@@ -38,11 +39,20 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=ROUNDS, help="paired measurement rounds per task (>= 3: intervals)")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--out", default="reports")
+    ap.add_argument("--settings", default=None, help="comma-separated settings (default: 4x10-60,4x50,8x80)")
+    ap.add_argument("--families", type=int, default=0,
+                    help="also this many tasks per held-out model family (4 GPUs, rows capped at 2M)")
     args = ap.parse_args()
     prof = get_profile("cpu")
     model = load_bundle(args.model)
     methods = args.methods.split(",")
-    tasks = benchmark_tasks(SETTINGS, args.tasks, seed=0)
+    tasks = benchmark_tasks(SETTINGS if args.settings is None else args.settings.split(","), args.tasks, seed=0)
+    if args.families:   # held-out model families: tables no training step saw (datasets/heldout_models)
+        from shardlab.data.model_families import FAMILY_SETS
+        from shardlab.experiments.heldout import heldout_tasks
+
+        tasks += [(f"family:{name}", t) for name in FAMILY_SETS
+                  for t in heldout_tasks(name, args.families, 4, prof.batch_size, 4.0, 2_000_000)]
     rows = done(run_benchmark(tasks, methods, model, measure=args.measure, progress=False, rounds=args.rounds,
                               log=lambda line: print(line, flush=True)))
     keys = ["simulated_ms"] + (["measured_ms"] if args.measure else [])

@@ -36,8 +36,11 @@ def markdown_report(report: Mapping[str, Any], tasks_per_setting: int,
     neuroshard_search_seconds)."""
     prof, rounds = report["profile"], report.get("rounds")
     lines = ["# Search benchmark", "", f"{report['date']}; {report['environment']['hardware']}; profile cpu "
-             f"(batch {prof['batch_size']}); {tasks_per_setting} held-out tasks (pool test tables) per setting; "
-             "memory cap 4 GB.",
+             f"(batch {prof['batch_size']}); {tasks_per_setting} held-out tasks (pool test tables) per setting"
+             + ("; settings `family:<set>`: tasks of the held-out model families (datasets/heldout_models, tables no "
+                "training step saw; 4 GPUs; rows capped at 2M for this CPU)" if any(
+                    str(r.get("setting", "")).startswith("family:") for r in report.get("rows", ())) else "")
+             + "; memory cap 4 GB.",
              f"Simulated: every plan through one cost model ({report['judge']}; its lower bound is the model's, "
              "chunked by 15 tables). Measured: fused fbgemm ops per device in turn and gloo all-to-alls between G "
              "real ranks on this machine, waiting included, every plan of a task once per round in shuffled paired "

@@ -287,3 +287,5 @@ class NeuroShardSharder:
 
 register_sharder("neuroshard", NeuroShardSharder)
 register_sharder("neuroshard_tw", NeuroShardSharder, name="neuroshard_tw", column_wise=False)
+#: NeuroShard searching with the model retrained on the broad campaign (``datasets/cpu_broad``).
+register_sharder("neuroshard_broad", NeuroShardSharder, name="neuroshard_broad", model="neuroshard_broad")
