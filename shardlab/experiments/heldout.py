@@ -21,7 +21,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from shardlab import constants as C
-from shardlab.costmodel.metrics import errors, spearman
+from shardlab.costmodel.metrics import errors
 from shardlab.data.model_families import FAMILY_SETS, family_set, family_task
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import Evaluation, MeasuredEvaluator, device_tables, estimate_plan
@@ -110,13 +110,12 @@ def heldout_errors(samples: Iterable[Mapping[str, Any]], bundle: Any) -> dict[st
     out: dict[str, Any] = {}
     for name, acc in list(by_set.items()) + [("all", {k: [x for a in by_set.values() for x in a[k]]
                                                       for k in ("shard_pred", "shard_meas", "plan_pred", "plan_meas")})]:
-        pred, meas = np.array(acc["plan_pred"]), np.array(acc["plan_meas"])
-        rel = np.abs(pred - meas) / meas
-        out[name] = {"shards": len(acc["shard_meas"]), "plans": len(meas),
+        plans = errors(acc["plan_pred"], acc["plan_meas"]) if acc["plan_meas"] else {}
+        out[name] = {"shards": len(acc["shard_meas"]), "plans": len(acc["plan_meas"]),
                      "shard_compute": errors(acc["shard_pred"], acc["shard_meas"]),
-                     "plan_cost_error_median": float(np.median(rel)) if len(rel) else float("nan"),
-                     "plan_cost_error_p90": float(np.percentile(rel, 90)) if len(rel) else float("nan"),
-                     "plan_cost_spearman": spearman(pred, meas) if len(meas) >= 3 else float("nan")}
+                     "plan_cost_error_median": plans.get("median_ape", float("nan")),
+                     "plan_cost_error_p90": plans.get("p90_ape", float("nan")),
+                     "plan_cost_spearman": plans["spearman"] if len(acc["plan_meas"]) >= 3 else float("nan")}
     return out
 
 

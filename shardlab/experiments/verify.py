@@ -55,9 +55,9 @@ def _entry(ev: Evaluation, predicted_rank: int | None) -> dict[str, Any]:
             "predicted_rank": predicted_rank}
 
 
-def _verdict(evs: dict[str, Evaluation], reference: str, chosen: str, seed: int) -> dict[str, Any]:
-    c = compare_to_reference(evs, reference, seed)[chosen].comparison
-    return {"reference": reference, "ratio": c.ratio, "ratio_ci95": list(c.ratio_ci95) if c.ratio_ci95 else None,
+def _verdict(c: Any) -> dict[str, Any]:
+    """A :class:`~shardlab.evaluate.Comparison` as JSON."""
+    return {"reference": c.reference, "ratio": c.ratio, "ratio_ci95": list(c.ratio_ci95) if c.ratio_ci95 else None,
             "verdict": c.verdict}
 
 
@@ -101,6 +101,6 @@ class VerifiedSharder:
         metadata = {"verification": {
             "k": self.k, "source": evs[chosen].source, "chosen": chosen,
             "plans": {n: _entry(evs[n], order.index(n) + 1 if n.startswith("model#") else None) for n in order},
-            "vs_heuristic": _verdict(evs, heur_name, chosen, seed),
-            "vs_model_choice": _verdict(evs, "model#1", chosen, seed)}}
+            "vs_heuristic": _verdict(compare_to_reference(evs, heur_name, seed)[chosen].comparison),
+            "vs_model_choice": _verdict(evs[chosen].comparison)}}
         return replace(plans[chosen], method=self.name, metadata=metadata)
