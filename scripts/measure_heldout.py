@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shardlab.experiments.heldout import measure_heldout  # noqa: E402
+from shardlab.experiments.heldout import METHODS, measure_heldout  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.dataset import export_store  # noqa: E402
 
@@ -28,10 +28,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ngpu", type=int, default=4)
     ap.add_argument("--max-rows", type=int, default=2_000_000, help="row cap for this CPU (recorded per table)")
-    ap.add_argument("--model", default="neuroshard", help="bundle the model-based sharders search with")
+    ap.add_argument("--model", default=None, help="bundle every NeuroShard method searches with (default: "
+                                                  "each registration's)")
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), help="sharders whose plans are measured")
     args = ap.parse_args()
     added = measure_heldout(args.store, tasks_per_set=args.tasks, ngpu=args.ngpu, rounds=args.rounds,
-                            max_rows=args.max_rows, model=args.model)
+                            max_rows=args.max_rows, model=args.model, methods=args.methods)
     print(f"held-out: {added} tasks measured into {args.store}")
     if args.out:
         counts = export_store(args.store, args.out)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from shardlab import constants as C
-from shardlab.cli_campaigns import (emit, cmd_profile_comm, cmd_profile_compute, cmd_profile_plans,
+from shardlab.cli_campaigns import (emit, cmd_calibrate, cmd_profile_comm, cmd_profile_compute, cmd_profile_plans,
                                     cmd_profile_single, cmd_train)
 from shardlab.cli_checks import check_args
 from shardlab.cli_evaluate import add_evaluator_arguments, cmd_compare, cmd_evaluate, cmd_report
@@ -265,6 +265,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("calibrate", help="calibrate a cost model's column-split predictions (NeuroShard's split guard)")
+    p.add_argument("model", help="shipped cost model name or manifest path (its manifest is updated)")
+    p.add_argument("--store", help="SQLite sample store (default: the shipped dataset)")
+    p.add_argument("--dataset", default="cpu_broad", help="shipped measured dataset with column-slice samples "
+                                                           "(default %(default)s)")
+    p.add_argument("--profile", default=None, help="hardware profile (shipped model and samples)")
+    p.add_argument("--quantile", type=float, default=C.SPLIT_GUARD_QUANTILE,
+                   help="quantile of log(measured/predicted) the guard charges (default %(default)s)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_calibrate)
     return parser
 
 

@@ -45,6 +45,28 @@ SEED_DIMS = (4, 8, 16, 32, 64, 128)
 #: Tolerance on the sum of reuse bins (JSON files round them).
 BIN_SUM_TOLERANCE = 1e-3
 
+#: Marker in the name of a measured column slice (``profile/broad_campaign.column_slice``):
+#: ``"<table>[cols 1/<ways>]"``. Split calibration finds the split shards of a dataset by it.
+COLUMN_SLICE_MARK = "[cols "
+
+#: The shipped cost-model bundle NeuroShard searches with by default (CLI, notebooks, sharders):
+#: trained on the pool campaign and the broad campaign together (``--dataset cpu+cpu_broad``).
+DEFAULT_NEUROSHARD_MODEL = "neuroshard_broad"
+
+#: Quantile of log(measured / predicted) over measured split shards that NeuroShard's split
+#: guard charges every device holding a column split (``costmodel/calibration.py``): 0.75 asks a
+#: split to win even when the model under-predicts its shards as badly as in 1 case of 4.
+SPLIT_GUARD_QUANTILE = 0.75
+
+#: Judges beside the search's own model that NeuroShard's split guard asks (shipped bundles of
+#: the profile; ``search/split_guard.py``): the analytic model fitted to the pool and broad data.
+SPLIT_GUARD_JUDGES = ("analytic_broad",)
+
+#: Guarded scores within this fraction of the best are tied, and the state with fewest column
+#: splits wins: 1% is far below what a paired measurement resolves here (~6%), so a split is
+#: never taken for a gain no one could measure.
+SPLIT_TIE = 0.01
+
 #: Name of the default shipped table pool.
 DEFAULT_POOL = "dlrm-synth"
 

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.search import get_sharder, sharder_names, sharder_options
 
@@ -14,7 +15,7 @@ def test_config_overrides_the_registration_defaults_once():
     tw = get_sharder("neuroshard_tw", model="analytic", beam_width=5)
     assert (tw.name, tw.column_wise, tw.model, tw.beam_width) == ("neuroshard_tw", False, "analytic", 5)
     fresh = get_sharder("neuroshard_tw")          # the registration itself is unchanged
-    assert (fresh.model, fresh.beam_width, fresh.column_wise) == ("neuroshard", 3, False)
+    assert (fresh.model, fresh.beam_width, fresh.column_wise) == (C.DEFAULT_NEUROSHARD_MODEL, 3, False)
     assert get_sharder("torchrec_free").sharding_types != get_sharder("torchrec").sharding_types
 
 

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from shardlab.costmodel.calibration import SplitCalibration
 from shardlab.costmodel.base import CommModel, ComputeModel, Simulated, simulate
 from shardlab.costmodel.metrics import errors
 from shardlab.data.pool import datasets_dir
@@ -26,12 +27,15 @@ MANIFEST_FORMAT = "shardlab-costmodel-v1"
 @dataclass
 class CostModelBundle:
     """``compute`` + ``comm`` models; ``provenance`` says what data and command made them;
-    ``heldout`` holds :func:`~shardlab.costmodel.metrics.errors` per target on test samples."""
+    ``heldout`` holds :func:`~shardlab.costmodel.metrics.errors` per target on test samples;
+    ``calibration`` the :class:`~shardlab.costmodel.calibration.SplitCalibration` (JSON form) of
+    the compute model, or nothing."""
 
     compute: ComputeModel
     comm: CommModel
     provenance: dict[str, Any] = field(default_factory=dict)
     heldout: dict[str, Any] = field(default_factory=dict)
+    calibration: dict[str, Any] = field(default_factory=dict)
     _comm_by_g: dict[int, tuple[CommModel, str]] = field(default_factory=dict, repr=False)
 
     @property
@@ -52,6 +56,10 @@ class CostModelBundle:
                 self._comm_by_g[ngpu] = (load_bundle("analytic", profile).comm, "+analytic-comm")
         return self._comm_by_g[ngpu]
 
+    def split_calibration(self) -> SplitCalibration | None:
+        """The compute model's split calibration, or None when the bundle has none."""
+        return SplitCalibration.from_dict(self.calibration) if self.calibration else None
+
     def simulate(self, shards: Sequence[Sequence[Table]]) -> Simulated:
         """Predicted per-device costs of one plan (ms), with :meth:`comm_for` the plan's G."""
         return simulate(shards, self.compute, self.comm_for(len(shards))[0])
@@ -67,7 +75,17 @@ class CostModelBundle:
             model.save(str(p.parent / name))
             parts[role] = {"file": name, "class": f"{type(model).__module__}.{type(model).__name__}"}
         write_json_atomic(p, {"format": MANIFEST_FORMAT, "source": self.source, "parts": parts,
-                              "provenance": self.provenance, "heldout": self.heldout})
+                              "provenance": self.provenance, "heldout": self.heldout,
+                              **({"calibration": self.calibration} if self.calibration else {})})
+
+
+def write_calibration(path: str | os.PathLike, calibration: Mapping[str, Any]) -> None:
+    """Set the ``calibration`` block of the manifest at ``path`` (atomically; the model files
+    are left as they are)."""
+    d = read_json(path)
+    if d.get("format") != MANIFEST_FORMAT:
+        raise ShardlabError(f"cost model '{path}': field 'format' must be '{MANIFEST_FORMAT}'")
+    write_json_atomic(path, {**d, "calibration": dict(calibration)})
 
 
 def heldout_errors(compute: ComputeModel, comm: CommModel, compute_test: Sequence[ComputeRecord | Mapping[str, Any]],
@@ -139,4 +157,10 @@ def load_bundle(name_or_path: str | os.PathLike, profile: str = "cpu") -> CostMo
         if not file.is_file():
             raise ShardlabError(f"cost model '{p}': field 'parts.{role}.file' = {part['file']!r}: no such file")
         models.append(cls.load(str(file)))
-    return CostModelBundle(models[0], models[1], d.get("provenance", {}), d.get("heldout", {}))
+    bundle = CostModelBundle(models[0], models[1], d.get("provenance", {}), d.get("heldout", {}),
+                             d.get("calibration") or {})
+    try:
+        bundle.split_calibration()
+    except ShardlabError as e:
+        raise ShardlabError(f"cost model '{p}': {e}") from None
+    return bundle

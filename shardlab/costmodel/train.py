@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute
 from shardlab.costmodel.assess import held_out_sets
 from shardlab.costmodel.bundle import CostModelBundle, heldout_errors
+from shardlab.costmodel.calibration import MIN_SPLIT_SHARDS, calibrate_splits, split_shards
 from shardlab.costmodel.metrics import errors, split_samples
 from shardlab.data.samples import (CommRecord, ComputeRecord, PlanRecord, Record, as_comm_records,
                                    as_compute_records, as_plan_records, as_records)
@@ -124,13 +125,30 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
                         "compute": {k: len(v) for k, v in cs.items()}, "comm": {k: len(v) for k, v in ms.items()}}
     if kind == "dreamshard":
         heldout["plans"] = dreamshard_plan_errors(compute, ps["test"])
+    calibration = calibrate_if_possible(compute, compute_records, data_label or "given samples")
     prov = {**environment("cpu"), "kind": kind, "seed": seed, "epochs": epochs, "data": data_label,
             "command": " ".join(sys.argv),
             "data_provenance": data_provenance(compute_records + comm_records)}
     for m in (compute, comm):
         m.provenance_ = prov
         m.metrics_ = heldout
-    return CostModelBundle(compute, comm, prov, heldout)
+    return CostModelBundle(compute, comm, prov, heldout, calibration)
+
+
+def not_trained_on(records: Sequence[ComputeRecord]) -> list[ComputeRecord]:
+    """The records no :func:`train_bundle` fit sees: validation and test splits by key, and
+    every sample on the pool's test tables (:func:`~shardlab.costmodel.assess.held_out_sets`)."""
+    cs = held_out_sets(records)
+    return cs["val"] + cs["seen_tables"] + cs["unseen_tables"]
+
+
+def calibrate_if_possible(compute: Any, records: Sequence[ComputeRecord], data: str) -> dict[str, Any]:
+    """The split calibration (JSON form) of ``compute`` on the column-slice shards among the
+    records it was not trained on (:func:`not_trained_on`), or ``{}`` when there are too few."""
+    held = not_trained_on(records)
+    if len(split_shards(held)) < MIN_SPLIT_SHARDS:
+        return {}
+    return calibrate_splits(compute, held, data=f"{data}: validation and test splits by key").to_dict()
 
 
 def dreamshard_plan_errors(model: Any, plans: Sequence[PlanRecord | Mapping[str, Any]]) -> dict[str, Any]:

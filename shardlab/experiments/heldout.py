@@ -52,10 +52,11 @@ def heldout_tasks(set_name: str, n: int, ngpu: int, batch_size: int, mem_cap_gb:
 
 def measure_heldout(store_path: str, sets: Sequence[str] = FAMILY_SETS, tasks_per_set: int = 3, ngpu: int = 4,
                     profile: str | HardwareProfile = "cpu", rounds: int = 3, mem_cap_gb: float = 4.0,
-                    max_rows: int = 2_000_000, methods: Sequence[str] = METHODS, model: str = "neuroshard",
+                    max_rows: int = 2_000_000, methods: Sequence[str] = METHODS, model: str | None = None,
                     seed: int = 0, progress: bool = True) -> int:
     """Measure the plans of every held-out task not yet in the store; returns how many tasks
-    were added. ``model``: the bundle model-based sharders search with."""
+    were added. ``model``: the bundle every NeuroShard method searches with (None: each its
+    registration's)."""
     prof = get_profile(profile)
     if rounds < 3:
         raise ShardlabError(f"heldout: field 'rounds' = {rounds} must be >= 3 (intervals need 3 rounds)")
@@ -72,7 +73,7 @@ def measure_heldout(store_path: str, sets: Sequence[str] = FAMILY_SETS, tasks_pe
         for s, i, task in tqdm(todo, desc=f"held-out tasks ({prof.name})", disable=not progress):
             plans = {}
             for m in methods:
-                config = {"model": model} if m.startswith("neuroshard") else {}
+                config = {"model": model} if model is not None and m.startswith("neuroshard") else {}
                 try:
                     plans[m] = run_sharder(get_sharder(m, **config), task, seed)
                 except ShardlabError as e:           # infeasible for this method: recorded, not measured

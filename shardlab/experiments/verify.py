@@ -98,7 +98,7 @@ class VerifiedSharder:
         # same rounds), so the choice agrees with the reported ratios; unpaired medians otherwise
         chosen = min(order, key=lambda n: (evs[n].comparison.ratio if evs[n].rounds_ms else evs[n].cost_ms,
                                            order.index(n)))
-        metadata = {"verification": {
+        metadata = {**plans[chosen].metadata, "verification": {
             "k": self.k, "source": evs[chosen].source, "chosen": chosen,
             "plans": {n: _entry(evs[n], order.index(n) + 1 if n.startswith("model#") else None) for n in order},
             "vs_heuristic": _verdict(compare_to_reference(evs, heur_name, seed)[chosen].comparison),

@@ -97,7 +97,7 @@ def column_slice(table: Table, ways: int) -> Table | None:
     None when dim/ways is not a positive multiple of 4."""
     if table.dim % ways or (table.dim // ways) % C.DIM_MULTIPLE:
         return None
-    return table.with_dim(table.dim // ways, name=f"{table.name}[cols 1/{ways}]")
+    return table.with_dim(table.dim // ways, name=f"{table.name}{C.COLUMN_SLICE_MARK}1/{ways}]")
 
 
 def broad_sample_tables(index: int, seed: int, space: BroadSpace, batch_size: int, max_tables: int,

@@ -11,6 +11,13 @@ the union of the top-``top_n`` blocks by size and by predicted single cost whose
 multiples of 4; each is halved, the table-wise search re-run and the plan simulated; the best
 ``beam_width`` states are kept for up to ``max_splits`` rounds; the best plan seen is returned.
 
+Split guard (issue 14, ``search/split_guard.py``): a model may over-reward splits, so a guarded
+column-wise search returns a split plan only if every judge -- the search's own bundle and
+``guard_models`` (default ``constants.SPLIT_GUARD_JUDGES``: the analytic model fitted to the same
+measurements) -- predicts it faster than the table-wise plan with every device holding a split
+charged the judge's split-calibration factor. ``metadata["split_guard"]`` says what happened
+(``overruled``: the unguarded best was set aside); ``split_guard=False`` turns it off.
+
 Shard costs: models that are an :class:`~shardlab.costmodel.base.IncrementalComputeModel`
 (``embed``/``predict_sums``; every shipped one: per-table encodings are summed, so adding a
 table to a device adds a row) are evaluated incrementally; other models
@@ -29,10 +36,11 @@ import numpy as np
 
 from shardlab.costmodel.base import IncrementalComputeModel, Simulated, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
-from shardlab.errors import InfeasibleError
+from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.plan import Placement, Plan
 from shardlab import constants as C
 from shardlab.search.base import check_search_gpus, register_sharder
+from shardlab.search.split_guard import Judge, State, guard_order
 from shardlab.tables import Table, Task
 
 #: The seed's 11 dim-balance caps.
@@ -67,6 +75,15 @@ def split_block(blocks: tuple[Block, ...], i: int) -> tuple[Block, ...]:
     return blocks[:i] + parts + blocks[i + 1:]
 
 
+@dataclass(frozen=True)
+class Ranked:
+    """One evaluated search state and its guarded ratio to the table-wise plan per judge (empty
+    when the search is unguarded)."""
+
+    state: State
+    ratios: dict[str, float]
+
+
 class ShardCoster:
     """Predicted fused compute (fw, bw ms) of device shards, incremental where the model allows."""
 
@@ -99,13 +116,15 @@ class NeuroShardSharder:
     """NeuroShard (module docstring) over a cost-model bundle (name of a shipped one or a path)."""
 
     name: str = "neuroshard"
-    model: str | CostModelBundle = "neuroshard"
+    model: str | CostModelBundle = C.DEFAULT_NEUROSHARD_MODEL
     column_wise: bool = True
     caps: tuple[float, ...] = DEFAULT_CAPS
     beam_width: int = 3
     max_splits: int = 10
     top_n: int = 10
     profile: str = "cpu"
+    split_guard: bool = True
+    guard_models: tuple[str | CostModelBundle, ...] = C.SPLIT_GUARD_JUDGES
     _bundle: CostModelBundle | None = field(default=None, repr=False)
 
     def bundle(self) -> CostModelBundle:
@@ -209,25 +228,25 @@ class NeuroShardSharder:
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
         """Search a plan (deterministic: the seed is recorded, nothing here is random)."""
-        best, best_blocks, _ = self._search(task)
-        return self._plan(task, best_blocks, best[0], seed)
+        ranked, guard = self._search(task)
+        return self._plan(task, ranked[0], seed, guard)
 
     def candidates(self, task: Task, seed: int = 0, k: int = 3) -> list[Plan]:
-        """The ``k`` best distinct plans this search evaluated under its cost model (the
-        table-wise plan and every beam state), by simulated cost ascending; the first is
-        :meth:`shard`'s plan up to ties."""
-        _, _, evaluated = self._search(task)
+        """The ``k`` best distinct plans this search evaluated (the table-wise plan and every
+        beam state), by guarded cost ascending (the split guard, module docstring); the first
+        is :meth:`shard`'s plan."""
+        ranked, guard = self._search(task)
         out: dict[tuple, Plan] = {}
-        for _, blocks, devices in sorted(evaluated, key=lambda e: e[0]):
-            plan = self._plan(task, blocks, devices, seed)
+        for state in ranked:
+            plan = self._plan(task, state, seed, guard)
             out.setdefault(tuple(sorted((p.table, p.col_offset, p.cols, p.device) for p in plan.placements)), plan)
             if len(out) == k:
                 break
         return list(out.values())
 
-    def _search(self, task: Task) -> tuple[tuple[list[int], Simulated], tuple[Block, ...],
-                                           list[tuple[float, tuple[Block, ...], list[int]]]]:
-        """(best (devices, simulated), its blocks, every evaluated (cost ms, blocks, devices))."""
+    def _search(self, task: Task) -> tuple[list[Ranked], dict[str, Any]]:
+        """Every evaluated state, cheapest guarded cost first (ties: the order evaluated, the
+        table-wise plan first), and what the split guard did (JSON-ready)."""
         if self.column_wise:
             check_search_gpus(task, C.MAX_NEUROSHARD_GPUS, "column-wise neuroshard")
         task.check_feasible(column_wise=self.column_wise)
@@ -235,8 +254,7 @@ class NeuroShardSharder:
         comm = self.bundle().comm_for(task.ngpu)[0]
         blocks = whole_blocks(task)
         best = self.table_wise(task, blocks, coster, comm)
-        best_blocks = blocks
-        evaluated = [] if best is None else [(best[1].cost_ms, blocks, best[0])]
+        evaluated = [] if best is None else [State(blocks, best[0], best[1])]
         if self.column_wise:
             beam = [(best[1].cost_ms if best else float("inf"), blocks)]
             seen = {self._key(blocks)}
@@ -251,17 +269,35 @@ class NeuroShardSharder:
                         seen.add(key)
                         got = self.table_wise(task, nxt, coster, comm)
                         if got is not None:
-                            scored.append((got[1].cost_ms, nxt, got))
-                            evaluated.append((got[1].cost_ms, nxt, got[0]))
+                            scored.append((got[1].cost_ms, nxt))
+                            evaluated.append(State(nxt, got[0], got[1]))
                 if not scored:
                     break
                 scored.sort(key=lambda x: x[0])
-                beam = [(c, st) for c, st, _ in scored[: self.beam_width]]
-                if best is None or scored[0][0] < best[1].cost_ms - 1e-12:
-                    best, best_blocks = scored[0][2], scored[0][1]
-        if best is None:
+                beam = scored[: self.beam_width]
+        if not evaluated:
             raise InfeasibleError(f"task '{task.name}': neuroshard found no memory-feasible plan", "", 0.0)
-        return best, best_blocks, evaluated
+        return self._guard(task, evaluated)
+
+    def _guard(self, task: Task, evaluated: list[State]) -> tuple[list[Ranked], dict[str, Any]]:
+        """Rank the evaluated states: by the split guard (``search/split_guard.py``) for a guarded
+        column-wise search, else by predicted cost (ties: the order evaluated)."""
+        if not (self.column_wise and self.split_guard):
+            order = sorted(range(len(evaluated)), key=lambda k: (round(evaluated[k].simulated.cost_ms, 9), k))
+            return [Ranked(evaluated[k], {}) for k in order], {}
+        judges = [Judge(str(self.model) if isinstance(self.model, str) else "search model", self.bundle(), own=True)]
+        missing = []
+        for i, g in enumerate(self.guard_models):
+            if isinstance(g, CostModelBundle):
+                judges.append(Judge(f"guard#{i + 1}", g))
+            elif g != self.model:
+                try:
+                    judges.append(Judge(g, load_bundle(g, self.profile)))
+                except ShardlabError:              # not shipped for this profile: said in the record
+                    missing.append(g)
+        order, ratios, record = guard_order(task, evaluated, judges)
+        record["missing_judges"] = missing
+        return [Ranked(evaluated[k], {n: float(r[k]) for n, r in ratios.items()}) for k in order], record
 
     @staticmethod
     def _key(blocks: tuple[Block, ...]) -> tuple:
@@ -279,13 +315,22 @@ class NeuroShardSharder:
         by_cost = [ok[j] for j in sorted(range(len(ok)), key=lambda j: (-single[j], ok[j]))[: self.top_n]]
         return sorted(set(by_size) | set(by_cost))
 
-    def _plan(self, task: Task, blocks: tuple[Block, ...], devices: list[int], seed: int) -> Plan:
+    def _plan(self, task: Task, state: Ranked, seed: int, guard: dict[str, Any]) -> Plan:
+        """The plan of one ranked state; column-wise plans carry the guard's record and their own
+        predicted and guarded cost (ms) and number of splits in ``metadata["split_guard"]``."""
+        s = state.state
         placements = tuple(Placement(b.parent, b.col_offset, b.cols, 0, b.table.rows, d)
-                           for b, d in zip(blocks, devices))
-        return Plan(task.name, self.name, task.ngpu, placements, seed)
+                           for b, d in zip(s.blocks, s.devices))
+        metadata = {"split_guard": {**guard, "splits": s.splits, "predicted_ms": s.simulated.cost_ms,
+                                    "guarded_ratios": state.ratios}} if guard else {}
+        return Plan(task.name, self.name, task.ngpu, placements, seed, metadata=metadata)
 
 
 register_sharder("neuroshard", NeuroShardSharder)
 register_sharder("neuroshard_tw", NeuroShardSharder, name="neuroshard_tw", column_wise=False)
-#: NeuroShard searching with the model retrained on the broad campaign (``datasets/cpu_broad``).
+#: NeuroShard searching with the model retrained on the broad campaign (``datasets/cpu_broad``):
+#: the default since issue 14; the name stays so earlier reports' methods resolve.
 register_sharder("neuroshard_broad", NeuroShardSharder, name="neuroshard_broad", model="neuroshard_broad")
+#: Comparators for the split guard and the retrained model: the pool-only bundle, and no guard.
+register_sharder("neuroshard_pool", NeuroShardSharder, name="neuroshard_pool", model="neuroshard")
+register_sharder("neuroshard_unguarded", NeuroShardSharder, name="neuroshard_unguarded", split_guard=False)

@@ -1,0 +1,132 @@
+"""NeuroShard's split guard: column splits only where every judge, charged for splits, agrees.
+
+A cost model may over-reward column splits (issue 14: on held-out model families NeuroShard's
+splits measured up to 1.4x slower than its own table-wise plan while its model predicted them
+faster). The guard re-scores every state the column-wise search evaluated with one or more
+*judges* (cost-model bundles: the search's own and, by default, the analytic model fitted to the
+same measurements) and returns the cheapest state under all of them:
+
+- for each judge, every device that holds a column split has its predicted compute ms multiplied
+  by the judge's split-calibration factor (``costmodel/calibration.py``; 1 for a bundle without
+  one) and the plan is re-simulated with the judge's comm model;
+- a state's *guarded ratio* under a judge is that cost over the judge's cost of the table-wise
+  plan (or, when no table-wise plan fits, over the judge's cheapest state); its *score* is the
+  largest ratio over the judges, so a split plan wins only if every judge predicts it faster;
+- states within ``constants.SPLIT_TIE`` of the best score are tied: the fewest splits wins, then
+  the score, then the order evaluated (the table-wise plan first). Deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+from shardlab import constants as C
+from shardlab.costmodel.base import IncrementalComputeModel, Simulated, simulate_many
+from shardlab.costmodel.bundle import CostModelBundle
+from shardlab.tables import Table, Task
+
+
+class BlockLike(Protocol):
+    """A column block as the search holds it (``search.neuroshard.Block``)."""
+
+    table: Table
+    parent: str
+    col_offset: int
+
+    @property
+    def cols(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class State:
+    """One evaluated search state: blocks, the device of each, and the search model's simulation."""
+
+    blocks: tuple[BlockLike, ...]
+    devices: Sequence[int]
+    simulated: Simulated
+
+    @property
+    def splits(self) -> int:
+        """Blocks that are a column split of their table."""
+        return sum(b.table.name != b.parent for b in self.blocks)
+
+
+@dataclass(frozen=True)
+class Judge:
+    """A bundle that scores states under the guard; ``own``: the bundle the search used (its
+    simulations are reused rather than recomputed)."""
+
+    name: str
+    bundle: CostModelBundle
+    own: bool = False
+
+    @property
+    def factor(self) -> float:
+        """The judge's split-calibration factor (1 without a calibration)."""
+        cal = self.bundle.split_calibration()
+        return 1.0 if cal is None else cal.factor
+
+
+def device_compute(judge: Judge, task: Task, states: Sequence[State]) -> np.ndarray:
+    """(n, G, 2) fw/bw compute ms of every state's devices under ``judge`` (unguarded)."""
+    if judge.own:
+        return np.stack([np.stack([s.simulated.fw_compute, s.simulated.bw_compute], axis=1) for s in states])
+    g, model = task.ngpu, judge.bundle.compute
+    out = np.zeros((len(states), g, 2))
+    if isinstance(model, IncrementalComputeModel):
+        tables = list({b.table: None for s in states for b in s.blocks})
+        emb = dict(zip(tables, model.embed(tables)))
+        width = next(iter(emb.values())).shape[0] if emb else 0
+        sums, counts = np.zeros((len(states), g, width)), np.zeros((len(states), g))
+        for k, s in enumerate(states):
+            for b, d in zip(s.blocks, s.devices):
+                sums[k, d] += emb[b.table]
+                counts[k, d] += 1
+        pred = model.predict_sums(sums.reshape(-1, width), counts.reshape(-1)).reshape(len(states), g, 2)
+        return np.where(counts[..., None] > 0, pred, 0.0)
+    for k, s in enumerate(states):
+        shards: list[list[Table]] = [[] for _ in range(g)]
+        for b, d in zip(s.blocks, s.devices):
+            shards[d].append(b.table)
+        pred = np.asarray(model.predict(shards), dtype=float).reshape(g, 2)
+        out[k] = np.where(np.array([len(x) > 0 for x in shards])[:, None], pred, 0.0)
+    return out
+
+
+def guarded_costs(judge: Judge, task: Task, states: Sequence[State]) -> np.ndarray:
+    """(n,) plan cost ms of every state under ``judge`` with split devices charged its factor."""
+    g = task.ngpu
+    compute = device_compute(judge, task, states)
+    dims = np.zeros((len(states), g), dtype=int)
+    split_dev = np.zeros((len(states), g), dtype=bool)
+    for k, s in enumerate(states):
+        for b, d in zip(s.blocks, s.devices):
+            dims[k, d] += b.cols
+            split_dev[k, d] |= b.table.name != b.parent
+    compute = np.where(split_dev[..., None], compute * judge.factor, compute)
+    return np.array([sim.cost_ms for sim in simulate_many(compute, dims, judge.bundle.comm_for(g)[0])])
+
+
+def guard_order(task: Task, states: Sequence[State], judges: Sequence[Judge]
+                ) -> tuple[list[int], dict[str, np.ndarray], dict[str, Any]]:
+    """(state indices best first, {judge: (n,) guarded ratios}, the guard's record): module
+    docstring. ``states[0]`` is the table-wise plan when it has no splits."""
+    tw = 0 if states and states[0].splits == 0 else None
+    ratios = {}
+    for j in judges:
+        cost = guarded_costs(j, task, states)
+        base = cost[tw] if tw is not None else cost.min()
+        ratios[j.name] = cost / max(base, 1e-12)
+    score = np.max(np.stack(list(ratios.values())), axis=0)
+    best = float(score.min())
+    order = sorted(range(len(states)), key=lambda k: (score[k] > best * (1 + C.SPLIT_TIE) + 1e-12,
+                                                      states[k].splits, round(float(score[k]), 9), k))
+    unguarded = min(range(len(states)), key=lambda k: (round(states[k].simulated.cost_ms, 9), k))
+    record = {"judges": {j.name: {"factor": j.factor, "calibrated": j.bundle.split_calibration() is not None}
+                         for j in judges},
+              "table_wise_ms": None if tw is None else states[tw].simulated.cost_ms,
+              "overruled": unguarded != order[0], "tie": C.SPLIT_TIE}
+    return order, ratios, record
