@@ -38,15 +38,15 @@ def main() -> int:
     if args.out:
         counts = export_store(args.store, args.out)
         write_text_atomic(Path(args.out) / "PROVENANCE.md", PROVENANCE.format(
-            counts=", ".join(f"{k}: {v}" for k, v in counts.items()), cmd=" ".join(sys.argv)))
+            counts=", ".join(f"{k}: {v}" for k, v in counts.items()), cmd=" ".join(sys.argv),
+            methods=", ".join(args.methods)))
         print(f"exported {counts} -> {args.out}")
     return 0
 
 
 PROVENANCE = """# Measured plans on the held-out model families (`cpu` profile)
 
-Every number was measured on this machine: each task's plans (the five heuristics, NeuroShard
-table-wise and column-wise) measured together by `MeasuredEvaluator` in paired, interleaved,
+Every number was measured on this machine: each task's plans (methods: {methods}) measured together by `MeasuredEvaluator` in paired, interleaved,
 shuffled rounds -- real fbgemm TBE ops per device, real gloo all-to-alls between G processes,
 forward waiting included. Tables come from `datasets/heldout_models/` (public configs; lookups an
 assumed Zipf(1.05); rows capped for this CPU, the cap in each table's `source`); no training

@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plans", nargs="+", help="Plan JSON files of the same task")
     p.add_argument("--task", required=True, help="Task JSON file")
     p.add_argument("--html", default=None, help="where to write the report (default reports/<task>.html)")
-    add_evaluator_arguments(p, default_rounds=8, default_model="neuroshard")
+    add_evaluator_arguments(p, default_rounds=8, default_model=C.DEFAULT_NEUROSHARD_MODEL)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_report)
 

@@ -32,3 +32,34 @@ def test_measure_resume_and_judge(tmp_path):
     row = out["amazon_electronics_hugectr_bst"]
     assert row["plans"] == 3 and row["shards"] >= 3 and out["all"]["plans"] == 3
     assert math.isfinite(row["shard_compute"]["mape"]) and math.isfinite(row["plan_cost_error_median"])
+
+
+def test_search_verdicts_count_wins_and_losses_against_every_baseline():
+    from shardlab.evaluate import ModelEvaluator
+    from shardlab.experiments.heldout import search_verdicts
+    from shardlab.search import get_sharder, run_sharder
+    from tests.rounds_fakes import as_measured
+
+    task = heldout_tasks("avazu_fec_dlrm", 1, 4, 4096, 4.0, 200_000)[0]
+    plans = {m: run_sharder(get_sharder(m, **({"model": "analytic"} if m.startswith("neuroshard") else {})), task, 0)
+             for m in ("random", "lookup_greedy", "neuroshard_tw", "neuroshard")}
+    predicted = ModelEvaluator("analytic").evaluate(task, plans)
+
+    def sample(index, scale):
+        evs = as_measured(predicted, rounds=6, noise=0.01, scale=scale, seed=index)
+        return {"set": "avazu_fec_dlrm", "index": index, "task": task.to_dict(),
+                "plans": {m: p.to_dict() for m, p in plans.items()},
+                "evaluations": {m: e.to_dict() for m, e in evs.items()}}
+
+    # task 0: neuroshard 0.6x every other plan; task 1: 1.5x (slower than both baselines)
+    base = {m: 1.0 / predicted[m].cost_ms for m in plans}
+    fast = sample(0, {**base, "neuroshard": 0.6 / predicted["neuroshard"].cost_ms})
+    slow = sample(1, {**base, "neuroshard": 1.5 / predicted["neuroshard"].cost_ms})
+    out = search_verdicts([fast, slow], ["neuroshard", "neuroshard_tw", "not_measured"])
+    k = out["counts"]["neuroshard"]
+    assert (k["tasks"], k["not_slower_than_every"], k["faster_than_best"], k["slower_than_best"]) == (2, 1, 1, 1)
+    assert out["counts"]["not_measured"]["tasks"] == 0
+    t0, t1 = (t["methods"]["neuroshard"] for t in out["tasks"])
+    assert t0["vs_best"]["verdict"] == "faster" and t0["vs_tw"]["verdict"] == "faster" and t0["slower_than"] == []
+    assert sorted(t1["slower_than"]) == ["lookup_greedy", "random"] and t1["vs_tw"]["ratio"] > 1.3
+    assert out["counts"]["neuroshard_tw"]["faster_than_best"] == 0

@@ -141,3 +141,42 @@ def heldout_verdicts(samples: Iterable[Mapping[str, Any]], seed: int = 0) -> dic
             row["cw_vs_tw"] = {"ratio": c.ratio, "verdict": c.verdict, "splits": splits}
         rows.append(row)
     return {"tasks": rows}
+
+
+def search_verdicts(samples: Iterable[Mapping[str, Any]], methods: Sequence[str], seed: int = 0) -> dict[str, Any]:
+    """Measured paired verdicts of each of ``methods`` on every held-out task, and counts over
+    tasks (issue 14's search targets): against each measured baseline (heuristics and TorchRec's
+    planner; ``not_slower_than_every`` when no verdict is "slower"), against the best baseline
+    (``faster_than_best``: its verdict is "faster") and against NeuroShard's table-wise plan.
+    A task whose method was not measured is left out of that method's counts."""
+    from shardlab.evaluate import compare_to_reference
+
+    rows, counts = [], {m: {"tasks": 0, "not_slower_than_every": 0, "faster_than_best": 0, "slower_than_best": 0,
+                            "splits": 0} for m in methods}
+    for sample in samples:
+        evs = {m: Evaluation.from_dict(e) for m, e in sample["evaluations"].items()}
+        baselines = [b for b in C.BASELINE_METHODS if b in evs]
+        best = compare_to_reference(evs, None, seed)
+        row: dict[str, Any] = {"set": sample["set"], "index": sample["index"], "tables": len(sample["task"]["tables"]),
+                               "ngpu": sample["task"]["ngpu"], "best_baseline": None, "methods": {}}
+        dims = {t["name"]: t["dim"] for t in sample["task"]["tables"]}
+        for m in methods:
+            if m not in evs:
+                continue
+            c = best[m].comparison
+            row["best_baseline"] = c.reference
+            per = {b: compare_to_reference(evs, b, seed)[m].comparison.verdict for b in baselines}
+            tw = compare_to_reference(evs, "neuroshard_tw", seed)[m].comparison if "neuroshard_tw" in evs else None
+            splits = sum(p["cols"] < dims[p["table"]] for p in sample["plans"][m]["placements"])
+            row["methods"][m] = {"vs_best": {"ratio": c.ratio, "verdict": c.verdict},
+                                 "slower_than": [b for b, v in per.items() if v == "slower"],
+                                 "vs_tw": None if tw is None else {"ratio": tw.ratio, "verdict": tw.verdict},
+                                 "splits": splits}
+            k = counts[m]
+            k["tasks"] += 1
+            k["not_slower_than_every"] += not row["methods"][m]["slower_than"]
+            k["faster_than_best"] += c.verdict == "faster"
+            k["slower_than_best"] += c.verdict == "slower"
+            k["splits"] += splits > 0
+        rows.append(row)
+    return {"tasks": rows, "counts": counts}

@@ -1,0 +1,113 @@
+#!/usr/bin/env python
+"""Write reports/heldout_search.{json,md}: NeuroShard on the held-out model families, judged by
+measurement only -- paired verdicts against every baseline (the five heuristics and TorchRec's
+planner), against the best one, and column-wise against its own table-wise plan, with and
+without the split guard; plus the shipped cost models' plan-cost errors on the same plans.
+Reads a dataset made by scripts/measure_heldout.py (nothing is measured here).
+
+    .venv/bin/python scripts/heldout_search_report.py [--dataset cpu_heldout_v2] [--out reports]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from shardlab.costmodel.bundle import load_bundle  # noqa: E402
+from shardlab.experiments.heldout import KIND, heldout_errors, search_verdicts  # noqa: E402
+from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
+from shardlab.profile.dataset import load_measured  # noqa: E402
+from shardlab.profile.provenance import environment  # noqa: E402
+
+METHODS = ("neuroshard", "neuroshard_unguarded", "neuroshard_pool", "neuroshard_tw")
+MODELS = ("neuroshard_broad", "neuroshard", "analytic_broad", "analytic")
+TARGETS = {"not_slower_than_every": 0.9, "faster_than_best": 0.5}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default="cpu_heldout_v2")
+    ap.add_argument("--out", default="reports")
+    args = ap.parse_args()
+    samples = list(load_measured(KIND, args.dataset))
+    verdicts = search_verdicts(samples, METHODS)
+    errors = {n: heldout_errors(samples, load_bundle(n)) for n in MODELS}
+    campaign = samples[0]["provenance"].get("campaign", {}) if samples else {}
+    report = {"dataset": args.dataset, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "environment": environment("cpu"), "campaign": campaign, "targets": TARGETS,
+              "verdicts": verdicts, "model_errors": errors}
+    out = Path(args.out)
+    write_json_atomic(out / "heldout_search.json", report)
+    write_text_atomic(out / "heldout_search.md", markdown(report))
+    print(json.dumps(verdicts["counts"]))
+    return 0
+
+
+def markdown(report: dict) -> str:
+    """The report's markdown page."""
+    counts, tasks = report["verdicts"]["counts"], report["verdicts"]["tasks"]
+    c = report["campaign"]
+    lines = [f"# NeuroShard on held-out model families, measured (`datasets/{report['dataset']}`)", "",
+             f"Made {report['date']} by `scripts/heldout_search_report.py`. Tasks: {len(tasks)} "
+             f"({c.get('tasks_per_set', '?')} per set of `datasets/heldout_models/`, {c.get('ngpu', '?')} GPUs, "
+             f"rows capped at {c.get('max_rows', '?')}); every task's plans measured together in "
+             f"{c.get('rounds', '?')} paired, interleaved rounds on this CPU (real fbgemm TBE, real gloo "
+             "all-to-alls). A verdict needs the 95% bootstrap interval of the paired per-round ratio clear of 1; "
+             "otherwise \"within noise\". Nothing here is simulated.", "",
+             "Methods: `neuroshard` = the default (bundle `neuroshard_broad`, split guard on); "
+             "`neuroshard_unguarded` = same bundle, no guard; `neuroshard_pool` = the pool-only bundle "
+             "`neuroshard`, guarded; `neuroshard_tw` = table-wise only.", "",
+             "## Targets (issue 14)", "",
+             "| method | tasks | not slower than any baseline | target | significantly faster than the best | target "
+             "| slower than the best | plans with splits |", "|---|---|---|---|---|---|---|---|"]
+    for m, k in counts.items():
+        n = max(k["tasks"], 1)
+        lines.append(f"| {m} | {k['tasks']} | {k['not_slower_than_every']} ({k['not_slower_than_every'] / n:.0%}) | "
+                     f">= {TARGETS['not_slower_than_every']:.0%} | {k['faster_than_best']} "
+                     f"({k['faster_than_best'] / n:.0%}) | >= {TARGETS['faster_than_best']:.0%} | "
+                     f"{k['slower_than_best']} | {k['splits']} |")
+    lines += ["", "## Column-wise against its own table-wise plan", "",
+              "Ratio = median over rounds of (plan / `neuroshard_tw`), verdict; splits = column splits in the plan.", "",
+              "| set | task | tables x GPUs | best baseline | " + " | ".join(METHOD_COLS) + " |",
+              "|---|---|---|---|" + "---|" * len(METHOD_COLS)]
+
+    def cell(r, key):
+        if not r or not r.get(key):
+            return "-"
+        v = r[key]
+        return f"{v['ratio']:.3f} {v['verdict'] or '(no interval)'}"
+
+    for t in tasks:
+        ms = t["methods"]
+        lines.append(f"| {t['set']} | {t['index']} | {t['tables']} x {t['ngpu']} | {t['best_baseline']} | "
+                     + " | ".join(f"{cell(ms.get(m), 'vs_tw')} ({ms[m]['splits']} splits)" if m in ms else "-"
+                                  for m in METHOD_COLS) + " |")
+    lines += ["", "## Against the best baseline, and baselines it is slower than", "",
+              "| set | task | " + " | ".join(METHODS) + " |", "|---|---|" + "---|" * len(METHODS)]
+    for t in tasks:
+        ms = t["methods"]
+        lines.append(f"| {t['set']} | {t['index']} | " + " | ".join(
+            (cell(ms[m], "vs_best") + (f"; slower than {', '.join(ms[m]['slower_than'])}" if ms[m]["slower_than"] else ""))
+            if m in ms else "-" for m in METHODS) + " |")
+    lines += ["", "## Plan-cost prediction on these plans (shipped bundles)", "",
+              "Plan cost predicted by each bundle (compute + its comm model) against the measured median; shard = "
+              "each device's fused fw+bw compute. Targets: median plan-cost error <= 10%, Spearman >= 0.9.", "",
+              "| bundle | set | plans | shard compute MAPE | plan-cost error median | p90 | Spearman |",
+              "|---|---|---|---|---|---|---|"]
+    for n, sets in report["model_errors"].items():
+        for s, e in sets.items():
+            lines.append(f"| {n} | {s} | {e['plans']} | {e['shard_compute']['mape']:.3f} | "
+                         f"{e['plan_cost_error_median']:.3f} | {e['plan_cost_error_p90']:.3f} | "
+                         f"{e['plan_cost_spearman']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+METHOD_COLS = ("neuroshard", "neuroshard_unguarded", "neuroshard_pool")
+
+if __name__ == "__main__":
+    raise SystemExit(main())
