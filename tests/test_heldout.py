@@ -63,3 +63,22 @@ def test_search_verdicts_count_wins_and_losses_against_every_baseline():
     assert t0["vs_best"]["verdict"] == "faster" and t0["vs_tw"]["verdict"] == "faster" and t0["slower_than"] == []
     assert sorted(t1["slower_than"]) == ["lookup_greedy", "random"] and t1["vs_tw"]["ratio"] > 1.3
     assert out["counts"]["neuroshard_tw"]["faster_than_best"] == 0
+
+
+def test_verified_methods_are_measured_beside_the_others(tmp_path):
+    import pytest
+
+    from shardlab.errors import ShardlabError
+
+    store = str(tmp_path / "v.db")
+    fast = profile_with("cpu", batch_size=128, repeats=2, warmup=1)
+    kw = dict(sets=["amazon_electronics_hugectr_bst"], tasks_per_set=1, ngpu=2, profile=fast, rounds=3,
+              max_rows=20_000, model="analytic", progress=False)
+    with pytest.raises(ShardlabError, match="verify"):
+        measure_heldout(store, methods=["random", "neuroshard+verifyx"], **kw)
+    assert measure_heldout(store, methods=["lookup_greedy", "neuroshard_tw+verify1"], **kw) == 1
+    with SampleStore(store) as s:
+        sample = list(s.samples(KIND))[0]
+    plan = sample["plans"]["neuroshard_tw+verify1"]
+    assert plan["method"] == "neuroshard_tw+verify1" and plan["metadata"]["verification"]["k"] == 1
+    assert len(sample["evaluations"]["neuroshard_tw+verify1"]["rounds_ms"]) == 3

@@ -50,6 +50,23 @@ def heldout_tasks(set_name: str, n: int, ngpu: int, batch_size: int, mem_cap_gb:
     return out
 
 
+def heldout_sharder(method: str, model: str | None, profile: HardwareProfile, rounds: int, seed: int) -> Any:
+    """The sharder of ``method``: a registered name, or ``<name>+verify<K>`` -- that sharder
+    verified (:class:`~shardlab.experiments.verify.VerifiedSharder`: its K best plans and the
+    best heuristic measured in ``rounds`` paired rounds here, the measured best kept)."""
+    name, _, verify = method.partition("+verify")
+    config = {"model": model} if model is not None and name.startswith("neuroshard") else {}
+    sharder = get_sharder(name, **config)
+    if not verify:
+        return sharder
+    if not verify.isdigit() or not 1 <= int(verify) <= 20:
+        raise ShardlabError(f"heldout: method {method!r}: '+verify<K>' needs K in [1, 20]")
+    from shardlab.experiments.verify import VerifiedSharder
+
+    return VerifiedSharder(sharder, MeasuredEvaluator(profile, rounds=rounds, seed=seed, lower_bound=False,
+                                                      progress=False), int(verify))
+
+
 def measure_heldout(store_path: str, sets: Sequence[str] = FAMILY_SETS, tasks_per_set: int = 3, ngpu: int = 4,
                     profile: str | HardwareProfile = "cpu", rounds: int = 3, mem_cap_gb: float = 4.0,
                     max_rows: int = 2_000_000, methods: Sequence[str] = METHODS, model: str | None = None,
@@ -64,6 +81,8 @@ def measure_heldout(store_path: str, sets: Sequence[str] = FAMILY_SETS, tasks_pe
                   "campaign": {"kind": KIND, "sets": list(sets), "tasks_per_set": tasks_per_set, "ngpu": ngpu,
                                "rounds": rounds, "mem_cap_gb": mem_cap_gb, "max_rows": max_rows,
                                "methods": list(methods), "model": model, "seed": seed}}
+    for m in methods:                                   # a bad method name fails here, in one line
+        heldout_sharder(m, model, prof, rounds, seed)
     jobs = [(s, i, t) for s in sets
             for i, t in enumerate(heldout_tasks(s, tasks_per_set, ngpu, prof.batch_size, mem_cap_gb, max_rows))]
     added = 0
@@ -73,9 +92,8 @@ def measure_heldout(store_path: str, sets: Sequence[str] = FAMILY_SETS, tasks_pe
         for s, i, task in tqdm(todo, desc=f"held-out tasks ({prof.name})", disable=not progress):
             plans = {}
             for m in methods:
-                config = {"model": model} if model is not None and m.startswith("neuroshard") else {}
                 try:
-                    plans[m] = run_sharder(get_sharder(m, **config), task, seed)
+                    plans[m] = run_sharder(heldout_sharder(m, model, prof, rounds, seed), task, seed)
                 except ShardlabError as e:           # infeasible for this method: recorded, not measured
                     plans[m] = None
                     print(f"held-out {s}:{i}: {m} skipped: {e}")
