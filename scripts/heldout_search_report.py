@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from shardlab.costmodel.bundle import load_bundle  # noqa: E402
-from shardlab.experiments.heldout import KIND, heldout_errors, search_verdicts  # noqa: E402
+from shardlab.experiments.heldout import KIND, heldout_errors, pooled_samples, search_verdicts  # noqa: E402
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.profile.dataset import load_measured  # noqa: E402
 from shardlab.profile.provenance import environment  # noqa: E402
@@ -31,37 +31,48 @@ TARGETS = {"not_slower_than_every": 0.9, "faster_than_best": 0.5}
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", default="cpu_heldout_v2")
+    ap.add_argument("--dataset", default="cpu_heldout_v2",
+                    help="datasets/<name> of measured held-out plans; a+b pools the rounds of campaigns per task")
     ap.add_argument("--out", default="reports")
+    ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated measured methods to judge")
+    ap.add_argument("--name", default="heldout_search", help="report file stem under --out")
     args = ap.parse_args()
-    samples = list(load_measured(KIND, args.dataset))
-    verdicts = search_verdicts(samples, METHODS)
+    parts = [list(load_measured(KIND, d)) for d in args.dataset.split("+")]
+    samples = parts[0] if len(parts) == 1 else pooled_samples(*parts)
+    methods = args.methods.split(",")
+    verdicts = search_verdicts(samples, methods)
     errors = {n: heldout_errors(samples, load_bundle(n)) for n in MODELS}
     campaign = samples[0]["provenance"].get("campaign", {}) if samples else {}
     report = {"dataset": args.dataset, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "environment": environment("cpu"), "campaign": campaign, "targets": TARGETS,
-              "verdicts": verdicts, "model_errors": errors}
+              "methods": methods, "verdicts": verdicts, "model_errors": errors}
     out = Path(args.out)
-    write_json_atomic(out / "heldout_search.json", report)
-    write_text_atomic(out / "heldout_search.md", markdown(report))
+    write_json_atomic(out / f"{args.name}.json", report)
+    write_text_atomic(out / f"{args.name}.md", markdown(report))
     print(json.dumps(verdicts["counts"]))
     return 0
 
 
 def markdown(report: dict) -> str:
     """The report's markdown page."""
-    counts, tasks = report["verdicts"]["counts"], report["verdicts"]["tasks"]
+    counts, tasks, methods = report["verdicts"]["counts"], report["verdicts"]["tasks"], report["methods"]
+    cols = [m for m in METHOD_COLS if m in methods]
     c = report["campaign"]
     lines = [f"# NeuroShard on held-out model families, measured (`datasets/{report['dataset']}`)", "",
              f"Made {report['date']} by `scripts/heldout_search_report.py`. Tasks: {len(tasks)} "
              f"({c.get('tasks_per_set', '?')} per set of `datasets/heldout_models/`, {c.get('ngpu', '?')} GPUs, "
              f"rows capped at {c.get('max_rows', '?')}); every task's plans measured together in "
-             f"{c.get('rounds', '?')} paired, interleaved rounds on this CPU (real fbgemm TBE, real gloo "
+             f"{c.get('rounds', '?')} paired, interleaved rounds"
+             + (f" per campaign, {c['pooled_campaigns']} campaigns pooled per task (every round kept)"
+                if c.get("pooled_campaigns") else "") + " on this CPU (real fbgemm TBE, real gloo "
              "all-to-alls). A verdict needs the 95% bootstrap interval of the paired per-round ratio clear of 1; "
              "otherwise \"within noise\". Nothing here is simulated.", "",
              "Methods: `neuroshard` = the default (bundle `neuroshard_broad`, split guard on); "
              "`neuroshard_unguarded` = same bundle, no guard; `neuroshard_pool` = the pool-only bundle "
-             "`neuroshard`, guarded; `neuroshard_tw` = table-wise only.", "",
+             "`neuroshard`, guarded; `neuroshard_tw` = table-wise only; `<method>+verify<K>` = that method's K best "
+             "plans and the best heuristic (under the model) measured here in paired rounds, the measured best "
+             "kept, then measured again beside the baselines. Judged here: " + ", ".join(f"`{m}`" for m in methods)
+             + ".", "",
              "## Targets (issue 14)", "",
              "| method | tasks | not slower than any baseline | target | significantly faster than the best | target "
              "| slower than the best | plans with splits |", "|---|---|---|---|---|---|---|---|"]
@@ -71,10 +82,11 @@ def markdown(report: dict) -> str:
                      f">= {TARGETS['not_slower_than_every']:.0%} | {k['faster_than_best']} "
                      f"({k['faster_than_best'] / n:.0%}) | >= {TARGETS['faster_than_best']:.0%} | "
                      f"{k['slower_than_best']} | {k['splits']} |")
-    lines += ["", "## Column-wise against its own table-wise plan", "",
-              "Ratio = median over rounds of (plan / `neuroshard_tw`), verdict; splits = column splits in the plan.", "",
-              "| set | task | tables x GPUs | best baseline | " + " | ".join(METHOD_COLS) + " |",
-              "|---|---|---|---|" + "---|" * len(METHOD_COLS)]
+    if "neuroshard_tw" in methods:
+        lines += ["", "## Column-wise against its own table-wise plan", "",
+                  "Ratio = median over rounds of (plan / `neuroshard_tw`), verdict; splits = column splits in the plan.",
+                  "", "| set | task | tables x GPUs | best baseline | " + " | ".join(cols) + " |",
+                  "|---|---|---|---|" + "---|" * len(cols)]
 
     def cell(r, key):
         if not r or not r.get(key):
@@ -82,18 +94,18 @@ def markdown(report: dict) -> str:
         v = r[key]
         return f"{v['ratio']:.3f} {v['verdict'] or '(no interval)'}"
 
-    for t in tasks:
+    for t in tasks if "neuroshard_tw" in methods else []:
         ms = t["methods"]
         lines.append(f"| {t['set']} | {t['index']} | {t['tables']} x {t['ngpu']} | {t['best_baseline']} | "
                      + " | ".join(f"{cell(ms.get(m), 'vs_tw')} ({ms[m]['splits']} splits)" if m in ms else "-"
-                                  for m in METHOD_COLS) + " |")
+                                  for m in cols) + " |")
     lines += ["", "## Against the best baseline, and baselines it is slower than", "",
-              "| set | task | " + " | ".join(METHODS) + " |", "|---|---|" + "---|" * len(METHODS)]
+              "| set | task | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
     for t in tasks:
         ms = t["methods"]
         lines.append(f"| {t['set']} | {t['index']} | " + " | ".join(
             (cell(ms[m], "vs_best") + (f"; slower than {', '.join(ms[m]['slower_than'])}" if ms[m]["slower_than"] else ""))
-            if m in ms else "-" for m in METHODS) + " |")
+            if m in ms else "-" for m in methods) + " |")
     lines += ["", "## Plan-cost prediction on these plans (shipped bundles)", "",
               "Plan cost predicted by each bundle (compute + its comm model) against the measured median; shard = "
               "each device's fused fw+bw compute. Targets: median plan-cost error <= 10%, Spearman >= 0.9.", "",

@@ -38,7 +38,15 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "updates": (lambda v: v >= 1, "must be >= 1"),
     "measure": (lambda v: v >= 0, "must be >= 0"),          # train: plans measured per iteration
     "ngpu": (lambda v: v >= 1, "must be >= 1"),
+    "steps": (lambda v: 1 <= v <= 10000, "must be in [1, 10000]"),
+    "warmup_steps": (lambda v: 0 <= v <= 1000, "must be in [0, 1000]"),
 }
+
+#: Options of the evaluation verbs that also act on the TorchRec evaluator (--torchrec).
+TORCHREC_ALSO = ("batch_size", "rounds")
+
+#: Options that only act on the TorchRec evaluator.
+TORCHREC_ONLY = ("steps", "warmup_steps")
 
 #: Options of the evaluation verbs that only act on measurement: refused without --measure.
 MEASURE_ONLY = ("batch_size", "repeats", "warmup", "rounds", "warmup_rounds", "no_pin", "journal")
@@ -64,10 +72,16 @@ def check_args(args: argparse.Namespace) -> None:
             if not ok(v):
                 raise ShardlabError(f"option '{_flag(dest)}' = {v!r} {requirement}")
     verb = getattr(args, "verb", None)
+    torchrec = bool(getattr(args, "torchrec", False))
     if verb in EVALUATION_VERBS and not getattr(args, "measure", False):
         for dest in MEASURE_ONLY:
-            if getattr(args, dest, None) not in (None, False):
-                raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --measure")
+            if getattr(args, dest, None) not in (None, False) and not (torchrec and dest in TORCHREC_ALSO):
+                raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --measure"
+                                    + (" or --torchrec" if dest in TORCHREC_ALSO else ""))
+    if verb in EVALUATION_VERBS and not torchrec:
+        for dest in TORCHREC_ONLY:
+            if getattr(args, dest, None) is not None:
+                raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --torchrec")
     if verb == "shard" and not getattr(args, "verify", None):
         for dest in ("rounds", "profile"):
             if getattr(args, dest, None) is not None:

@@ -23,6 +23,11 @@ def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, def
                      help="cost model: a manifest JSON path or a shipped name (neuroshard, ...)"
                           + (" (default %(default)s)" if default_model else ""))
     how.add_argument("--analytic", action="store_true", help="the shipped analytic model")
+    how.add_argument("--torchrec", action="store_true",
+                     help="apply each plan in TorchRec's DistributedModelParallel here and time real training steps")
+    p.add_argument("--steps", type=int, default=None, help="--torchrec: timed steps per plan per round (default 5)")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help="--torchrec: untimed steps per plan before the first round (default 2)")
     p.add_argument("--rounds", type=int, default=None,
                    help=f"--measure: paired, interleaved rounds (>= 3 for intervals and verdicts; default {default_rounds})")
     p.set_defaults(default_rounds=default_rounds)
@@ -48,6 +53,12 @@ def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
     from shardlab.evaluate import MeasuredEvaluator, ModelEvaluator
     from shardlab.profile.hardware import profile_with
 
+    if args.torchrec:
+        from shardlab.evaluate.torchrec_step import TorchRecEvaluator
+
+        return TorchRecEvaluator(profile_with(args.profile, args.batch_size), rounds=args.rounds or args.default_rounds,
+                                 steps=args.steps or 5, warmup_steps=2 if args.warmup_steps is None else args.warmup_steps,
+                                 seed=args.seed, reference=reference)
     if args.measure:
         prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
         rounds = args.rounds or args.default_rounds

@@ -54,6 +54,20 @@ def export_torchrec(task: Task, plan: Plan, module: str = "sparse.ebc", local_wo
     return out
 
 
+def export_for_device(data: Mapping[str, Any], device: str) -> dict[str, Any]:
+    """The export JSON with every shard placed on ``device`` of its rank: ``"cuda"`` keeps
+    ``rank:r/cuda:<local r>``; ``"cpu"`` gives ``rank:r/cpu`` (TorchRec refuses CUDA placements for
+    shards it allocates on the CPU: "Local shard tensor device does not match")."""
+    if device == "cuda":
+        return dict(data)
+    if device != "cpu":
+        raise ShardlabError(f"export-torchrec: field 'device' = {device!r} must be 'cpu' or 'cuda'")
+    plan = {name: {**e, "shards": [{**s, "placement": f"rank:{s['placement'].split('/')[0].split(':')[1]}/cpu"}
+                                   for s in e["shards"]]}
+            for name, e in data["plan"].items()}
+    return {**data, "plan": plan}
+
+
 def sharding_plan_from_export(data: Mapping[str, Any]):
     """A TorchRec ``ShardingPlan`` rebuilt from :func:`export_torchrec`'s JSON (needs torchrec)."""
     from torch.distributed._shard.sharding_spec import EnumerableShardingSpec, ShardMetadata

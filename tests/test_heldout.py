@@ -82,3 +82,25 @@ def test_verified_methods_are_measured_beside_the_others(tmp_path):
     plan = sample["plans"]["neuroshard_tw+verify1"]
     assert plan["method"] == "neuroshard_tw+verify1" and plan["metadata"]["verification"]["k"] == 1
     assert len(sample["evaluations"]["neuroshard_tw+verify1"]["rounds_ms"]) == 3
+
+
+def test_pooled_samples_keep_every_round_of_plans_measured_alike():
+    from shardlab.experiments.heldout import pooled_samples
+
+    def sample(rounds_a, rounds_b, plan_b_device=1):
+        plan = {"task": "t", "method": "a", "ngpu": 2, "seed": 0,
+                "placements": [{"table": "x", "col_offset": 0, "cols": 4, "row_offset": 0, "rows": 10, "device": 0}]}
+        other = {**plan, "method": "b", "placements": [{**plan["placements"][0], "device": plan_b_device}]}
+        ev = lambda m, r: {"task": "t", "method": m, "source": "measured:cpu", "cost_ms": 0.0, "per_device": [],
+                           "rounds_ms": r}
+        return {"set": "s", "index": 0, "task": {"name": "t"}, "plans": {"a": plan, "b": other},
+                "evaluations": {"a": ev("a", rounds_a), "b": ev("b", rounds_b)}}
+
+    one, two = sample([1.0, 2.0, 3.0], [2.0, 4.0, 6.0]), sample([5.0, 6.0, 7.0], [10.0, 12.0, 14.0])
+    pooled = pooled_samples([one], [two])
+    assert len(pooled) == 1 and pooled[0]["provenance"]["campaign"]["pooled_campaigns"] == 2
+    assert pooled[0]["evaluations"]["a"]["rounds_ms"] == [1.0, 2.0, 3.0, 5.0, 6.0, 7.0]
+    assert pooled[0]["evaluations"]["b"]["cost_ms"] == 8.0
+    moved = pooled_samples([one], [sample([5.0, 6.0, 7.0], [1.0, 1.0, 1.0], plan_b_device=0)])
+    assert set(moved[0]["plans"]) == {"a"}                 # b's plan differs between campaigns: dropped
+    assert pooled_samples([one], []) == []

@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "shardlab"
 #: Layer of each top-level module or subpackage; higher may import lower, never the reverse.
 LAYERS = {"constants": 0, "errors": 0, "tables": 0, "plan": 0, "schedule": 0, "io": 0, "paths": 0, "loads": 0,
           "params": 0, "data": 1, "profile": 2, "costmodel": 3, "evaluate": 4, "export": 4, "search": 5,
-          "experiments": 6, "report": 7, "cli": 8, "cli_campaigns": 8, "cli_evaluate": 8, "cli_checks": 8,
+          "experiments": 6, "report": 7, "cli": 8, "cli_campaigns": 8, "cli_evaluate": 8, "cli_checks": 8, "dist": 8,
           "__init__": 8, "__main__": 8}
 
 def _imports(path: Path) -> set[str]:

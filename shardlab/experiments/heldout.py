@@ -198,3 +198,34 @@ def search_verdicts(samples: Iterable[Mapping[str, Any]], methods: Sequence[str]
             k["splits"] += splits > 0
         rows.append(row)
     return {"tasks": rows, "counts": counts}
+
+
+def pooled_samples(*sample_sets: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Held-out samples of several campaigns pooled per task (same set, index and task): each
+    method measured in more than one campaign with the *same plan* keeps all its rounds, in
+    campaign order, so round k of every such method still comes from one paired round; methods
+    of one campaign only, or whose plan differs between campaigns, are dropped. The result is
+    what :func:`search_verdicts` judges with every round at once."""
+    by_task: dict[tuple, list[Mapping[str, Any]]] = {}
+    for samples in sample_sets:
+        for s in samples:
+            by_task.setdefault((s["set"], s["index"], repr(s["task"])), []).append(s)
+    out = []
+    for (set_name, index, _), group in by_task.items():
+        if len(group) < 2:
+            continue
+        common = [m for m in group[0]["plans"] if all(
+            m in g["plans"] and set(Plan.from_dict(g["plans"][m]).placements)
+            == set(Plan.from_dict(group[0]["plans"][m]).placements) for g in group)]
+        evaluations = {}
+        for m in common:
+            first = dict(group[0]["evaluations"][m])
+            first["rounds_ms"] = [x for g in group for x in g["evaluations"][m]["rounds_ms"]]
+            first["cost_ms"] = float(np.median(first["rounds_ms"]))
+            first.pop("ci95_ms", None)
+            evaluations[m] = first
+        out.append({"set": set_name, "index": index, "task": group[0]["task"],
+                    "plans": {m: group[0]["plans"][m] for m in common}, "evaluations": evaluations,
+                    "provenance": {"campaign": {**group[0].get("provenance", {}).get("campaign", {}),
+                                                "pooled_campaigns": len(group)}}})
+    return out

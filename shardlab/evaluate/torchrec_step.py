@@ -1,0 +1,245 @@
+"""TorchRec evaluator (issue 15): plans applied in TorchRec's ``DistributedModelParallel`` and
+real sharded training steps timed, G ranks on this host (gloo on CPU, NCCL on CUDA).
+
+For every plan: the task's tables become an ``EmbeddingBagCollection`` (one feature per table,
+the task's precision) wrapped as module ``ebc``; the plan goes through
+:func:`~shardlab.export.export_torchrec` (on CPU with ``rank:r/cpu`` placements,
+:func:`~shardlab.export.export_for_device`) and :func:`~shardlab.export.sharding_plan_from_export`
+into ``DistributedModelParallel`` with the fused kernel and the task's optimizer (fused update in
+backward, learning rate 0.01). Every rank feeds its slice of the same global batches: the task's
+own lookups (:func:`shardlab.data.lookups.table_lookups` at the profile's batch size, split
+evenly over ranks) as ``KeyedJaggedTensor``s.
+
+One training step = forward (input distribution, lookups, output all-to-all) and backward of the
+sum of the pooled embeddings (gradient all-to-all, fused update), each timed per rank after a
+barrier. Plans are measured in paired, interleaved rounds like the measured evaluator: each
+round runs ``steps`` timed steps of every plan, in an order shuffled per round (seeded); the
+first round is preceded by ``warmup_steps`` untimed steps per plan. A plan's cost in one round
+is the median over its steps of the slowest rank's step (ms); the Evaluation carries the
+per-round costs, their median and 95% interval, and per rank the median forward step in
+``fw_compute_ms`` and backward step in ``bw_compute_ms`` -- *whole* step phases, their
+collectives included (TorchRec does not separate them), so ``fw_comm_ms``/``bw_comm_ms`` are 0.
+``source``: ``measured:torchrec-<profile>``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import queue
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from shardlab import constants as C
+from shardlab.errors import ShardlabError
+from shardlab.evaluate.protocol import check_plans, compare_to_reference
+from shardlab.evaluate.stats import bootstrap_median_ci
+from shardlab.evaluate.values import DeviceCost, Evaluation
+from shardlab.plan import Plan, device_memory_bytes
+from shardlab.profile.hardware import HardwareProfile, get_profile
+from shardlab.tables import Task
+
+#: Learning rate of the fused update (the value only keeps weights finite; time does not depend on it).
+LEARNING_RATE = 0.01
+
+
+def _round_orders(names: Sequence[str], rounds: int, seed: int) -> list[list[str]]:
+    from shardlab.evaluate.measured import round_orders
+
+    return round_orders(names, rounds, seed)
+
+
+class TorchRecEvaluator:
+    """An :class:`~shardlab.evaluate.Evaluator` timing real TorchRec training steps (module
+    docstring). ``rounds``: paired rounds (>= 3 for intervals and verdicts); ``steps``: timed
+    steps per plan per round; ``warmup_steps``: untimed steps per plan first; ``timeout_s``:
+    bound on the whole run (s)."""
+
+    def __init__(self, profile: str | HardwareProfile = "cpu", rounds: int = 3, steps: int = 5,
+                 warmup_steps: int = 2, seed: int = 0, reference: str | None = None, timeout_s: float = 1800.0):
+        self.profile, self.rounds, self.steps, self.warmup_steps = profile, rounds, steps, warmup_steps
+        self.seed, self.reference, self.timeout_s = seed, reference, timeout_s
+
+    def _check(self, task: Task) -> HardwareProfile:
+        prof = get_profile(self.profile)
+        for name, value, low in (("rounds", self.rounds, 1), ("steps", self.steps, 1), ("warmup_steps", self.warmup_steps, 0)):
+            if not isinstance(value, int) or value < low:
+                raise ShardlabError(f"torchrec evaluator: field '{name}' = {value!r} must be an integer >= {low}")
+        if task.ngpu > C.MAX_MEASURE_RANKS:
+            raise ShardlabError(f"torchrec evaluator: task '{task.name}': field 'ngpu' = {task.ngpu} exceeds the "
+                                f"{C.MAX_MEASURE_RANKS} ranks one machine hosts (run under torchrun instead)")
+        if prof.batch_size < task.ngpu:
+            raise ShardlabError(f"torchrec evaluator: profile '{prof.name}': field 'batch_size' = {prof.batch_size} "
+                                f"must be >= ngpu ({task.ngpu})")
+        if prof.device == "cuda":
+            import torch
+
+            if torch.cuda.device_count() < task.ngpu:
+                raise ShardlabError(f"torchrec evaluator: task '{task.name}': field 'ngpu' = {task.ngpu} exceeds "
+                                    f"the {torch.cuda.device_count()} visible GPUs")
+        return prof
+
+    def evaluate(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, Evaluation]:
+        """Every plan's TorchRec step cost, measured together in paired rounds."""
+        prof = self._check(task)
+        job = prepare(task, plans, prof, self.rounds, self.seed)
+        times = run_ranks(job.task, job.exports, prof, job.orders, self.steps, self.warmup_steps, self.timeout_s)
+        return evaluations(job, plans, times, self.seed, self.reference)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every rank runs: the task with lookups for every table, each plan's export (module
+    ``ebc``, placements on the profile's device), the rounds' plan orders, the ``source`` label."""
+
+    task: Task
+    exports: dict[str, dict[str, Any]]
+    orders: list[list[str]]
+    source: str
+
+
+def prepare(task: Task, plans: Mapping[str, Plan], profile: HardwareProfile, rounds: int, seed: int) -> Job:
+    """The :class:`Job` of measuring ``plans`` (deterministic: every rank computes the same one)."""
+    from shardlab.evaluate.measured import measurable
+    from shardlab.export import export_for_device, export_torchrec
+
+    check_plans(task, plans)
+    full, note = measurable(task)
+    exports = {k: export_for_device(export_torchrec(full, p, module="ebc"), profile.device) for k, p in plans.items()}
+    return Job(full, exports, _round_orders(list(plans), rounds, seed), f"measured:torchrec-{profile.name}{note}")
+
+
+def evaluations(job: Job, plans: Mapping[str, Plan], times: Mapping[str, np.ndarray], seed: int,
+                reference: str | None) -> dict[str, Evaluation]:
+    """Evaluations (with comparisons against ``reference``) from every plan's (R, S, G, 2) step ms."""
+    out = {k: _evaluation(job.task, plans[k], job.source, np.asarray(times[k]), seed) for k in plans}
+    return compare_to_reference(out, reference, seed)
+
+
+def _evaluation(task: Task, plan: Plan, source: str, t: np.ndarray, seed: int) -> Evaluation:
+    """An Evaluation from per-step times ``t`` of shape (R, S, G, 2): fw/bw ms per round, step, rank."""
+    step = t.sum(axis=3)                                   # (R, S, G)
+    rounds = np.median(step.max(axis=2), axis=1)           # (R,)
+    med = np.median(t.reshape(-1, t.shape[2], 2), axis=0)  # (G, 2)
+    mem = [b / C.GB for b in device_memory_bytes(task, plan)]
+    devices = tuple(DeviceCost(g, float(med[g, 0]), float(med[g, 1]), 0.0, 0.0, mem[g]) for g in range(plan.ngpu))
+    return Evaluation(task.name, plan.method, source, devices, None, tuple(float(x) for x in rounds),
+                      bootstrap_median_ci(rounds, seed=seed))
+
+
+# ----------------------------------------------------------------------------- ranks
+
+def run_ranks(task: Task, exports: Mapping[str, Mapping[str, Any]], profile: HardwareProfile,
+              orders: Sequence[Sequence[str]], steps: int, warmup_steps: int, timeout_s: float
+              ) -> dict[str, np.ndarray]:
+    """Spawn G ranks on this host, run the rounds, and return per plan an array (R, S, G, 2) of
+    forward/backward step ms. A rank that fails or dies is a one-line error naming it."""
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    g = task.ngpu
+    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=timeout_s))
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    job = {"task": task.to_dict(), "exports": dict(exports), "profile": profile.to_dict(), "orders": [list(o) for o in orders],
+           "steps": steps, "warmup_steps": warmup_steps, "world_size": g, "port": store.port, "timeout_s": timeout_s}
+    procs = [ctx.Process(target=_rank_main, args=(r, job, results), daemon=True, name=f"shardlab-torchrec-rank{r}")
+             for r in range(g)]
+    for p in procs:
+        p.start()
+    got: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < g:
+            try:
+                rank, status, payload = results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [r for r, p in enumerate(procs) if r not in got and not p.is_alive()]
+                if dead:
+                    raise ShardlabError(f"torchrec evaluator: rank {dead[0]} died (exit code {procs[dead[0]].exitcode}) "
+                                        "before reporting") from None
+                if time.monotonic() > deadline:
+                    raise ShardlabError(f"torchrec evaluator: no result from every rank in {timeout_s:g} s") from None
+                continue
+            if status == "error":
+                raise ShardlabError(f"torchrec evaluator: rank {rank} failed: {payload}")
+            got[rank] = payload
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+    return {name: np.stack([np.asarray(got[r][name]) for r in range(g)], axis=2) for name in exports}
+
+
+def _rank_main(rank: int, job: dict, results: Any) -> None:
+    """One rank: join the group, build every plan's sharded model, run the rounds, report
+    {plan: (R, S, 2) fw/bw ms}; on failure report the exception's last line."""
+    import torch
+    import torch.distributed as dist
+
+    try:
+        prof = HardwareProfile(**job["profile"])
+        torch.set_num_threads(max(1, prof.threads))
+        cuda = prof.device == "cuda"
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+        timeout = datetime.timedelta(seconds=job["timeout_s"])
+        store = dist.TCPStore("127.0.0.1", job["port"], job["world_size"], is_master=False, timeout=timeout)
+        dist.init_process_group("nccl" if cuda else "gloo", store=store, rank=rank, world_size=job["world_size"],
+                                timeout=timeout)
+        try:
+            out = rank_rounds(Task.from_dict(job["task"]), job["exports"], prof, job["orders"], job["steps"],
+                              job["warmup_steps"], rank, job["world_size"])
+        finally:
+            dist.destroy_process_group()
+        results.put((rank, "ok", out))
+    except BaseException as e:  # noqa: BLE001 -- reported to the parent in one line
+        last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        results.put((rank, "error", f"{type(e).__name__}: {last}"))
+        if os.environ.get("SHARDLAB_DEBUG"):
+            traceback.print_exc()
+
+
+def rank_rounds(task: Task, exports: Mapping[str, Mapping[str, Any]], profile: HardwareProfile,
+                orders: Sequence[Sequence[str]], steps: int, warmup_steps: int, rank: int, world_size: int
+                ) -> dict[str, list]:
+    """This rank's part of the rounds (inside an initialised process group): {plan: (R, S, 2)
+    list of forward/backward step ms}."""
+    import torch
+    import torch.distributed as dist
+
+    from shardlab.evaluate.torchrec_model import local_batches, sharded_ebc
+
+    device = torch.device(f"cuda:{torch.cuda.current_device()}" if profile.device == "cuda" else "cpu")
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    models = {name: sharded_ebc(task, e, profile, device) for name, e in exports.items()}
+    batches = local_batches(task, profile, rank, world_size, device)
+    times: dict[str, list] = {name: [] for name in exports}
+
+    def step(model: Any, k: int) -> tuple[float, float]:
+        kjt = batches[k % len(batches)]            # step k of every plan sees the same batch
+        dist.barrier()
+        sync()
+        t0 = time.perf_counter()
+        out = model(kjt)
+        loss = out.values().sum()
+        sync()
+        t1 = time.perf_counter()
+        loss.backward()
+        sync()
+        t2 = time.perf_counter()
+        return (t1 - t0) * 1e3, (t2 - t1) * 1e3
+
+    for r, order in enumerate(orders):
+        for name in order:
+            if r == 0:
+                for k in range(warmup_steps):
+                    step(models[name], k)
+            times[name].append([step(models[name], k) for k in range(steps)])
+    return times

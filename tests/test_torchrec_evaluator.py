@@ -1,0 +1,139 @@
+"""The TorchRec evaluator (issue 15): plans applied in DistributedModelParallel on gloo ranks,
+real training steps timed in paired rounds; its CLI flags and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardlab.cli import main
+from shardlab.data.tasks import generate_task
+from shardlab.errors import ShardlabError
+from shardlab.export import export_for_device, export_torchrec
+from shardlab.plan import Placement, Plan, validate_plan
+from shardlab.profile.hardware import profile_with
+from shardlab.search import get_sharder, run_sharder
+
+pytest.importorskip("torchrec", reason="torchrec is installed by scripts/setup.sh")
+from shardlab.evaluate.torchrec_step import TorchRecEvaluator  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def task():
+    return generate_task(ntables=4, ngpu=2, mem_cap_gb=1.0, batch_size=64, seed=3, dims=(8, 16))
+
+
+def layouts(task):
+    """Table-wise, column-wise (both halves of one table) and row-wise plans of ``task``."""
+    tw = run_sharder(get_sharder("size_greedy"), task)
+    t0 = task.tables[0]
+    rest = [p for p in tw.placements if p.table != t0.name]
+    half, rows = t0.dim // 2, t0.rows // 2
+    cw = Plan(task.name, "cw", 2, tuple(rest + [Placement(t0.name, 0, half, 0, t0.rows, 0),
+                                                Placement(t0.name, half, half, 0, t0.rows, 1)]))
+    rw = Plan(task.name, "rw", 2, tuple(rest + [Placement(t0.name, 0, t0.dim, 0, rows, 0),
+                                                Placement(t0.name, 0, t0.dim, rows, t0.rows - rows, 1)]))
+    for p in (tw, cw, rw):
+        validate_plan(task, p)
+    return {"size_greedy": tw, "cw": cw, "rw": rw}
+
+
+def test_cpu_export_places_shards_on_the_cpu_of_their_rank(task):
+    data = export_torchrec(task, layouts(task)["cw"], module="ebc")
+    cpu = export_for_device(data, "cpu")
+    placements = [s["placement"] for e in cpu["plan"].values() for s in e["shards"]]
+    assert all(p.endswith("/cpu") for p in placements) and {"rank:0/cpu", "rank:1/cpu"} <= set(placements)
+    assert export_for_device(data, "cuda") == data
+    with pytest.raises(ShardlabError, match="'device'"):
+        export_for_device(data, "tpu")
+
+
+def test_table_column_and_row_wise_plans_train_in_torchrec_in_paired_rounds(task):
+    plans = layouts(task)
+    ev = TorchRecEvaluator(profile_with("cpu", batch_size=64), rounds=3, steps=2, warmup_steps=1,
+                           reference="size_greedy").evaluate(task, plans)
+    assert set(ev) == set(plans)
+    for name, e in ev.items():
+        assert e.source.startswith("measured:torchrec-cpu")
+        assert len(e.rounds_ms) == 3 and e.ci95_ms[0] <= e.cost_ms <= e.ci95_ms[1]
+        assert len(e.per_device) == 2 and all(d.fw_compute_ms > 0 and d.bw_compute_ms > 0 for d in e.per_device)
+        assert all(d.fw_comm_ms == 0 and d.bw_comm_ms == 0 for d in e.per_device)
+        assert e.comparison.reference == "size_greedy" and e.comparison.verdict in ("faster", "slower", "within noise")
+    assert ev["size_greedy"].comparison.ratio == pytest.approx(1.0)
+
+
+def test_cli_evaluate_torchrec_and_its_one_line_errors(task, tmp_path, capsys):
+    from shardlab.io import save_plan, save_task
+
+    save_task(task, tmp_path / "t.json")
+    save_plan(layouts(task)["size_greedy"], tmp_path / "p.json")
+    args = ["evaluate", str(tmp_path / "t.json"), str(tmp_path / "p.json")]
+    assert main(args + ["--torchrec", "--rounds", "3", "--steps", "2", "--warmup-steps", "1",
+                        "--batch-size", "64", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["source"].startswith("measured:torchrec-cpu") and len(out["rounds_ms"]) == 3
+    assert main(args + ["--steps", "2"]) == 2
+    assert "only applies with --torchrec" in capsys.readouterr().err
+    assert main(args + ["--torchrec", "--repeats", "2"]) == 2
+    assert "only applies with --measure" in capsys.readouterr().err
+    with pytest.raises(ShardlabError, match="field 'steps'"):
+        TorchRecEvaluator(steps=0).evaluate(task, {"p": layouts(task)["size_greedy"]})
+
+
+def _torchrun(tmp_path, nnodes, node_rank, port, extra):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", "1",
+           "--node-rank", str(node_rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
+           "-m", "shardlab.dist", "evaluate", str(tmp_path / "t.json"), str(tmp_path / "p.json"), *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_torchrun_nodes_on_localhost_give_the_spawned_paths_evaluation(task, tmp_path):
+    from shardlab.io import save_plan, save_task
+
+    save_task(task, tmp_path / "t.json")
+    plan = layouts(task)["cw"]
+    save_plan(plan, tmp_path / "p.json")
+    out = tmp_path / "eval.json"
+    extra = ["--torchrec", "--rounds", "3", "--steps", "2", "--warmup-steps", "1", "--batch-size", "64", "--out", str(out)]
+    port = _free_port()
+    nodes = [_torchrun(tmp_path, 2, n, port, extra) for n in (0, 1)]
+    logs = [p.communicate(timeout=600) for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], logs
+    got = json.loads(out.read_text())
+    spawned = TorchRecEvaluator(profile_with("cpu", batch_size=64), rounds=3, steps=2,
+                                warmup_steps=1).evaluate(task, {"cw": plan})["cw"].to_dict()
+    assert set(got) == set(spawned) and got["source"] == spawned["source"]
+    assert got["method"] == "cw" and len(got["rounds_ms"]) == 3 and len(got["per_device"]) == 2
+    assert "1 evaluation(s)" in logs[0][0]
+
+
+def test_dist_refuses_a_world_size_that_is_not_the_plans_ngpu(task, tmp_path, monkeypatch, capsys):
+    from shardlab import dist
+    from shardlab.io import save_plan, save_task
+
+    save_task(task, tmp_path / "t.json")
+    save_plan(layouts(task)["size_greedy"], tmp_path / "p.json")
+    args = ["evaluate", str(tmp_path / "t.json"), str(tmp_path / "p.json"), "--torchrec", "--out", str(tmp_path / "e.json")]
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    assert dist.main(args) == 2
+    assert "RANK is unset" in capsys.readouterr().err
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert dist.main(args) == 2
+    err = capsys.readouterr().err
+    assert "WORLD_SIZE = 3" in err and "'ngpu' = 2" in err and err.count("\n") == 1
+    assert dist.main(args[:-3] + ["--measure", "--out", str(tmp_path / "e.json")]) == 2
+    assert "--measure does not run under torchrun yet" in capsys.readouterr().err
