@@ -137,3 +137,35 @@ def test_dist_refuses_a_world_size_that_is_not_the_plans_ngpu(task, tmp_path, mo
     assert "WORLD_SIZE = 3" in err and "'ngpu' = 2" in err and err.count("\n") == 1
     assert dist.main(args[:-3] + ["--measure", "--out", str(tmp_path / "e.json")]) == 2
     assert "--measure does not run under torchrun yet" in capsys.readouterr().err
+
+
+def test_agreement_measures_both_ways_resumes_and_reports_disagreements(tmp_path):
+    from shardlab.experiments.torchrec_agreement import KIND, agreement, measure_agreement
+    from shardlab.profile.store import SampleStore
+
+    small = generate_task(ntables=5, ngpu=2, mem_cap_gb=1.0, batch_size=64, seed=8, dims=(8, 16))
+    fast = profile_with("cpu", batch_size=64, repeats=2, warmup=1)
+    kw = dict(methods=["random", "size_greedy", "lookup_greedy"], profile=fast, rounds=3, steps=2, progress=False)
+    store = str(tmp_path / "a.db")
+    assert measure_agreement(store, [("t0", small)], **kw) == 1
+    assert measure_agreement(store, [("t0", small)], **kw) == 0
+    with SampleStore(store) as s:
+        samples = list(s.samples(KIND))
+    sample = samples[0]
+    assert all(e["source"].startswith("measured:torchrec-") for e in sample["torchrec"].values())
+    assert all(e["source"].startswith("measured:cpu") for e in sample["measured"].values())
+    out = agreement(samples)
+    row = out["tasks"][0]
+    assert row["plans"] == 3 and out["pairs"] == 3 and -1.0 <= row["spearman"] <= 1.0
+    assert set(row["facts"]["random"]) == {"shards", "splits", "busiest_rank", "busiest_tables",
+                                           "busiest_lookups_per_sample"}
+    # a made-up opposite ordering (a half of b measured, twice b in TorchRec) is a disagreement
+    a, b = "random", "size_greedy"
+    flipped = {**sample, "measured": dict(sample["measured"]), "torchrec": dict(sample["torchrec"])}
+    for side, scale in (("measured", 0.5), ("torchrec", 2.0)):
+        e = dict(sample[side][a])
+        e["rounds_ms"] = [x * scale for x in sample[side][b]["rounds_ms"]]
+        flipped[side][a] = e
+    pairs = agreement([flipped])["tasks"][0]["disagreements"]
+    hit = [p for p in pairs if (p["a"], p["b"]) == (a, b)]
+    assert hit and hit[0]["measured"]["verdict"] == "faster" and hit[0]["torchrec"]["verdict"] == "slower"

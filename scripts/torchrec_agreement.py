@@ -1,0 +1,91 @@
+#!/usr/bin/env python
+"""Measurement campaign (runs alone): on the search benchmark's held-out pool tasks, every
+method's plan measured by shardlab's measured evaluator and by real TorchRec training steps,
+each in paired rounds (shardlab.experiments.torchrec_agreement), into a crash-safe store; then
+reports/torchrec_agreement.{json,md}: rank correlation per task and the pairs of plans the two
+evaluators order oppositely, with what tells those plans apart.
+
+    .venv/bin/python scripts/torchrec_agreement.py --store runs/cpu/agreement.db [--tasks 2]
+        [--settings 4x10-60] [--rounds 5] [--steps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from shardlab import constants as C  # noqa: E402
+from shardlab.experiments.benchmark import benchmark_tasks  # noqa: E402
+from shardlab.experiments.torchrec_agreement import KIND, agreement, measure_agreement  # noqa: E402
+from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
+from shardlab.profile.provenance import environment  # noqa: E402
+from shardlab.profile.store import SampleStore  # noqa: E402
+
+METHODS = [*C.BASELINE_METHODS, "neuroshard_tw", "neuroshard"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--tasks", type=int, default=2, help="benchmark tasks per setting")
+    ap.add_argument("--settings", default="4x10-60")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--out", default="reports")
+    args = ap.parse_args()
+    tasks = benchmark_tasks(args.settings.split(","), args.tasks, seed=0)
+    labelled = [(f"{name}:{k % args.tasks}", t) for k, (name, t) in enumerate(tasks)]
+    added = measure_agreement(args.store, labelled, args.methods.split(","), rounds=args.rounds, steps=args.steps)
+    print(f"agreement: {added} tasks measured into {args.store}")
+    with SampleStore(args.store) as store:
+        samples = list(store.samples(KIND))
+    result = agreement(samples)
+    report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "environment": environment("cpu"),
+              "command": " ".join(sys.argv), "rounds": args.rounds, "steps": args.steps, **result}
+    out = Path(args.out)
+    write_json_atomic(out / "torchrec_agreement.json", report)
+    write_text_atomic(out / "torchrec_agreement.md", markdown(report))
+    return 0
+
+
+def markdown(r: dict) -> str:
+    """The report's page."""
+    lines = ["# shardlab's measured evaluator against real TorchRec training steps", "",
+             f"Made {r['date']} by `{r['command']}`. Every plan of a task measured twice on this CPU, each in "
+             f"{r['rounds']} paired, interleaved rounds: `measured:cpu` (each device's fused fbgemm op, then gloo "
+             f"all-to-alls; plan cost = slowest device) and `measured:torchrec-cpu` ({r['steps']} training steps per "
+             "round in TorchRec's DistributedModelParallel, fused kernel, gloo ranks; plan cost = median step of the "
+             "slowest rank). Nothing simulated.", "",
+             f"Mean Spearman over tasks: **{r['mean_spearman']:.3f}**; pairs of plans ordered oppositely with at "
+             f"least one significant verdict: **{r['disagreeing_pairs']} of {r['pairs']}**.", "",
+             "| task | tables x GPUs | plans | Spearman | measured ms (min-max) | TorchRec step ms (min-max) |",
+             "|---|---|---|---|---|---|"]
+    for t in r["tasks"]:
+        m, q = list(t["measured_ms"].values()), list(t["torchrec_ms"].values())
+        lines.append(f"| {t['label']} | {t['tables']} x {t['ngpu']} | {t['plans']} | {t['spearman']:.3f} | "
+                     f"{min(m):.1f}-{max(m):.1f} | {min(q):.1f}-{max(q):.1f} |")
+    lines += ["", "## Where they disagree", "",
+              "Ratio a / b and verdict under each evaluator; facts: shards, column splits, and the busiest rank's "
+              "tables and lookups per sample (TorchRec's input distribution and per-shard work scale with these; "
+              "shardlab's measured evaluator times one fused op per device and an all-to-all of pooled outputs).", "",
+              "| task | a | b | measured a/b | TorchRec a/b | a: shards, splits, busiest tables, lookups | "
+              "b: shards, splits, busiest tables, lookups |", "|---|---|---|---|---|---|---|"]
+
+    def facts(f):
+        return f"{f['shards']}, {f['splits']}, {f['busiest_tables']}, {f['busiest_lookups_per_sample']:.0f}"
+
+    for t in r["tasks"]:
+        for p in t["disagreements"]:
+            lines.append(f"| {t['label']} | {p['a']} | {p['b']} | {p['measured']['ratio']:.3f} "
+                         f"{p['measured']['verdict'] or '-'} | {p['torchrec']['ratio']:.3f} {p['torchrec']['verdict'] or '-'} "
+                         f"| {facts(t['facts'][p['a']])} | {facts(t['facts'][p['b']])} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
