@@ -21,6 +21,7 @@ from shardlab.costmodel.bundle import load_bundle, models_dir  # noqa: E402
 from shardlab.costmodel.train import load_records  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.profile.provenance import environment  # noqa: E402
+from shardlab.report.costmodel import heldout_error_table  # noqa: E402
 
 
 def main() -> int:
@@ -101,13 +102,8 @@ def heldout_markdown(heldout: dict, dataset: str) -> list[str]:
              "Tables from public model configs no training step saw (`datasets/heldout_models/`); every plan "
              "measured in paired rounds (median). Shard: each device's fused fw+bw compute; plan: max over devices "
              "of compute + comm, predicted with the bundle's comm model.", "",
-             "| model | set | plans | shard compute MAPE | plan-cost error median | p90 | Spearman (plans) |",
-             "|---|---|---|---|---|---|---|"]
-    for n, sets in heldout["models"].items():
-        for name, e in sets.items():
-            lines.append(f"| {n} | {name} | {e['plans']} | {e['shard_compute']['mape']:.3f} | "
-                         f"{e['plan_cost_error_median']:.3f} | {e['plan_cost_error_p90']:.3f} | "
-                         f"{e['plan_cost_spearman']:.3f} |")
+             ]
+    lines += heldout_error_table(heldout["models"])
     lines += ["", "Measured paired verdicts on the same tasks (ratio = median over rounds of plan / reference; "
               "verdicts need a 95% interval clear of 1): NeuroShard column-wise against its own table-wise plan, "
               "and each NeuroShard variant against the best baseline (the cheapest heuristic, measured).", "",

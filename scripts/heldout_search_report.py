@@ -23,6 +23,7 @@ from shardlab.experiments.heldout import KIND, heldout_errors, pooled_samples, s
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.profile.dataset import load_measured  # noqa: E402
 from shardlab.profile.provenance import environment  # noqa: E402
+from shardlab.report.costmodel import heldout_error_table  # noqa: E402
 
 METHODS = ("neuroshard", "neuroshard_unguarded", "neuroshard_pool", "neuroshard_tw")
 MODELS = ("neuroshard_broad", "neuroshard", "analytic_broad", "analytic")
@@ -109,13 +110,8 @@ def markdown(report: dict) -> str:
     lines += ["", "## Plan-cost prediction on these plans (shipped bundles)", "",
               "Plan cost predicted by each bundle (compute + its comm model) against the measured median; shard = "
               "each device's fused fw+bw compute. Targets: median plan-cost error <= 10%, Spearman >= 0.9.", "",
-              "| bundle | set | plans | shard compute MAPE | plan-cost error median | p90 | Spearman |",
-              "|---|---|---|---|---|---|---|"]
-    for n, sets in report["model_errors"].items():
-        for s, e in sets.items():
-            lines.append(f"| {n} | {s} | {e['plans']} | {e['shard_compute']['mape']:.3f} | "
-                         f"{e['plan_cost_error_median']:.3f} | {e['plan_cost_error_p90']:.3f} | "
-                         f"{e['plan_cost_spearman']:.3f} |")
+              ]
+    lines += heldout_error_table(report["model_errors"])
     return "\n".join(lines) + "\n"
 
 

@@ -46,7 +46,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 TORCHREC_ALSO = ("batch_size", "rounds")
 
 #: Options that only act on the TorchRec evaluator.
-TORCHREC_ONLY = ("steps", "warmup_steps")
+TORCHREC_ONLY = ("steps", "warmup_steps", "whole_step")
 
 #: Options of the evaluation verbs that only act on measurement: refused without --measure.
 MEASURE_ONLY = ("batch_size", "repeats", "warmup", "rounds", "warmup_rounds", "no_pin", "journal")
@@ -80,7 +80,7 @@ def check_args(args: argparse.Namespace) -> None:
                                     + (" or --torchrec" if dest in TORCHREC_ALSO else ""))
     if verb in EVALUATION_VERBS and not torchrec:
         for dest in TORCHREC_ONLY:
-            if getattr(args, dest, None) is not None:
+            if getattr(args, dest, None) not in (None, False):
                 raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --torchrec")
     if verb == "shard" and not getattr(args, "verify", None):
         for dest in ("rounds", "profile"):

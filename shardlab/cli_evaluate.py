@@ -28,6 +28,9 @@ def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, def
     p.add_argument("--steps", type=int, default=None, help="--torchrec: timed steps per plan per round (default 5)")
     p.add_argument("--warmup-steps", type=int, default=None,
                    help="--torchrec: untimed steps per plan before the first round (default 2)")
+    p.add_argument("--whole-step", action="store_true",
+                   help="--torchrec: also time TorchRec's whole DLRM training step with the plan applied "
+                        "(needs one embedding dim); the cost is the whole step, the embedding part beside it")
     p.add_argument("--rounds", type=int, default=None,
                    help=f"--measure: paired, interleaved rounds (>= 3 for intervals and verdicts; default {default_rounds})")
     p.set_defaults(default_rounds=default_rounds)
@@ -58,7 +61,7 @@ def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
 
         return TorchRecEvaluator(profile_with(args.profile, args.batch_size), rounds=args.rounds or args.default_rounds,
                                  steps=args.steps or 5, warmup_steps=2 if args.warmup_steps is None else args.warmup_steps,
-                                 seed=args.seed, reference=reference)
+                                 seed=args.seed, reference=reference, whole_step=args.whole_step)
     if args.measure:
         prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
         rounds = args.rounds or args.default_rounds
@@ -128,10 +131,19 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     task = load_task(args.task)
     plans, ref = load_plans(task, [args.plan], args.reference)
     key = next(k for k in plans if k != ref) if len(plans) > 1 else next(iter(plans))   # the plan itself
-    evs = build_evaluator(args, ref).evaluate(task, plans)
+    evaluator = build_evaluator(args, ref)
+    part = ""
+    if getattr(args, "whole_step", False):           # the whole DLRM step, its embedding part beside it
+        parts = evaluator.evaluate_parts(task, plans)
+        evs, emb = parts["whole_step"], parts["embeddings"][key]
+        part = f"; embeddings {emb.cost_ms:.3f} ms ({emb.cost_ms / evs[key].cost_ms:.0%} of the step, {emb.source})"
+        payload = {**evs[key].to_dict(), "embeddings": emb.to_dict()}
+    else:
+        evs = evaluator.evaluate(task, plans)
+        payload = evs[key].to_dict()
     ev = evs[key]
     if args.out:
-        write_json_atomic(args.out, ev.to_dict())
+        write_json_atomic(args.out, payload)
     bound = f", lower bound {ev.lower_bound_ms:.3f} ms" if ev.lower_bound_ms is not None else ""
     ci = f" [{ev.ci95_ms[0]:.3f}, {ev.ci95_ms[1]:.3f}] over {len(ev.rounds_ms)} rounds" if ev.ci95_ms else ""
     vs = ""
@@ -139,8 +151,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         vs = f", x{ev.comparison.ratio:.3f} vs {ev.comparison.reference}" + (
             f" ({ev.comparison.verdict})" if ev.comparison.verdict else "")
     where = f" -> {args.out}" if args.out else ""
-    emit(args, f"evaluate {plans[key].method} on {task.name}: {ev.cost_ms:.3f} ms{ci} ({ev.source}){bound}{vs}{where}",
-          ev.to_dict())
+    emit(args, f"evaluate {plans[key].method} on {task.name}: {ev.cost_ms:.3f} ms{ci} ({ev.source}){bound}{vs}{part}"
+                f"{where}", payload)
 
 
 def cmd_compare(args: argparse.Namespace) -> None:

@@ -10,7 +10,8 @@ Every process reads the same task and plans; ``torchrun`` sets ``RANK``, ``WORLD
 the task's ``ngpu``. The ranks run the TorchRec evaluator's rounds
 (:func:`shardlab.evaluate.torchrec_step.rank_rounds`), rank 0 gathers every rank's step times
 and alone writes ``--out``: the Evaluation JSON of the plan (a list for several), exactly as
-``shardlab evaluate --torchrec --json`` prints it. Errors are one line on stderr, exit status 2.
+``shardlab evaluate --torchrec [--whole-step] --json`` prints it (with ``--whole-step``: the whole
+DLRM step's Evaluation with the embedding part's under ``"embeddings"``). Errors are one line on stderr, exit status 2.
 
 ``--measure`` (shardlab's own kernel-by-kernel measurement) is not run under torchrun yet: it
 spawns its ranks on one host (``shardlab evaluate --measure``).
@@ -52,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=3, help="paired rounds (>= 3 for intervals; default %(default)s)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per plan per round (default %(default)s)")
     p.add_argument("--warmup-steps", type=int, default=2, help="untimed steps per plan first (default %(default)s)")
+    p.add_argument("--whole-step", action="store_true",
+                   help="also time TorchRec's whole DLRM step; the cost is the whole step, the embedding part beside it")
     p.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=None, help="override the profile's global batch size")
     p.add_argument("--reference", default=None, help="method of the plan to compare against (default: best baseline)")
@@ -66,7 +69,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] 
     import torch.distributed as dist
 
     from shardlab.cli_evaluate import load_plans
-    from shardlab.evaluate.torchrec_step import evaluations, prepare, rank_rounds
+    from shardlab.evaluate.torchrec_step import (EMBEDDINGS, WHOLE, evaluations, prepare, quiet_torchrec_logs,
+                                                 rank_budget_bytes, rank_rounds)
     from shardlab.io import load_task
     from shardlab.profile.hardware import profile_with
 
@@ -90,12 +94,15 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] 
             raise ShardlabError(f"shardlab.dist: LOCAL_RANK = {local} but this host sees "
                                 f"{torch.cuda.device_count()} GPUs")
         torch.cuda.set_device(local)
-    job = prepare(task, plans, prof, args.rounds, args.seed)
+    job = prepare(task, plans, prof, args.rounds, args.seed, (EMBEDDINGS, WHOLE) if args.whole_step else (EMBEDDINGS,))
     dist.init_process_group("nccl" if prof.device == "cuda" else "gloo", init_method="env://",
                             timeout=datetime.timedelta(seconds=args.timeout_s))
     try:
+        quiet_torchrec_logs()
         torch.set_num_threads(max(1, prof.threads))
-        mine = rank_rounds(job.task, job.exports, prof, job.orders, args.steps, args.warmup_steps, rank, world)
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        mine = rank_rounds(job.task, job.exports, prof, job.orders, args.steps, args.warmup_steps, rank, world,
+                           job.kinds, rank_budget_bytes(local_world))
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, mine)
     finally:
@@ -104,9 +111,13 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] 
         return None
     import numpy as np
 
-    times = {k: np.stack([np.asarray(gathered[r][k]) for r in range(world)], axis=2) for k in plans}
-    evs = evaluations(job, plans, times, args.seed, reference)
-    out = [e.to_dict() for e in evs.values()]
+    times = {item: np.stack([np.asarray(gathered[r][item]) for r in range(world)], axis=2) for item in job.exports}
+    emb = evaluations(job, plans, times, args.seed, reference, EMBEDDINGS)
+    if args.whole_step:
+        whole = evaluations(job, plans, times, args.seed, reference, WHOLE)
+        out = [{**whole[k].to_dict(), "embeddings": emb[k].to_dict()} for k in plans]
+    else:
+        out = [e.to_dict() for e in emb.values()]
     return out[0] if len(out) == 1 else out
 
 

@@ -169,3 +169,44 @@ def test_agreement_measures_both_ways_resumes_and_reports_disagreements(tmp_path
     pairs = agreement([flipped])["tasks"][0]["disagreements"]
     hit = [p for p in pairs if (p["a"], p["b"]) == (a, b)]
     assert hit and hit[0]["measured"]["verdict"] == "faster" and hit[0]["torchrec"]["verdict"] == "slower"
+
+
+def test_whole_dlrm_step_is_timed_beside_its_embedding_part(tmp_path, capsys):
+    from shardlab.io import save_plan, save_task
+
+    same = generate_task(ntables=3, ngpu=2, mem_cap_gb=1.0, batch_size=64, seed=6, dims=(16,))
+    plan = run_sharder(get_sharder("lookup_greedy"), same)
+    ev = TorchRecEvaluator(profile_with("cpu", batch_size=64), rounds=3, steps=2, warmup_steps=1, whole_step=True)
+    parts = ev.evaluate_parts(same, {"lookup_greedy": plan})
+    whole, emb = parts["whole_step"]["lookup_greedy"], parts["embeddings"]["lookup_greedy"]
+    assert whole.source.startswith("measured:torchrec-dlrm-cpu") and emb.source.startswith("measured:torchrec-cpu")
+    assert len(whole.rounds_ms) == len(emb.rounds_ms) == 3
+    assert all(d.bw_compute_ms > 0 for d in whole.per_device)
+    with pytest.raises(ShardlabError, match=r"one embedding dim .* got dims \[\d+, \d+"):
+        ev.evaluate_parts(generate_task(ntables=4, ngpu=2, mem_cap_gb=1.0, batch_size=64, seed=3, dims=(8, 16)),
+                          {"p": layouts_of_mixed()})
+    save_task(same, tmp_path / "t.json")
+    save_plan(plan, tmp_path / "p.json")
+    assert main(["evaluate", str(tmp_path / "t.json"), str(tmp_path / "p.json"), "--torchrec", "--whole-step",
+                 "--rounds", "3", "--steps", "2", "--warmup-steps", "1", "--batch-size", "64"]) == 0
+    line = capsys.readouterr().out
+    assert "measured:torchrec-dlrm-cpu" in line and "of the step" in line
+
+
+def layouts_of_mixed():
+    mixed = generate_task(ntables=4, ngpu=2, mem_cap_gb=1.0, batch_size=64, seed=3, dims=(8, 16))
+    return run_sharder(get_sharder("size_greedy"), mixed)
+
+
+def test_models_too_big_to_keep_are_built_for_their_turn_with_the_same_results_shape(task, monkeypatch):
+    from shardlab.evaluate import torchrec_step
+    from shardlab.evaluate.torchrec_step import rank_bytes
+
+    plans = layouts(task)
+    data = export_for_device(export_torchrec(task, plans["cw"], module="ebc"), "cpu")
+    t0 = task.tables[0]
+    assert rank_bytes(task, data, 0) + rank_bytes(task, data, 1) == sum(t.rows * t.dim * 4 for t in task.tables)
+    assert rank_bytes(task, data, 1) >= t0.rows * (t0.dim // 2) * 4
+    monkeypatch.setattr(torchrec_step, "rank_budget_bytes", lambda ranks: 0.0)   # nothing fits: build per turn
+    ev = TorchRecEvaluator(profile_with("cpu", batch_size=64), rounds=3, steps=2, warmup_steps=1).evaluate(task, plans)
+    assert all(len(e.rounds_ms) == 3 and e.source.startswith("measured:torchrec-cpu") for e in ev.values())

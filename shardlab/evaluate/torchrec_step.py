@@ -20,11 +20,18 @@ per-round costs, their median and 95% interval, and per rank the median forward 
 ``fw_compute_ms`` and backward step in ``bw_compute_ms`` -- *whole* step phases, their
 collectives included (TorchRec does not separate them), so ``fw_comm_ms``/``bw_comm_ms`` are 0.
 ``source``: ``measured:torchrec-<profile>``.
+
+With ``whole_step`` every plan is also applied to TorchRec's DLRM (dense arch, the sharded
+embeddings, interaction, over arch, BCE loss; dense parameters updated by SGD after backward) and
+its whole training step timed in the same rounds, right after the plan's embedding steps:
+:meth:`TorchRecEvaluator.evaluate_parts` returns both, so the embedding cost and the training
+step it sits in can be compared (``source`` ``measured:torchrec-dlrm-<profile>``).
 """
 
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import queue
 import time
@@ -60,9 +67,10 @@ class TorchRecEvaluator:
     bound on the whole run (s)."""
 
     def __init__(self, profile: str | HardwareProfile = "cpu", rounds: int = 3, steps: int = 5,
-                 warmup_steps: int = 2, seed: int = 0, reference: str | None = None, timeout_s: float = 1800.0):
+                 warmup_steps: int = 2, seed: int = 0, reference: str | None = None, timeout_s: float = 1800.0,
+                 whole_step: bool = False):
         self.profile, self.rounds, self.steps, self.warmup_steps = profile, rounds, steps, warmup_steps
-        self.seed, self.reference, self.timeout_s = seed, reference, timeout_s
+        self.seed, self.reference, self.timeout_s, self.whole_step = seed, reference, timeout_s, whole_step
 
     def _check(self, task: Task) -> HardwareProfile:
         prof = get_profile(self.profile)
@@ -84,39 +92,63 @@ class TorchRecEvaluator:
         return prof
 
     def evaluate(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, Evaluation]:
-        """Every plan's TorchRec step cost, measured together in paired rounds."""
+        """Every plan's TorchRec step cost, measured together in paired rounds: the embedding
+        step, or with ``whole_step`` the whole DLRM training step."""
+        both = self.evaluate_parts(task, plans)
+        return both[WHOLE] if self.whole_step else both[EMBEDDINGS]
+
+    def evaluate_parts(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, dict[str, Evaluation]]:
+        """{"embeddings": ..., and with ``whole_step`` "whole_step": ...}: Evaluations of every plan's
+        embedding step and whole DLRM step (:func:`shardlab.evaluate.torchrec_model.sharded_dlrm`),
+        both timed in the same paired rounds (each plan's embedding steps, then its DLRM steps)."""
         prof = self._check(task)
-        job = prepare(task, plans, prof, self.rounds, self.seed)
-        times = run_ranks(job.task, job.exports, prof, job.orders, self.steps, self.warmup_steps, self.timeout_s)
-        return evaluations(job, plans, times, self.seed, self.reference)
+        kinds = (EMBEDDINGS, WHOLE) if self.whole_step else (EMBEDDINGS,)
+        job = prepare(task, plans, prof, self.rounds, self.seed, kinds)
+        times = run_ranks(job, prof, self.steps, self.warmup_steps, self.timeout_s)
+        return {kind: evaluations(job, plans, times, self.seed, self.reference, kind) for kind in kinds}
+
+
+#: The two parts a TorchRec run can time: the sharded embeddings alone, and TorchRec's whole DLRM.
+EMBEDDINGS, WHOLE = "embeddings", "whole_step"
 
 
 @dataclass(frozen=True)
 class Job:
-    """What every rank runs: the task with lookups for every table, each plan's export (module
-    ``ebc``, placements on the profile's device), the rounds' plan orders, the ``source`` label."""
+    """What every rank runs: the task with lookups for every table, the parts timed (``kinds``),
+    each plan's export per part (keyed ``"<kind>/<plan>"``; module path of that part's model,
+    placements on the profile's device), the rounds' plan orders and the ``source`` label."""
 
     task: Task
+    kinds: tuple[str, ...]
     exports: dict[str, dict[str, Any]]
     orders: list[list[str]]
     source: str
 
 
-def prepare(task: Task, plans: Mapping[str, Plan], profile: HardwareProfile, rounds: int, seed: int) -> Job:
-    """The :class:`Job` of measuring ``plans`` (deterministic: every rank computes the same one)."""
+def prepare(task: Task, plans: Mapping[str, Plan], profile: HardwareProfile, rounds: int, seed: int,
+            kinds: Sequence[str] = (EMBEDDINGS,)) -> Job:
+    """The :class:`Job` of measuring ``plans`` (deterministic: every rank computes the same one).
+    A whole-step job needs one embedding dim for every table (TorchRec's DLRM): one line if not."""
     from shardlab.evaluate.measured import measurable
+    from shardlab.evaluate.torchrec_model import MODULES, check_dlrm_task
     from shardlab.export import export_for_device, export_torchrec
 
     check_plans(task, plans)
+    if WHOLE in kinds:
+        check_dlrm_task(task)
     full, note = measurable(task)
-    exports = {k: export_for_device(export_torchrec(full, p, module="ebc"), profile.device) for k, p in plans.items()}
-    return Job(full, exports, _round_orders(list(plans), rounds, seed), f"measured:torchrec-{profile.name}{note}")
+    exports = {f"{kind}/{k}": export_for_device(export_torchrec(full, p, module=MODULES[kind]), profile.device)
+               for kind in kinds for k, p in plans.items()}
+    return Job(full, tuple(kinds), exports, _round_orders(list(plans), rounds, seed),
+               f"measured:torchrec-{profile.name}{note}")
 
 
 def evaluations(job: Job, plans: Mapping[str, Plan], times: Mapping[str, np.ndarray], seed: int,
-                reference: str | None) -> dict[str, Evaluation]:
-    """Evaluations (with comparisons against ``reference``) from every plan's (R, S, G, 2) step ms."""
-    out = {k: _evaluation(job.task, plans[k], job.source, np.asarray(times[k]), seed) for k in plans}
+                reference: str | None, kind: str = EMBEDDINGS) -> dict[str, Evaluation]:
+    """Evaluations of part ``kind`` (with comparisons against ``reference``) from every item's
+    (R, S, G, 2) step ms; the whole step's ``source`` is ``measured:torchrec-dlrm-<profile>``."""
+    source = job.source.replace("measured:torchrec-", "measured:torchrec-dlrm-") if kind == WHOLE else job.source
+    out = {k: _evaluation(job.task, plans[k], source, np.asarray(times[f"{kind}/{k}"]), seed) for k in plans}
     return compare_to_reference(out, reference, seed)
 
 
@@ -133,22 +165,24 @@ def _evaluation(task: Task, plan: Plan, source: str, t: np.ndarray, seed: int) -
 
 # ----------------------------------------------------------------------------- ranks
 
-def run_ranks(task: Task, exports: Mapping[str, Mapping[str, Any]], profile: HardwareProfile,
-              orders: Sequence[Sequence[str]], steps: int, warmup_steps: int, timeout_s: float
+def run_ranks(job: Job, profile: HardwareProfile, steps: int, warmup_steps: int, timeout_s: float
               ) -> dict[str, np.ndarray]:
-    """Spawn G ranks on this host, run the rounds, and return per plan an array (R, S, G, 2) of
-    forward/backward step ms. A rank that fails or dies is a one-line error naming it."""
+    """Spawn G ranks on this host, run the job's rounds, and return per item (``"<kind>/<plan>"``)
+    an array (R, S, G, 2) of forward/backward step ms. A rank that fails or dies is a one-line
+    error naming it."""
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
-    g = task.ngpu
+    g = job.task.ngpu
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=timeout_s))
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    job = {"task": task.to_dict(), "exports": dict(exports), "profile": profile.to_dict(), "orders": [list(o) for o in orders],
-           "steps": steps, "warmup_steps": warmup_steps, "world_size": g, "port": store.port, "timeout_s": timeout_s}
-    procs = [ctx.Process(target=_rank_main, args=(r, job, results), daemon=True, name=f"shardlab-torchrec-rank{r}")
+    spec = {"task": job.task.to_dict(), "kinds": list(job.kinds), "exports": dict(job.exports),
+            "profile": profile.to_dict(), "orders": [list(o) for o in job.orders], "steps": steps,
+            "warmup_steps": warmup_steps, "world_size": g, "port": store.port, "timeout_s": timeout_s,
+            "budget_bytes": rank_budget_bytes(g)}
+    procs = [ctx.Process(target=_rank_main, args=(r, spec, results), daemon=True, name=f"shardlab-torchrec-rank{r}")
              for r in range(g)]
     for p in procs:
         p.start()
@@ -174,7 +208,7 @@ def run_ranks(task: Task, exports: Mapping[str, Mapping[str, Any]], profile: Har
             p.join(timeout=10)
             if p.is_alive():
                 p.terminate()
-    return {name: np.stack([np.asarray(got[r][name]) for r in range(g)], axis=2) for name in exports}
+    return {item: np.stack([np.asarray(got[r][item]) for r in range(g)], axis=2) for item in job.exports}
 
 
 def _rank_main(rank: int, job: dict, results: Any) -> None:
@@ -184,6 +218,7 @@ def _rank_main(rank: int, job: dict, results: Any) -> None:
     import torch.distributed as dist
 
     try:
+        quiet_torchrec_logs()
         prof = HardwareProfile(**job["profile"])
         torch.set_num_threads(max(1, prof.threads))
         cuda = prof.device == "cuda"
@@ -195,7 +230,7 @@ def _rank_main(rank: int, job: dict, results: Any) -> None:
                                 timeout=timeout)
         try:
             out = rank_rounds(Task.from_dict(job["task"]), job["exports"], prof, job["orders"], job["steps"],
-                              job["warmup_steps"], rank, job["world_size"])
+                              job["warmup_steps"], rank, job["world_size"], tuple(job["kinds"]), job["budget_bytes"])
         finally:
             dist.destroy_process_group()
         results.put((rank, "ok", out))
@@ -206,40 +241,94 @@ def _rank_main(rank: int, job: dict, results: Any) -> None:
             traceback.print_exc()
 
 
+def quiet_torchrec_logs() -> None:
+    """Silence a warning TorchRec's sharded modules make torch.fx print once per rank and model
+    (``is_fx_tracing will return true for ...``): noise in every log, nothing to act on."""
+    import logging
+
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+
+
 def rank_rounds(task: Task, exports: Mapping[str, Mapping[str, Any]], profile: HardwareProfile,
-                orders: Sequence[Sequence[str]], steps: int, warmup_steps: int, rank: int, world_size: int
-                ) -> dict[str, list]:
-    """This rank's part of the rounds (inside an initialised process group): {plan: (R, S, 2)
-    list of forward/backward step ms}."""
+                orders: Sequence[Sequence[str]], steps: int, warmup_steps: int, rank: int, world_size: int,
+                kinds: Sequence[str] = (EMBEDDINGS,), budget_bytes: float | None = None) -> dict[str, list]:
+    """This rank's part of the rounds (inside an initialised process group): {"<kind>/<plan>":
+    (R, S, 2) list of forward/backward step ms}. In each round, for each plan in the round's
+    order, each part's steps in turn; step k of every plan and part sees the same batch. Models
+    of every item are kept if this rank's share of them fits ``budget_bytes`` (None: no limit),
+    else built for their turn and freed after it."""
     import torch
     import torch.distributed as dist
 
-    from shardlab.evaluate.torchrec_model import local_batches, sharded_ebc
+    from shardlab.evaluate.torchrec_model import dlrm_batches, local_batches, sharded_dlrm, sharded_ebc
 
     device = torch.device(f"cuda:{torch.cuda.current_device()}" if profile.device == "cuda" else "cpu")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    models = {name: sharded_ebc(task, e, profile, device) for name, e in exports.items()}
-    batches = local_batches(task, profile, rank, world_size, device)
-    times: dict[str, list] = {name: [] for name in exports}
+    def build(item: str) -> Any:
+        kind = item.split("/", 1)[0]
+        return sharded_ebc(task, exports[item], device) if kind == EMBEDDINGS else sharded_dlrm(task, exports[item], device)
 
-    def step(model: Any, k: int) -> tuple[float, float]:
-        kjt = batches[k % len(batches)]            # step k of every plan sees the same batch
+    # every plan's model kept for all rounds when this rank's shards of all of them fit the budget;
+    # else each is built for its turn and freed after it (same steps, slower rounds)
+    keep = budget_bytes is None or sum(rank_bytes(task, e, rank) for e in exports.values()) <= budget_bytes
+    models: dict[str, Any] = {item: build(item) for item in exports} if keep else {}
+    sparse = local_batches(task, profile, rank, world_size, device)
+    batches = {EMBEDDINGS: sparse}
+    if WHOLE in kinds:
+        batches[WHOLE] = dlrm_batches(sparse, profile, rank, device)
+
+    def step(item: str, k: int) -> tuple[float, float]:
+        kind = item.split("/", 1)[0]
+        batch = batches[kind][k % len(batches[kind])]
+        if item not in models:
+            models[item] = build(item)
         dist.barrier()
         sync()
         t0 = time.perf_counter()
-        out = model(kjt)
-        loss = out.values().sum()
+        if kind == EMBEDDINGS:
+            loss = models[item](batch).values().sum()
+        else:
+            model, dense_opt = models[item]
+            loss, _ = model(batch)
         sync()
         t1 = time.perf_counter()
         loss.backward()
+        if kind == WHOLE:
+            dense_opt.step()
+            dense_opt.zero_grad()
         sync()
         t2 = time.perf_counter()
         return (t1 - t0) * 1e3, (t2 - t1) * 1e3
 
+    times: dict[str, list] = {item: [] for item in exports}
     for r, order in enumerate(orders):
         for name in order:
-            if r == 0:
-                for k in range(warmup_steps):
-                    step(models[name], k)
-            times[name].append([step(models[name], k) for k in range(steps)])
+            for kind in kinds:
+                item = f"{kind}/{name}"
+                if r == 0:
+                    for k in range(warmup_steps):
+                        step(item, k)
+                times[item].append([step(item, k) for k in range(steps)])
+                if not keep:
+                    del models[item]
+                    gc.collect()
     return times
+
+
+def rank_bytes(task: Task, export: Mapping[str, Any], rank: int) -> int:
+    """Bytes of weights and optimizer state the export places on ``rank``."""
+    per_weight = C.BYTES_PER_WEIGHT[task.weights_precision] + C.OPTIMIZER_STATE_BYTES[task.optimizer][1]
+    per_row = C.OPTIMIZER_STATE_BYTES[task.optimizer][0]
+    return sum(rows * cols * per_weight + rows * per_row for e in export["plan"].values() for s in e["shards"]
+               for rows, cols in [s["shard_sizes"]] if int(s["placement"].split("/")[0].split(":")[1]) == rank)
+
+
+def rank_budget_bytes(ranks_on_host: int, share: float = 0.6) -> float | None:
+    """``share`` of this host's available memory (``MemAvailable``, Linux) split over its ranks,
+    or None where the OS does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            kb = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return kb * 1024 * share / max(1, ranks_on_host)

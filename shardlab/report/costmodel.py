@@ -55,3 +55,17 @@ def error_by_tables_figure(result: Mapping[str, Any], set_name: str = "unseen_ta
     fig.update_layout(title=f"Error by tables per shard ({set_name.replace('_', ' ')}; predictions vs measured)",
                       xaxis_title="tables per shard", yaxis_title="MAPE", barmode="group")
     return fig
+
+
+def heldout_error_table(models: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
+    """Markdown rows (header first) of held-out-family errors: per model and set, plans, shard
+    compute MAPE, plan-cost error median and p90, Spearman of plan costs
+    (``experiments.heldout.heldout_errors`` per model)."""
+    lines = ["| model | set | plans | shard compute MAPE | plan-cost error median | p90 | Spearman (plans) |",
+             "|---|---|---|---|---|---|---|"]
+    for n, sets in models.items():
+        for name, e in sets.items():
+            lines.append(f"| {n} | {name} | {e['plans']} | {e['shard_compute']['mape']:.3f} | "
+                         f"{e['plan_cost_error_median']:.3f} | {e['plan_cost_error_p90']:.3f} | "
+                         f"{e['plan_cost_spearman']:.3f} |")
+    return lines
