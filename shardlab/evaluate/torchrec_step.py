@@ -64,7 +64,8 @@ class TorchRecEvaluator:
     """An :class:`~shardlab.evaluate.Evaluator` timing real TorchRec training steps (module
     docstring). ``rounds``: paired rounds (>= 3 for intervals and verdicts); ``steps``: timed
     steps per plan per round; ``warmup_steps``: untimed steps per plan first; ``timeout_s``:
-    bound on the whole run (s)."""
+    bound on the whole run (s); ``whole_step``: also time TorchRec's whole DLRM step, which
+    :meth:`evaluate` then returns (:meth:`evaluate_parts` returns both parts)."""
 
     def __init__(self, profile: str | HardwareProfile = "cpu", rounds: int = 3, steps: int = 5,
                  warmup_steps: int = 2, seed: int = 0, reference: str | None = None, timeout_s: float = 1800.0,
