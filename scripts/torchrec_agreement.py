@@ -37,6 +37,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--out", default="reports")
+    ap.add_argument("--name", default="torchrec_agreement", help="report file stem under --out")
     args = ap.parse_args()
     tasks = benchmark_tasks(args.settings.split(","), args.tasks, seed=0)
     labelled = [(f"{name}:{k % args.tasks}", t) for k, (name, t) in enumerate(tasks)]
@@ -48,8 +49,8 @@ def main() -> int:
     report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "environment": environment("cpu"),
               "command": " ".join(sys.argv), "rounds": args.rounds, "steps": args.steps, **result}
     out = Path(args.out)
-    write_json_atomic(out / "torchrec_agreement.json", report)
-    write_text_atomic(out / "torchrec_agreement.md", markdown(report))
+    write_json_atomic(out / f"{args.name}.json", report)
+    write_text_atomic(out / f"{args.name}.md", markdown(report))
     return 0
 
 
