@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 from pathlib import Path
 
@@ -71,18 +72,25 @@ def markdown(r: dict) -> str:
         lines.append(f"| {t['label']} | {t['tables']} x {t['ngpu']} | {t['plans']} | {t['spearman']:.3f} | "
                      f"{min(m):.1f}-{max(m):.1f} (x{max(m) / min(m):.2f}) | {min(q):.1f}-{max(q):.1f} "
                      f"(x{max(q) / min(q):.2f}) |")
+    cores = os.cpu_count() or 1
+    shared = any(t["ngpu"] > cores for t in r["tasks"])
     lines += ["", "## Why they differ here", "",
               "Spread = slowest plan / fastest plan of a task. The measured evaluator times each device's fused op "
-              "alone (as on G independent GPUs), so the plan with the busiest device loses clearly. TorchRec's step "
-              "runs all G ranks at once; on this 2-core CPU G = 4 ranks share 2 cores, so each rank's step also "
-              "waits for cores the other ranks use, and its time follows the *total* work of all ranks -- the same "
-              "tables, hence nearly the same, for every plan of a task -- plus input distribution (all-to-all of "
-              "every lookup) and per-step framework overhead that no plan changes. Plans therefore spread far less "
-              "under TorchRec on this machine and most of its verdicts are \"within noise\"; the disagreements "
-              "below are mostly the measured evaluator's significant gaps that TorchRec on shared cores cannot "
-              "see. This is the likely cause, not a proven one. On GPUs ranks do not share compute, so this cause "
-              "is absent there; whether the two evaluators then agree is not measured yet (it needs a multi-GPU "
-              "host)."]
+              "alone (as on G independent GPUs), so the plan with the busiest device loses clearly."]
+    if shared:
+        lines[-1] += (f" TorchRec's step runs all G ranks at once; on this {cores}-core CPU more ranks than cores "
+                      "share them, so each rank's step also waits for cores the other ranks use and its time follows "
+                      "the *total* work of all ranks -- nearly the same for every plan of a task -- plus input "
+                      "distribution and per-step overhead no plan changes. Plans spread far less under TorchRec "
+                      "here, and most disagreements are the measured evaluator's significant gaps that TorchRec on "
+                      "shared cores cannot see. This is the likely cause, not a proven one (compare "
+                      "`torchrec_agreement_2ranks.md`, one rank per core).")
+    else:
+        lines[-1] += (f" Here every rank had a core of this {cores}-core CPU, so TorchRec's step is not "
+                      "flattened by shared cores; remaining differences come from what TorchRec's step adds "
+                      "(input distribution of every lookup, output all-to-all, framework overhead) and from noise "
+                      "between plans that lie close together.")
+    lines[-1] += (" Whether the two evaluators agree on GPUs is not measured yet (it needs a multi-GPU host).")
     lines += ["", "## Where they disagree", "",
               "Ratio a / b and verdict under each evaluator; facts: shards, column splits, and the busiest rank's "
               "tables and lookups per sample (TorchRec's input distribution and per-shard work scale with these; "
