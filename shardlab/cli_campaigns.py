@@ -119,16 +119,14 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     """Calibrate a bundle's compute model on measured split shards it was not trained on and
     write the calibration into its manifest (the model files are left as they are)."""
     from shardlab.costmodel.bundle import load_bundle, resolve_model_path, write_calibration
-    from shardlab.costmodel.calibration import calibrate_splits
-    from shardlab.costmodel.train import load_records, not_trained_on
+    from shardlab.costmodel.train import calibrate_held_out, load_records
 
     _existing_store(args.store)
     path = resolve_model_path(args.model, args.profile or "cpu")
     bundle = load_bundle(path)
     label = f"store:{args.store}" if args.store else f"dataset:{args.dataset}"
-    held = not_trained_on(load_records("compute", args.store, args.dataset, args.profile))
-    cal = calibrate_splits(bundle.compute, held, quantile=args.quantile,
-                           data=f"{label}: validation and test splits by key")
+    cal = calibrate_held_out(bundle.compute, load_records("compute", args.store, args.dataset, args.profile),
+                             label, args.quantile)
     write_calibration(path, cal.to_dict())
     emit(args, f"calibrate {args.model}: {cal.n} split shards ({label}), median log(measured/predicted) "
                 f"{cal.median_log_ratio:+.3f}, q{cal.quantile:g} {cal.log_margin:+.3f} -> split guard x{cal.factor:.3f}"

@@ -69,8 +69,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] 
     import torch.distributed as dist
 
     from shardlab.cli_evaluate import load_plans
-    from shardlab.evaluate.torchrec_step import (EMBEDDINGS, WHOLE, evaluations, prepare, quiet_torchrec_logs,
-                                                 rank_budget_bytes, rank_rounds)
+    from shardlab.evaluate.torchrec_step import (EMBEDDINGS, WHOLE, check_counts, evaluations, prepare,
+                                                 quiet_torchrec_logs, rank_budget_bytes, rank_rounds)
     from shardlab.io import load_task
     from shardlab.profile.hardware import profile_with
 
@@ -84,9 +84,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] 
                             f"{task.ngpu}: start {task.ngpu} processes in all (nnodes x nproc-per-node)")
     plans, reference = load_plans(task, args.plans, args.reference)
     prof = profile_with(args.profile, args.batch_size)
-    for name, value, low in (("rounds", args.rounds, 1), ("steps", args.steps, 1), ("warmup_steps", args.warmup_steps, 0)):
-        if value < low:
-            raise ShardlabError(f"shardlab.dist: option '--{name.replace('_', '-')}' = {value} must be >= {low}")
+    check_counts(args.rounds, args.steps, args.warmup_steps, "shardlab.dist")
     if prof.device == "cuda":
         if not dist.is_nccl_available():
             raise ShardlabError("shardlab.dist: profile device is cuda but this torch has no NCCL")

@@ -17,7 +17,8 @@ from typing import Any, Mapping, Sequence
 from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute
 from shardlab.costmodel.assess import held_out_sets
 from shardlab.costmodel.bundle import CostModelBundle, heldout_errors
-from shardlab.costmodel.calibration import MIN_SPLIT_SHARDS, calibrate_splits, split_shards
+from shardlab import constants as C
+from shardlab.costmodel.calibration import MIN_SPLIT_SHARDS, SplitCalibration, calibrate_splits, split_shards
 from shardlab.costmodel.metrics import errors, split_samples
 from shardlab.data.samples import (CommRecord, ComputeRecord, PlanRecord, Record, as_comm_records,
                                    as_compute_records, as_plan_records, as_records)
@@ -142,13 +143,19 @@ def not_trained_on(records: Sequence[ComputeRecord]) -> list[ComputeRecord]:
     return cs["val"] + cs["seen_tables"] + cs["unseen_tables"]
 
 
+def calibrate_held_out(compute: Any, records: Sequence[ComputeRecord], data: str,
+                       quantile: float = C.SPLIT_GUARD_QUANTILE) -> SplitCalibration:
+    """:func:`~shardlab.costmodel.calibration.calibrate_splits` of ``compute`` on the records it
+    was not trained on (:func:`not_trained_on`); ``data`` names where the records came from."""
+    return calibrate_splits(compute, not_trained_on(records), quantile=quantile,
+                            data=f"{data}: validation and test splits by key")
+
+
 def calibrate_if_possible(compute: Any, records: Sequence[ComputeRecord], data: str) -> dict[str, Any]:
-    """The split calibration (JSON form) of ``compute`` on the column-slice shards among the
-    records it was not trained on (:func:`not_trained_on`), or ``{}`` when there are too few."""
-    held = not_trained_on(records)
-    if len(split_shards(held)) < MIN_SPLIT_SHARDS:
+    """:func:`calibrate_held_out` (JSON form), or ``{}`` when too few split shards are held out."""
+    if len(split_shards(not_trained_on(records))) < MIN_SPLIT_SHARDS:
         return {}
-    return calibrate_splits(compute, held, data=f"{data}: validation and test splits by key").to_dict()
+    return calibrate_held_out(compute, records, data).to_dict()
 
 
 def dreamshard_plan_errors(model: Any, plans: Sequence[PlanRecord | Mapping[str, Any]]) -> dict[str, Any]:

@@ -43,6 +43,7 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.errors import ShardlabError
+from shardlab.evaluate.measured import round_orders
 from shardlab.evaluate.protocol import check_plans, compare_to_reference
 from shardlab.evaluate.stats import bootstrap_median_ci
 from shardlab.evaluate.values import DeviceCost, Evaluation
@@ -54,10 +55,12 @@ from shardlab.tables import Task
 LEARNING_RATE = 0.01
 
 
-def _round_orders(names: Sequence[str], rounds: int, seed: int) -> list[list[str]]:
-    from shardlab.evaluate.measured import round_orders
-
-    return round_orders(names, rounds, seed)
+def check_counts(rounds: Any, steps: Any, warmup_steps: Any, owner: str = "torchrec evaluator") -> None:
+    """One line naming the first of rounds (>= 1), steps (>= 1), warmup_steps (>= 0) that is not
+    such an integer."""
+    for name, value, low in (("rounds", rounds, 1), ("steps", steps, 1), ("warmup_steps", warmup_steps, 0)):
+        if not isinstance(value, int) or value < low:
+            raise ShardlabError(f"{owner}: field '{name}' = {value!r} must be an integer >= {low}")
 
 
 class TorchRecEvaluator:
@@ -75,9 +78,7 @@ class TorchRecEvaluator:
 
     def _check(self, task: Task) -> HardwareProfile:
         prof = get_profile(self.profile)
-        for name, value, low in (("rounds", self.rounds, 1), ("steps", self.steps, 1), ("warmup_steps", self.warmup_steps, 0)):
-            if not isinstance(value, int) or value < low:
-                raise ShardlabError(f"torchrec evaluator: field '{name}' = {value!r} must be an integer >= {low}")
+        check_counts(self.rounds, self.steps, self.warmup_steps)
         if task.ngpu > C.MAX_MEASURE_RANKS:
             raise ShardlabError(f"torchrec evaluator: task '{task.name}': field 'ngpu' = {task.ngpu} exceeds the "
                                 f"{C.MAX_MEASURE_RANKS} ranks one machine hosts (run under torchrun instead)")
@@ -140,7 +141,7 @@ def prepare(task: Task, plans: Mapping[str, Plan], profile: HardwareProfile, rou
     full, note = measurable(task)
     exports = {f"{kind}/{k}": export_for_device(export_torchrec(full, p, module=MODULES[kind]), profile.device)
                for kind in kinds for k, p in plans.items()}
-    return Job(full, tuple(kinds), exports, _round_orders(list(plans), rounds, seed),
+    return Job(full, tuple(kinds), exports, round_orders(list(plans), rounds, seed),
                f"measured:torchrec-{profile.name}{note}")
 
 

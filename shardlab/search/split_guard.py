@@ -40,6 +40,11 @@ class BlockLike(Protocol):
     def cols(self) -> int: ...
 
 
+def is_split(block: BlockLike) -> bool:
+    """Whether ``block`` is a column split of its table (the search renames split sub-tables)."""
+    return block.table.name != block.parent
+
+
 @dataclass(frozen=True)
 class State:
     """One evaluated search state: blocks, the device of each, and the search model's simulation."""
@@ -51,7 +56,7 @@ class State:
     @property
     def splits(self) -> int:
         """Blocks that are a column split of their table."""
-        return sum(b.table.name != b.parent for b in self.blocks)
+        return sum(is_split(b) for b in self.blocks)
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,7 @@ def guarded_costs(judge: Judge, task: Task, states: Sequence[State]) -> np.ndarr
     for k, s in enumerate(states):
         for b, d in zip(s.blocks, s.devices):
             dims[k, d] += b.cols
-            split_dev[k, d] |= b.table.name != b.parent
+            split_dev[k, d] |= is_split(b)
     compute = np.where(split_dev[..., None], compute * judge.factor, compute)
     return np.array([sim.cost_ms for sim in simulate_many(compute, dims, judge.bundle.comm_for(g)[0])])
 
