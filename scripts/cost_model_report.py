@@ -83,11 +83,10 @@ def main() -> int:
 def heldout_rows(bundles: dict, dataset: str) -> dict:
     """Per bundle and held-out set: shard compute MAPE, plan-cost error, Spearman (measured
     plans of datasets/<dataset>; {} when that dataset is absent)."""
-    from shardlab.data.pool import datasets_dir
     from shardlab.experiments.heldout import KIND, heldout_errors, heldout_verdicts
-    from shardlab.profile.dataset import kind_file, load_measured
+    from shardlab.profile.dataset import dataset_folder, kind_file, load_measured
 
-    if not (datasets_dir() / dataset / kind_file(KIND)).exists():
+    if not (dataset_folder(dataset) / kind_file(KIND)).exists():
         return {}
     samples = list(load_measured(KIND, dataset))
     return {"models": {n: heldout_errors(samples, b) for n, b in bundles.items()},

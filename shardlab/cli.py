@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("calibrate", help="calibrate a cost model's column-split predictions (NeuroShard's split guard)")
     p.add_argument("model", help="shipped cost model name or manifest path (its manifest is updated)")
     p.add_argument("--store", help="SQLite sample store (default: the shipped dataset)")
-    p.add_argument("--dataset", default="cpu_broad", help="shipped measured dataset with column-slice samples "
+    p.add_argument("--dataset", default="cpu/broad", help="shipped measured dataset with column-slice samples "
                                                            "(default %(default)s)")
     p.add_argument("--profile", default=None, help="hardware profile (shipped model and samples)")
     p.add_argument("--quantile", type=float, default=C.SPLIT_GUARD_QUANTILE,

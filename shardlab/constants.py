@@ -49,8 +49,13 @@ BIN_SUM_TOLERANCE = 1e-3
 #: ``"<table>[cols 1/<ways>]"``. Split calibration finds the split shards of a dataset by it.
 COLUMN_SLICE_MARK = "[cols "
 
+#: Old names of shipped measured datasets that moved, and where they live now (relative to
+#: ``datasets/``), so commands recorded in older provenance still run. ``cpu_broad`` moved inside
+#: ``datasets/cpu/`` (issue 14: new measured data ships next to the old).
+DATASET_MOVED = {"cpu_broad": "cpu/broad"}
+
 #: The shipped cost-model bundle NeuroShard searches with by default (CLI, notebooks, sharders):
-#: trained on the pool campaign and the broad campaign together (``--dataset cpu+cpu_broad``).
+#: trained on the pool campaign and the broad campaign together (``--dataset cpu+cpu/broad``).
 DEFAULT_NEUROSHARD_MODEL = "neuroshard_broad"
 
 #: Quantile of log(measured / predicted) over measured split shards that NeuroShard's split

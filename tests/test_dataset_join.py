@@ -1,4 +1,4 @@
-"""Training data from several shipped datasets at once (``--dataset cpu+cpu_broad``)."""
+"""Training data from several shipped datasets at once (``--dataset cpu+cpu/broad``)."""
 
 import pytest
 
@@ -18,3 +18,16 @@ def test_no_dataset_with_the_kind_is_one_line():
         load_samples("compute", dataset="criteo+heldout_models")
     with pytest.raises(ShardlabError, match="names no dataset"):
         load_samples("compute", dataset="+")
+
+
+def test_broad_campaign_ships_inside_cpu_and_its_old_name_still_loads():
+    moved = load_samples("compute", dataset="cpu/broad")
+    assert len(moved) > 1000 and any("[cols " in t["name"] for s in moved for t in s["tables"])
+    assert [s["key"] for s in load_samples("compute", dataset="cpu_broad")] == [s["key"] for s in moved]
+    joined = load_samples("compute", dataset="cpu+cpu/broad")
+    assert len(joined) == len(load_samples("compute", dataset="cpu")) + len(moved)
+
+
+def test_a_dataset_outside_datasets_is_refused_in_one_line():
+    with pytest.raises(ShardlabError, match="field 'dataset' = '../cpu' is not a folder under datasets/"):
+        load_samples("compute", dataset="../cpu")

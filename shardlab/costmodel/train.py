@@ -34,7 +34,7 @@ def load_samples(kind: str, store: str | None = None, dataset: str = "cpu",
                  profile: str | None = None) -> list[dict[str, Any]]:
     """Measured samples of ``kind`` (``compute``, ``single``, ``comm`` = every ``comm:<G>``,
     ``plan`` = every ``plan:<G>``) as the stored JSON rows, each with its provenance, from a
-    SQLite store if given, else from the shipped dataset (``"cpu+cpu_broad"``: several, joined);
+    SQLite store if given, else from the shipped dataset (``"cpu+cpu/broad"``: several, joined);
     optionally one profile only. Cost
     models take the typed records of :func:`load_records`; the rows serve code that reads them
     as dicts (:mod:`shardlab.evaluate.subadditivity`, :mod:`shardlab.report.measured`)."""
@@ -43,19 +43,19 @@ def load_samples(kind: str, store: str | None = None, dataset: str = "cpu",
             kinds = [k for k in s.kinds() if k == kind or (kind in ("comm", "plan") and k.startswith(kind + ":"))]
             out = [x for k in kinds for x in s.samples(k)]
     else:
-        from shardlab.data.pool import datasets_dir
-        from shardlab.profile.dataset import kind_file
+        from shardlab.profile.dataset import dataset_folder, kind_file
 
         names = [d for d in dataset.split("+") if d]
         if not names:
             raise ShardlabError(f"load: field 'dataset' = {dataset!r} names no dataset")
         out = []
-        for name in names:   # "cpu+cpu_broad": every named dataset that has the kind (one must)
+        for name in names:   # "cpu+cpu/broad": every named dataset that has the kind (one must)
+            folder = dataset_folder(name)
             if kind in ("comm", "plan"):
                 kinds = sorted(p.name[: -len(".jsonl.gz")].replace("_", ":")
-                               for p in (datasets_dir() / name).glob(f"{kind}_*.jsonl.gz"))
+                               for p in folder.glob(f"{kind}_*.jsonl.gz"))
             else:
-                kinds = [kind] if len(names) == 1 or (datasets_dir() / name / kind_file(kind)).exists() else []
+                kinds = [kind] if len(names) == 1 or (folder / kind_file(kind)).exists() else []
             out += [x for k in kinds for x in load_measured(k, name)]
         if not out and len(names) > 1:
             raise ShardlabError(f"load: no dataset of {dataset!r} has measured samples of kind '{kind}'")

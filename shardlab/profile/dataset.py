@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from shardlab import constants as C
 from shardlab.data.pool import datasets_dir
 from shardlab.errors import ShardlabError
 from shardlab.io import write_bytes_atomic, write_json_atomic
@@ -50,10 +51,20 @@ def export_store(store_path: str | os.PathLike, out_dir: str | os.PathLike) -> d
     return counts
 
 
+def dataset_folder(name: str) -> Path:
+    """The folder of the shipped dataset ``name`` (``"cpu"``, ``"cpu/broad"``: a path under
+    ``datasets/``; a moved dataset's old name, ``constants.DATASET_MOVED``, still finds it)."""
+    name = C.DATASET_MOVED.get(name, name)
+    parts = Path(name).parts
+    if not parts or Path(name).is_absolute() or ".." in parts:
+        raise ShardlabError(f"load: field 'dataset' = {name!r} is not a folder under datasets/")
+    return datasets_dir() / name
+
+
 def load_measured(kind: str, name: str = "cpu") -> Iterator[dict[str, Any]]:
     """Samples of ``kind`` from the shipped dataset ``datasets/<name>/``, each with its
     provenance record under ``"provenance"``."""
-    folder = datasets_dir() / name
+    folder = dataset_folder(name)
     path = folder / kind_file(kind)
     if not path.exists():
         raise ShardlabError(f"measured dataset '{name}' has no kind '{kind}' ({path} is absent)")

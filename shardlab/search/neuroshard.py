@@ -328,7 +328,7 @@ class NeuroShardSharder:
 
 register_sharder("neuroshard", NeuroShardSharder)
 register_sharder("neuroshard_tw", NeuroShardSharder, name="neuroshard_tw", column_wise=False)
-#: NeuroShard searching with the model retrained on the broad campaign (``datasets/cpu_broad``):
+#: NeuroShard searching with the model retrained on the broad campaign (``datasets/cpu/broad``):
 #: the default since issue 14; the name stays so earlier reports' methods resolve.
 register_sharder("neuroshard_broad", NeuroShardSharder, name="neuroshard_broad", model="neuroshard_broad")
 #: Comparators for the split guard and the retrained model: the pool-only bundle, and no guard.
