@@ -73,3 +73,52 @@ def test_export_cli(task, tmp_path, capsys):
                  "--out", str(tmp_path / "e.json")]) == 0
     assert "12 tables (table_wise)" in capsys.readouterr().out
     assert json.loads((tmp_path / "e.json").read_text())["constraints"][task.tables[0].name]["compute_kernels"] == ["fused"]
+
+
+def _row_blocks(table, devices):
+    """``table`` split by rows into len(devices) near-equal blocks on ``devices``."""
+    n = len(devices)
+    cuts = [table.rows * k // n for k in range(n + 1)]
+    return [Placement(table.name, 0, table.dim, cuts[k], cuts[k + 1] - cuts[k], d) for k, d in enumerate(devices)]
+
+
+def test_row_blocks_export_as_row_wise_or_table_row_wise_padded_as_torchrec_lays_them_out(task):
+    t0, t1 = task.tables[0], task.tables[1]
+    rest = [Placement(t.name, 0, t.dim, 0, t.rows, 0) for t in task.tables[2:]]
+    plan = Plan(task.name, "rows", task.ngpu, tuple(rest + _row_blocks(t0, [0, 1, 2]) + _row_blocks(t1, [2, 3])))
+    validate_plan(task, plan)
+    data = export_torchrec(task, plan, local_world_size=2)            # two hosts of two ranks
+    rw, twrw = data["plan"][t0.name], data["plan"][t1.name]
+    assert rw["sharding_type"] == "row_wise" and rw["ranks"] == [0, 1, 2, 3]
+    assert rw["shards"][-1] == {"shard_offsets": [t0.rows, 0], "shard_sizes": [0, t0.dim], "placement": "rank:3/cuda:1"}
+    assert twrw["sharding_type"] == "table_row_wise" and twrw["ranks"] == [2, 3]
+    with pytest.raises(ShardlabError, match=f"table '{t1.name}'"):   # ranks 2, 3 are not a host's first ranks
+        export_torchrec(task, plan)
+    one_host = Plan(plan.task, plan.method, plan.ngpu, tuple(rest + _row_blocks(t0, [0, 1, 2]) + _row_blocks(t1, [3])),
+                    metadata={"torchrec_sharding_types": {t0.name: "table_row_wise"}})
+    data_one = export_torchrec(task, one_host)
+    assert data_one["plan"][t0.name]["sharding_type"] == "table_row_wise"
+    assert data_one["plan"][t0.name]["ranks"] == [0, 1, 2, 3]
+    module_plan = sharding_plan_from_export(json.loads(json.dumps(data))).plan["sparse.ebc"]
+    assert [list(s.shard_sizes) for s in module_plan[t0.name].sharding_spec.shards][-1] == [0, t0.dim]
+    with pytest.raises(ShardlabError, match=f"table '{t1.name}': placements are neither"):
+        export_torchrec(task, Plan(plan.task, "x", plan.ngpu, tuple(rest + _row_blocks(t0, [0, 1, 2, 3])
+                                                                     + _row_blocks(t1, [1, 2]))), local_world_size=2)
+
+
+def test_torchrec_free_plans_do_not_depend_on_the_string_hash_seed(task, tmp_path):
+    """TorchRec 1.8 intersects sharding types as sets; the sharder orders them itself."""
+    import os
+    import subprocess
+    import sys
+
+    from shardlab.io import save_task
+
+    save_task(task, tmp_path / "t.json")
+    code = ("import json,sys; from shardlab.io import load_task; from shardlab.search import get_sharder, run_sharder;"
+            "p = run_sharder(get_sharder('torchrec_free'), load_task(sys.argv[1]));"
+            "print(json.dumps([p.to_dict()['placements'], p.metadata['torchrec_sharding_types']]))")
+    runs = [subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.json")], capture_output=True, text=True,
+                           check=True, env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout.strip().splitlines()[-1]
+            for h in (2, 5)]   # two seeds that gave row-wise and table-row-wise before the fix
+    assert runs[0] == runs[1]

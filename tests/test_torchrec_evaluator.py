@@ -25,7 +25,7 @@ def task():
 
 
 def layouts(task):
-    """Table-wise, column-wise (both halves of one table) and row-wise plans of ``task``."""
+    """Table-wise, column-wise (both halves of one table), row-wise and table-row-wise plans of ``task``."""
     tw = run_sharder(get_sharder("size_greedy"), task)
     t0 = task.tables[0]
     rest = [p for p in tw.placements if p.table != t0.name]
@@ -34,9 +34,10 @@ def layouts(task):
                                                 Placement(t0.name, half, half, 0, t0.rows, 1)]))
     rw = Plan(task.name, "rw", 2, tuple(rest + [Placement(t0.name, 0, t0.dim, 0, rows, 0),
                                                 Placement(t0.name, 0, t0.dim, rows, t0.rows - rows, 1)]))
+    twrw = Plan(task.name, "twrw", 2, rw.placements, metadata={"torchrec_sharding_types": {t0.name: "table_row_wise"}})
     for p in (tw, cw, rw):
         validate_plan(task, p)
-    return {"size_greedy": tw, "cw": cw, "rw": rw}
+    return {"size_greedy": tw, "cw": cw, "rw": rw, "twrw": twrw}
 
 
 def test_cpu_export_places_shards_on_the_cpu_of_their_rank(task):
@@ -49,8 +50,10 @@ def test_cpu_export_places_shards_on_the_cpu_of_their_rank(task):
         export_for_device(data, "tpu")
 
 
-def test_table_column_and_row_wise_plans_train_in_torchrec_in_paired_rounds(task):
+def test_table_column_row_and_table_row_wise_plans_train_in_torchrec_in_paired_rounds(task):
     plans = layouts(task)
+    kinds = {k: export_torchrec(task, p)["plan"][task.tables[0].name]["sharding_type"] for k, p in plans.items()}
+    assert kinds["rw"] == "row_wise" and kinds["twrw"] == "table_row_wise"
     ev = TorchRecEvaluator(profile_with("cpu", batch_size=64), rounds=3, steps=2, warmup_steps=1,
                            reference="size_greedy").evaluate(task, plans)
     assert set(ev) == set(plans)

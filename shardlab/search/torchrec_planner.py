@@ -76,8 +76,9 @@ class TorchRecSharder:
                        for t in task.tables}
         fast = len(task.tables) > self.fast_above
         kwargs = {"proposer": [GreedyProposer(), UniformProposer()]} if fast else {}
-        planner = EmbeddingShardingPlanner(topology=topology, batch_size=max(1, task.batch_size // task.ngpu),
-                                           constraints=constraints,
+        batch = max(1, task.batch_size // task.ngpu)
+        planner = EmbeddingShardingPlanner(topology=topology, batch_size=batch, constraints=constraints,
+                                           enumerator=_ordered_enumerator(topology, batch, constraints),
                                            storage_reservation=FixedPercentageStorageReservation(0.0), **kwargs)
         sharder = EmbeddingBagCollectionSharder(fused_params={
             "optimizer": getattr(EmbOptimType, OPTIMIZERS[task.optimizer]), "learning_rate": 0.01})
@@ -89,11 +90,31 @@ class TorchRecSharder:
         return plan_from_sharding_plan(task, sharding_plan, method, seed)
 
 
+def _ordered_enumerator(topology, batch_size: int, constraints):
+    """TorchRec's default enumerator, but listing each table's allowed sharding types in the
+    constraints' order: TorchRec 1.8 intersects them as Python sets, so which of two equally
+    costed options (row-wise and table-row-wise on one host) it keeps followed the process's
+    string-hash seed, and the same task gave a different plan from run to run."""
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+
+    class OrderedEnumerator(EmbeddingEnumerator):
+        def _filter_sharding_types(self, name, allowed_sharding_types, sharder_key=""):
+            kept = super()._filter_sharding_types(name, allowed_sharding_types, sharder_key)
+            order = list(constraints[name].sharding_types) if name in constraints else list(allowed_sharding_types)
+            return sorted(kept, key=lambda t: (order.index(t) if t in order else len(order), t))
+
+    return OrderedEnumerator(topology=topology, batch_size=batch_size, constraints=constraints)
+
+
 def plan_from_sharding_plan(task: Task, sharding_plan, method: str, seed: int = 0) -> Plan:
-    """Our Plan from a TorchRec ``ShardingPlan`` (one placement per shard)."""
-    placements = []
+    """Our Plan from a TorchRec ``ShardingPlan`` (one placement per shard). TorchRec's sharding
+    type of each table goes to ``metadata["torchrec_sharding_types"]`` ({table: type}): row-wise
+    and table-row-wise shards have the same placements when one host holds every rank, and the
+    export (:func:`shardlab.export.export_torchrec`) needs it to give TorchRec back its own plan."""
+    placements, kinds = [], {}
     for module_plan in sharding_plan.plan.values():
         for table, ps in module_plan.items():
+            kinds[table] = str(ps.sharding_type)
             if ps.sharding_spec is None:
                 raise ShardlabError(f"table '{table}': sharding type {ps.sharding_type} has no shards "
                                     "(data-parallel is not representable as placements)")
@@ -103,4 +124,5 @@ def plan_from_sharding_plan(task: Task, sharding_plan, method: str, seed: int = 
                     continue  # row-wise: trailing empty shards
                 placements.append(Placement(table, int(shard.shard_offsets[1]), cols, int(shard.shard_offsets[0]),
                                             rows, int(rank)))
-    return Plan(task.name, method, task.ngpu, tuple(placements), seed)
+    return Plan(task.name, method, task.ngpu, tuple(placements), seed,
+                metadata={"torchrec_sharding_types": dict(sorted(kinds.items()))})
