@@ -13,8 +13,20 @@ and alone writes ``--out``: the Evaluation JSON of the plan (a list for several)
 ``shardlab evaluate --torchrec [--whole-step] --json`` prints it (with ``--whole-step``: the whole
 DLRM step's Evaluation with the embedding part's under ``"embeddings"``). Errors are one line on stderr, exit status 2.
 
-``--measure`` (shardlab's own kernel-by-kernel measurement) is not run under torchrun yet: it
-spawns its ranks on one host (``shardlab evaluate --measure``).
+``--measure`` runs shardlab's own measurement (:class:`~shardlab.evaluate.measured.MeasuredEvaluator`)
+on the group instead: rank g times device g's fused shard on its own device, the all-to-alls run
+between the torchrun ranks, the rounds are the same paired rounds (``--warmup-rounds`` untimed
+first), and ``source`` says ``(torchrun: G ranks, each timing its own device's shards)``.
+
+    torchrun ... -m shardlab.dist profile-comm --store comm.db --samples 500 [--seed 0] [--profile h200]
+
+measures the comm campaign (``shardlab profile comm``) between the torchrun ranks (``WORLD_SIZE``
+of them, one process per GPU); rank 0 alone opens the store, adds each sample as it is measured
+(an interrupted run keeps what it measured and a rerun resumes) and records the launcher in the
+provenance.
+
+A rank stopped by torchrun because another failed, or whose collective fails because a peer
+died, prints one line (``shardlab.dist: rank R: ...``) and exits 2 without writing ``--out``.
 """
 
 from __future__ import annotations
@@ -22,8 +34,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import signal
 import sys
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 from shardlab.errors import ShardlabError
 
@@ -48,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plans", nargs="+", help="Plan JSON files of that task")
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--torchrec", action="store_true", help="plans applied in TorchRec, training steps timed")
-    how.add_argument("--measure", action="store_true", help="shardlab's own measurement (not under torchrun yet)")
+    how.add_argument("--measure", action="store_true",
+                     help="shardlab's own measurement: each rank times its own device's shards, all-to-alls between ranks")
     p.add_argument("--out", required=True, help="Evaluation JSON to write (rank 0)")
     p.add_argument("--rounds", type=int, default=3, help="paired rounds (>= 3 for intervals; default %(default)s)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per plan per round (default %(default)s)")
@@ -58,26 +73,56 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=None, help="override the profile's global batch size")
     p.add_argument("--reference", default=None, help="method of the plan to compare against (default: best baseline)")
+    p.add_argument("--warmup-rounds", type=int, default=1, help="--measure: untimed rounds first (default %(default)s)")
+    p.add_argument("--no-bound", action="store_true", help="--measure: skip the task's lower bound")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout-s", type=float, default=900.0, help="bound on every collective (s)")
+    c = sub.add_parser("profile-comm", help="comm campaign between the torchrun ranks (rank 0 writes --store)")
+    c.add_argument("--store", required=True, help="SQLite sample store (rank 0's file; resumable)")
+    c.add_argument("--samples", type=int, required=True, help="samples 0..N-1 of the campaign")
+    c.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--max-delay-ms", type=float, default=30.0, help="largest random forward delay (ms)")
+    c.add_argument("--timeout-s", type=float, default=900.0, help="bound on every collective (s)")
     return parser
+
+
+@contextmanager
+def group(profile: Any, timeout_s: float, owner: str = "shardlab.dist") -> Iterator[tuple[int, int, int]]:
+    """Join the torchrun ranks' group (env://; NCCL and GPU ``LOCAL_RANK`` on a CUDA profile, gloo on
+    CPU) for the block; yields (RANK, WORLD_SIZE, LOCAL_RANK). One line for a CUDA profile without
+    NCCL or without GPU ``LOCAL_RANK``."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world, local = torchrun_env()
+    if profile.device == "cuda":
+        if not dist.is_nccl_available():
+            raise ShardlabError(f"{owner}: profile device is cuda but this torch has no NCCL")
+        if torch.cuda.device_count() <= local:
+            raise ShardlabError(f"{owner}: LOCAL_RANK = {local} but this host sees {torch.cuda.device_count()} GPUs")
+        torch.cuda.set_device(local)
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        dist.init_process_group("nccl" if profile.device == "cuda" else "gloo", init_method="env://",
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        try:
+            torch.set_num_threads(max(1, profile.threads))
+            yield rank, world, local
+        finally:
+            dist.destroy_process_group()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] | None:
     """Run this rank's part; rank 0 returns the Evaluation JSON (others None)."""
-    import torch
-    import torch.distributed as dist
-
     from shardlab.cli_evaluate import load_plans
-    from shardlab.evaluate.torchrec_step import (EMBEDDINGS, WHOLE, check_counts, evaluations, prepare,
-                                                 quiet_torchrec_logs, rank_budget_bytes, rank_rounds)
+    from shardlab.evaluate.torchrec_step import check_counts
     from shardlab.io import load_task
     from shardlab.profile.hardware import profile_with
 
-    if args.measure:
-        raise ShardlabError("shardlab.dist: --measure does not run under torchrun yet; use --torchrec, or "
-                            "`shardlab evaluate --measure` on one host")
-    rank, world, local = torchrun_env()
+    _, world, _ = torchrun_env()
     task = load_task(args.task)
     if world != task.ngpu:
         raise ShardlabError(f"shardlab.dist: WORLD_SIZE = {world} but task '{task.name}' has field 'ngpu' = "
@@ -85,30 +130,47 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] 
     plans, reference = load_plans(task, args.plans, args.reference)
     prof = profile_with(args.profile, args.batch_size)
     check_counts(args.rounds, args.steps, args.warmup_steps, "shardlab.dist")
-    if prof.device == "cuda":
-        if not dist.is_nccl_available():
-            raise ShardlabError("shardlab.dist: profile device is cuda but this torch has no NCCL")
-        if torch.cuda.device_count() <= local:
-            raise ShardlabError(f"shardlab.dist: LOCAL_RANK = {local} but this host sees "
-                                f"{torch.cuda.device_count()} GPUs")
-        torch.cuda.set_device(local)
+    if args.warmup_rounds < 0:
+        raise ShardlabError(f"shardlab.dist: field 'warmup_rounds' = {args.warmup_rounds} must be >= 0")
+    run = _measured if args.measure else _torchrec
+    return run(args, task, plans, reference, prof)
+
+
+def _measured(args: argparse.Namespace, task: Any, plans: dict, reference: str | None, prof: Any) -> Any:
+    """``--measure``: every rank runs the measured evaluator on the group; rank 0 returns the JSON."""
+    from shardlab.evaluate.measured import MeasuredEvaluator
+    from shardlab.profile.group_bench import GroupBench
+
+    with group(prof, args.timeout_s) as (rank, _, _):
+        ev = MeasuredEvaluator(prof, rounds=args.rounds, warmup_rounds=args.warmup_rounds, seed=args.seed,
+                               reference=reference, lower_bound=not args.no_bound, pin=False,
+                               progress=rank == 0, group=GroupBench.for_profile(prof))
+        out = [e.to_dict() for e in ev.evaluate(task, plans).values()]
+    if rank != 0:
+        return None
+    return out[0] if len(out) == 1 else out
+
+
+def _torchrec(args: argparse.Namespace, task: Any, plans: dict, reference: str | None, prof: Any) -> Any:
+    """``--torchrec``: every rank trains its part of every plan; rank 0 gathers and returns the JSON."""
+    import os
+
+    import numpy as np
+    import torch.distributed as dist
+
+    from shardlab.evaluate.torchrec_step import (EMBEDDINGS, WHOLE, evaluations, prepare, quiet_torchrec_logs,
+                                                 rank_budget_bytes, rank_rounds)
+
     job = prepare(task, plans, prof, args.rounds, args.seed, (EMBEDDINGS, WHOLE) if args.whole_step else (EMBEDDINGS,))
-    dist.init_process_group("nccl" if prof.device == "cuda" else "gloo", init_method="env://",
-                            timeout=datetime.timedelta(seconds=args.timeout_s))
-    try:
+    with group(prof, args.timeout_s) as (rank, world, _):
         quiet_torchrec_logs()
-        torch.set_num_threads(max(1, prof.threads))
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         mine = rank_rounds(job.task, job.exports, prof, job.orders, args.steps, args.warmup_steps, rank, world,
                            job.kinds, rank_budget_bytes(local_world))
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, mine)
-    finally:
-        dist.destroy_process_group()
     if rank != 0:
         return None
-    import numpy as np
-
     times = {item: np.stack([np.asarray(gathered[r][item]) for r in range(world)], axis=2) for item in job.exports}
     emb = evaluations(job, plans, times, args.seed, reference, EMBEDDINGS)
     if args.whole_step:
@@ -119,10 +181,40 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] 
     return out[0] if len(out) == 1 else out
 
 
+def profile_comm(args: argparse.Namespace) -> int:
+    """``profile-comm``: the comm campaign between the torchrun ranks; returns samples added."""
+    from shardlab.profile.campaign import run_comm_campaign
+    from shardlab.profile.group_bench import GroupBench
+    from shardlab.profile.hardware import get_profile
+
+    if args.samples < 0:
+        raise ShardlabError(f"shardlab.dist: field 'samples' = {args.samples} must be >= 0")
+    prof = get_profile(args.profile)
+    with group(prof, args.timeout_s) as (rank, world, _):
+        if world < 2:
+            raise ShardlabError(f"shardlab.dist: WORLD_SIZE = {world}: an all-to-all needs >= 2 ranks")
+        added = run_comm_campaign(args.store, args.samples, world, prof, args.seed, args.max_delay_ms,
+                                  progress=rank == 0, bench=GroupBench.for_profile(prof))
+    return added if rank == 0 else -1
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    """SIGTERM from torchrun (another rank failed): one line, exit 2, nothing written."""
+    rank = os.environ.get("RANK", "?")
+    print(f"shardlab.dist: rank {rank}: stopped by the launcher (signal {signum}; another rank failed or "
+          "the job was cancelled); nothing written", file=sys.stderr, flush=True)
+    os._exit(2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
+        if args.verb == "profile-comm":
+            added = profile_comm(args)
+            if added >= 0:
+                print(f"shardlab.dist: {added} comm sample(s) added -> {args.store}")
+            return 0
         result = evaluate(args)
         if result is not None:
             from shardlab.io import write_json_atomic
@@ -132,7 +224,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ShardlabError as e:
         print(f"shardlab.dist: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # a collective that failed: a peer rank died or the network broke
+        if not _is_collective_failure(e):
+            raise
+        lines = str(e).strip().splitlines()
+        print(f"shardlab.dist: rank {os.environ.get('RANK', '?')}: a collective failed (another rank died or the "
+              f"network broke): {type(e).__name__}: {lines[0] if lines else ''}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _is_collective_failure(e: BaseException) -> bool:
+    """Whether ``e`` is torch.distributed's report of a broken group (gloo/NCCL/store errors)."""
+    import torch.distributed as dist
+
+    kinds = tuple(k for k in (getattr(dist, "DistError", None), getattr(dist, "DistBackendError", None),
+                              getattr(dist, "DistNetworkError", None)) if k is not None)
+    text = str(e)
+    return isinstance(e, kinds) or (isinstance(e, RuntimeError) and any(
+        m in text for m in ("Connection closed by peer", "Connection reset by peer", "gloo", "NCCL", "Timed out")))
 
 
 if __name__ == "__main__":

@@ -84,25 +84,7 @@ def test_cli_evaluate_torchrec_and_its_one_line_errors(task, tmp_path, capsys):
         TorchRecEvaluator(steps=0).evaluate(task, {"p": layouts(task)["size_greedy"]})
 
 
-def _torchrun(tmp_path, nnodes, node_rank, port, extra):
-    import subprocess
-    import sys
-
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", "1",
-           "--node-rank", str(node_rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
-           "-m", "shardlab.dist", "evaluate", str(tmp_path / "t.json"), str(tmp_path / "p.json"), *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_two_torchrun_nodes_on_localhost_give_the_spawned_paths_evaluation(task, tmp_path):
+def test_two_torchrun_nodes_on_localhost_give_the_spawned_paths_evaluation(task, tmp_path, torchrun, free_port):
     from shardlab.io import save_plan, save_task
 
     save_task(task, tmp_path / "t.json")
@@ -110,8 +92,7 @@ def test_two_torchrun_nodes_on_localhost_give_the_spawned_paths_evaluation(task,
     save_plan(plan, tmp_path / "p.json")
     out = tmp_path / "eval.json"
     extra = ["--torchrec", "--rounds", "3", "--steps", "2", "--warmup-steps", "1", "--batch-size", "64", "--out", str(out)]
-    port = _free_port()
-    nodes = [_torchrun(tmp_path, 2, n, port, extra) for n in (0, 1)]
+    nodes = [torchrun(["evaluate", tmp_path / "t.json", tmp_path / "p.json", *extra], 2, n, free_port) for n in (0, 1)]
     logs = [p.communicate(timeout=600) for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], logs
     got = json.loads(out.read_text())
@@ -138,8 +119,6 @@ def test_dist_refuses_a_world_size_that_is_not_the_plans_ngpu(task, tmp_path, mo
     assert dist.main(args) == 2
     err = capsys.readouterr().err
     assert "WORLD_SIZE = 3" in err and "'ngpu' = 2" in err and err.count("\n") == 1
-    assert dist.main(args[:-3] + ["--measure", "--out", str(tmp_path / "e.json")]) == 2
-    assert "--measure does not run under torchrun yet" in capsys.readouterr().err
 
 
 def test_agreement_measures_both_ways_resumes_and_reports_disagreements(tmp_path):

@@ -91,20 +91,32 @@ def _shard_key(tables: Sequence[Table]) -> tuple:
     return tuple(sorted((t.name, t.rows, t.dim) for t in tables))
 
 
+def _collective(bench: Any | None) -> bool:
+    """Whether ``bench`` is a torchrun group's (every rank runs this code) rather than one
+    process's spawned ranks."""
+    return bool(getattr(bench, "collective", False))
+
+
 def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None = None,
                    cache: dict | None = None) -> np.ndarray:
     """One measurement of a plan given its devices' (sub)tables: an array of shape (G, 4) of
     forward compute, backward compute, forward comm and backward comm (ms) per device (module
-    docstring). ``cache``: shard key -> (fw, bw) compute ms, shared within one round."""
+    docstring). ``cache``: shard key -> (fw, bw) compute ms, shared within one round. With a
+    torchrun group's bench every rank calls this; rank g times device g's shard on its own
+    device, and every rank gets every device's times."""
     cache = {} if cache is None else cache
     c = np.zeros((len(shards), 2))
-    for g, tables in enumerate(shards):
+    mine = [bench.rank] if _collective(bench) else range(len(shards))
+    for g in mine:
+        tables = shards[g]
         if tables:
             key = _shard_key(tables)
             if key not in cache:
                 s = measure_compute(list(tables), profile)
                 cache[key] = (s.fw_ms, s.bw_ms)
             c[g] = cache[key]
+    if _collective(bench):
+        c = np.asarray(bench.gather(c[bench.rank].tolist()), dtype=float)
     dims = [sum(t.dim for t in ts) for ts in shards]
     _, bw = _comm(dims, None, profile, bench)
     fw, _ = _comm(dims, list(forward_delays(c.sum(axis=1) + bw)), profile, bench)
@@ -118,9 +130,13 @@ def measure_bound(task: Task, profile: HardwareProfile, bench: Any | None = None
     all tables together exceed ``max_gb`` GB."""
     if sum(t.memory_bytes(profile.weights_precision, profile.optimizer) for t in task.tables) > max_gb * C.GB:
         return None
-    whole = measure_compute(list(task.tables), profile, max_gb=max_gb)
+    if _collective(bench):    # rank 0 times the one fused op, the others wait for its result
+        whole_ms = bench.share(measure_compute(list(task.tables), profile, max_gb=max_gb).total_ms
+                               if bench.rank == 0 else None)
+    else:
+        whole_ms = measure_compute(list(task.tables), profile, max_gb=max_gb).total_ms
     fw, bw = _comm(balanced_dims(task), None, profile, bench)
-    return lower_bound_ms(whole.total_ms, task.ngpu, np.column_stack([fw, bw]))
+    return lower_bound_ms(whole_ms, task.ngpu, np.column_stack([fw, bw]))
 
 
 def _evaluation(task: Task, plan: Plan, source: str, runs: Sequence[np.ndarray], bound: float | None,
@@ -157,7 +173,11 @@ class MeasuredEvaluator:
     the best baseline; ``lower_bound``: measure the bound in every round; ``pin``: pin comm
     ranks and the compute-measuring process to cores; ``progress``: a tqdm bar; ``journal``: a
     JSON-lines file that every measurement is appended to as it is taken (round, item, (G, 4)
-    per-device ms), so an interrupted evaluation loses nothing measured.
+    per-device ms), so an interrupted evaluation loses nothing measured; ``group``: a
+    :class:`~shardlab.profile.group_bench.GroupBench` when torchrun started the ranks
+    (``python -m shardlab.dist evaluate --measure``): every rank then runs :meth:`evaluate`,
+    rank g times device g's shards on its own device, the all-to-alls run between the group's
+    ranks, every rank returns the same Evaluations, and only rank 0 shows progress and journals.
     After :meth:`evaluate`: ``orders_`` (each timed round's order, plan names and
     :data:`BOUND`), ``measured_`` (every item in the order it was measured, warm-ups included,
     as (round, name); round < 0 for warm-ups), ``warmup_ms_`` (plan name -> its cost in each
@@ -166,7 +186,7 @@ class MeasuredEvaluator:
 
     def __init__(self, profile: str | HardwareProfile = "cpu", rounds: int = 5, warmup_rounds: int = 1,
                  seed: int = 0, reference: str | None = None, lower_bound: bool = True, pin: bool = True,
-                 progress: bool = True, journal: str | None = None):
+                 progress: bool = True, journal: str | None = None, group: Any | None = None):
         self.profile = profile
         self.rounds = rounds
         self.warmup_rounds = warmup_rounds
@@ -176,6 +196,7 @@ class MeasuredEvaluator:
         self.pin = pin
         self.progress = progress
         self.journal = journal
+        self.group = group
 
     def _check(self) -> HardwareProfile:
         from shardlab.errors import field_error
@@ -209,14 +230,23 @@ class MeasuredEvaluator:
         schedule = [(-w - 1, items) for w in range(self.warmup_rounds)][::-1] + list(enumerate(self.orders_))
         runs: dict[str, list[np.ndarray]] = {k: [] for k in items}
         self.measured_, self.warmup_ms_ = [], {}
-        bar = tqdm(total=len(schedule) * len(items), desc="measuring plans", unit="plan", disable=not self.progress)
+        lead = self.group is None or self.group.rank == 0
+        journal = self.journal if lead else None
+        bar = tqdm(total=len(schedule) * len(items), desc="measuring plans", unit="plan",
+                   disable=not (self.progress and lead))
         with ExitStack() as stack:
-            bench = None
-            if task.ngpu > 1:
+            stack.callback(bar.close)     # also on failure: an error line must not follow the bar on its line
+            bench = self.group
+            if bench is not None and bench.world_size != task.ngpu:
+                from shardlab.errors import ShardlabError
+
+                raise ShardlabError(f"measured evaluator: the group has {bench.world_size} ranks but task "
+                                    f"'{task.name}' has field 'ngpu' = {task.ngpu}")
+            if bench is None and task.ngpu > 1:
                 from shardlab.profile.comm import CommBench
 
                 bench = stack.enter_context(CommBench.for_profile(task.ngpu, prof, pin=self.pin))
-            stack.enter_context(pinned(core_for(-1), self.pin and prof.device == "cpu"))
+            stack.enter_context(pinned(core_for(-1), self.pin and prof.device == "cpu" and self.group is None))
             for r, order in schedule:
                 cache: dict = {}
                 for name in order:
@@ -226,16 +256,16 @@ class MeasuredEvaluator:
                     else:
                         m = measure_shards(shards[name], prof, bench, cache)
                     self.measured_.append((r, name))
-                    _journal(self.journal, task.name, r, name, m)
+                    _journal(journal, task.name, r, name, m)
                     if r >= 0:
                         runs[name].append(m)
                     elif name != BOUND:
                         self.warmup_ms_.setdefault(name, []).append(float(m.sum(axis=1).max()))
                     bar.update(1)
-        bar.close()
         bounds = [b for b in runs.get(BOUND, []) if b is not None]
         bound = float(np.median(bounds)) if bounds else None
-        source = f"measured:{prof.name}{note}"
+        where = f" (torchrun: {task.ngpu} ranks, each timing its own device's shards)" if self.group else ""
+        source = f"measured:{prof.name}{note}{where}"
         out = {k: _evaluation(task, plans[k], source, runs[rep[k]], bound, self.seed) for k in plans}
         self.warmup_ms_ = {k: self.warmup_ms_[rep[k]] for k in plans if rep[k] in self.warmup_ms_}
         self.seconds_ = time.perf_counter() - t0

@@ -180,30 +180,46 @@ def comm_sample_spec(world_size: int, index: int, seed: int, max_tables_per_rank
 
 def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
                       profile: str | HardwareProfile = "cpu", seed: int = 0, max_delay_ms: float = 30.0,
-                      progress: bool = True) -> int:
+                      progress: bool = True, bench: Any | None = None) -> int:
     """Measure comm samples 0..n_samples-1 for ``world_size`` real ranks (one bench, reused)
     that are not yet in the store (kind ``comm:<G>``); returns how many were added. The
     profile's batch size, backend, repeats and warm-ups apply. Callers that are scripts need a
-    ``if __name__ == "__main__":`` guard (ranks are spawned)."""
+    ``if __name__ == "__main__":`` guard (ranks are spawned).
+
+    ``bench``: a :class:`~shardlab.profile.group_bench.GroupBench` when the ranks were started by
+    torchrun (``python -m shardlab.dist profile-comm``): every rank then calls this function,
+    rank 0 alone opens the store and tells the others which samples are missing, and the
+    launcher (world, local world, nodes) joins each sample's provenance."""
+    from contextlib import ExitStack
+
     from shardlab.profile.comm import CommBench
 
     prof = get_profile(profile)
     kind = f"comm:{world_size}"
     prefix = f"{kind}:{prof.name}:s{seed}:"
     device = "cuda" if prof.comm_backend == "nccl" else "cpu"
-    provenance = {**environment(device), "profile": prof.to_dict(),
-                  "campaign": {"kind": "comm", "seed": seed, "world_size": world_size,
-                               "max_delay_ms": max_delay_ms}}
+    campaign = {"kind": "comm", "seed": seed, "world_size": world_size, "max_delay_ms": max_delay_ms}
+    if bench is not None:
+        if bench.world_size != world_size:
+            raise ShardlabError(f"comm campaign: field 'world_size' = {world_size} but the group has "
+                                f"{bench.world_size} ranks")
+        campaign["launcher"] = bench.launcher
+    provenance = {**environment(device), "profile": prof.to_dict(), "campaign": campaign}
+    lead = bench is None or bench.rank == 0
     added = 0
-    with SampleStore(store_path) as store:
-        done = store.keys(kind)
-        todo = [i for i in range(n_samples) if f"{prefix}{i}" not in done]
+    with ExitStack() as stack:
+        store = stack.enter_context(SampleStore(store_path)) if lead else None
+        done = store.keys(kind) if lead else None
+        todo = [i for i in range(n_samples) if f"{prefix}{i}" not in done] if lead else None
+        if bench is not None:
+            todo = bench.share(todo)
         if not todo:
             return 0
-        with CommBench.for_profile(world_size, prof) as bench:
-            for i in tqdm(todo, desc=f"comm samples G={world_size} ({prof.name})", disable=not progress):
-                spec = comm_sample_spec(world_size, i, seed, max_delay_ms=max_delay_ms)
-                sample = bench.measure(spec["dim_sums"], spec["delays_ms"], repeats=prof.repeats,
-                                       warmup=prof.warmup)
+        if bench is None:
+            bench = stack.enter_context(CommBench.for_profile(world_size, prof))
+        for i in tqdm(todo, desc=f"comm samples G={world_size} ({prof.name})", disable=not progress or not lead):
+            spec = comm_sample_spec(world_size, i, seed, max_delay_ms=max_delay_ms)
+            sample = bench.measure(spec["dim_sums"], spec["delays_ms"], repeats=prof.repeats, warmup=prof.warmup)
+            if lead:
                 added += store.add(kind, f"{prefix}{i}", {**sample.to_dict(), **spec}, provenance)
     return added

@@ -120,6 +120,35 @@ def _require(ok: bool, owner: str, field: str, value: object, requirement: str) 
         raise field_error(owner, field, value, requirement)
 
 
+def check_sample_args(world_size: int, dim_sums: Sequence[int], delays_ms: Sequence[float] | None,
+                      repeats: int = 1, warmup: int = 0) -> tuple[list[int], list[float]]:
+    """Checked dim sums (columns per rank) and delays (ms, default 0) of one comm sample, and its
+    repeats (>= 1) and warm-ups (>= 0); one line naming the first bad field."""
+    G, own = world_size, "comm sample"
+    delays = [0.0] * G if delays_ms is None else [float(x) for x in delays_ms]
+    _require(len(dim_sums) == G, own, "dim_sums", list(dim_sums), f"must have world_size ({G}) entries")
+    _require(all(int(d) == d >= 0 for d in dim_sums), own, "dim_sums", list(dim_sums),
+             "must be non-negative integers")
+    _require(len(delays) == G, own, "delays_ms", delays, f"must have world_size ({G}) entries")
+    _require(all(np.isfinite(x) and x >= 0 for x in delays), own, "delays_ms", delays,
+             "must be finite and >= 0")
+    _require(repeats >= 1, own, "repeats", repeats, "must be >= 1")
+    _require(warmup >= 0, own, "warmup", warmup, "must be >= 0")
+    return [int(d) for d in dim_sums], delays
+
+
+def comm_sample(world_size: int, batch_size: int, dims: Sequence[int], delays: Sequence[float],
+                times: Sequence[tuple[Sequence[float], Sequence[float]]], repeats: int, warmup: int,
+                backend: str, device: str, dtype: torch.dtype) -> CommSample:
+    """The :class:`CommSample` of every rank's timed (forward, backward) ms lists, in rank order:
+    medians and spreads per rank."""
+    fw, bw = [t[0] for t in times], [t[1] for t in times]
+    return CommSample(world_size, batch_size, tuple(dims), tuple(delays),
+                      tuple(float(np.median(t)) for t in fw), tuple(float(np.median(t)) for t in bw),
+                      tuple(spread_ms(t) for t in fw), tuple(spread_ms(t) for t in bw),
+                      repeats, warmup, backend, device, str(dtype).replace("torch.", ""))
+
+
 # ----------------------------------------------------------------------------- rank side
 
 class _Exchange:
@@ -163,13 +192,15 @@ def _check_exchange(rank: int, cfg: dict, dim_sums: list[int]) -> dict[str, Any]
             "bw_recv": [bw[j].reshape(rows[j], d[rank]).numpy() for j in range(G)]}
 
 
-def _measure(rank: int, cfg: dict, dim_sums: list[int], delays_ms: list[float], repeats: int,
-             warmup: int) -> tuple[list[float], list[float]]:
-    """Time ``warmup + repeats`` forward/backward exchanges; return the timed ones (ms)."""
+def measure_rank(rank: int, cfg: dict, dim_sums: list[int], delays_ms: list[float], repeats: int,
+                 warmup: int) -> tuple[list[float], list[float]]:
+    """Rank ``rank``'s part of one sample, in a running group: time ``warmup + repeats``
+    forward/backward exchanges; return the timed ones (ms). ``cfg``: ``batch_size``, ``dtype``,
+    ``device_name`` and, on CUDA, ``device_index`` (this process's GPU)."""
     dev = torch.device(cfg["device_name"])
     ex = _Exchange(rank, cfg["batch_size"], dim_sums, cfg["dtype"], dev)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    barrier = (lambda: dist.barrier(device_ids=[rank])) if dev.type == "cuda" else dist.barrier
+    barrier = (lambda: dist.barrier(device_ids=[cfg["device_index"]])) if dev.type == "cuda" else dist.barrier
 
     def timed(collective: Any) -> float:
         t0 = time.perf_counter()
@@ -203,6 +234,7 @@ def _rank_main(rank: int, cfg: dict, port: int, commands: Any, results: Any) -> 
         if cfg["device"] == "cuda":
             torch.cuda.set_device(rank)
         cfg["device_name"] = f"cuda:{rank}" if cfg["device"] == "cuda" else "cpu"
+        cfg["device_index"] = rank if cfg["device"] == "cuda" else None
         timeout = datetime.timedelta(seconds=cfg["timeout_s"])
         store = dist.TCPStore("127.0.0.1", port, cfg["world_size"], is_master=False, timeout=timeout)
         dist.init_process_group(cfg["backend"], store=store, rank=rank,
@@ -211,7 +243,7 @@ def _rank_main(rank: int, cfg: dict, port: int, commands: Any, results: Any) -> 
     except BaseException:  # noqa: BLE001 -- reported to the parent
         results.put((0, rank, "error", traceback.format_exc()))
         return
-    ops = {"measure": _measure, "check": _check_exchange}
+    ops = {"measure": measure_rank, "check": _check_exchange}
     while True:
         try:
             req_id, op, kwargs = commands.get(timeout=1.0)
@@ -367,40 +399,22 @@ class CommBench:
                 got[rank] = payload
         return [got[r] for r in range(self.world_size)]
 
-    def _validate(self, dim_sums: Sequence[int],
-                  delays_ms: Sequence[float] | None) -> tuple[list[int], list[float]]:
-        """Checked dim sums (columns per rank) and delays (ms, default 0)."""
-        G, own = self.world_size, "comm sample"
-        delays = [0.0] * G if delays_ms is None else [float(x) for x in delays_ms]
-        _require(len(dim_sums) == G, own, "dim_sums", list(dim_sums), f"must have world_size ({G}) entries")
-        _require(all(int(d) == d >= 0 for d in dim_sums), own, "dim_sums", list(dim_sums),
-                 "must be non-negative integers")
-        _require(len(delays) == G, own, "delays_ms", delays, f"must have world_size ({G}) entries")
-        _require(all(np.isfinite(x) and x >= 0 for x in delays), own, "delays_ms", delays,
-                 "must be finite and >= 0")
-        return [int(d) for d in dim_sums], delays
-
     def measure(self, dim_sums: Sequence[int], delays_ms: Sequence[float] | None = None,
                 repeats: int = 10, warmup: int = 3) -> CommSample:
         """Measure forward and backward all-to-all for ``dim_sums[g]`` (embedding columns owned
         by rank g) with rank g delayed ``delays_ms[g]`` (ms, default 0) before the forward."""
-        dims, delays = self._validate(dim_sums, delays_ms)
-        _require(repeats >= 1, "comm sample", "repeats", repeats, "must be >= 1")
-        _require(warmup >= 0, "comm sample", "warmup", warmup, "must be >= 0")
+        dims, delays = check_sample_args(self.world_size, dim_sums, delays_ms, repeats, warmup)
         budget = self.timeout_s + (warmup + repeats) * max(delays) / 1000.0
         times = self._request("measure", budget, dim_sums=dims, delays_ms=delays,
                               repeats=repeats, warmup=warmup)
-        fw, bw = [t[0] for t in times], [t[1] for t in times]
-        return CommSample(self.world_size, self.batch_size, tuple(dims), tuple(delays),
-                          tuple(float(np.median(t)) for t in fw), tuple(float(np.median(t)) for t in bw),
-                          tuple(spread_ms(t) for t in fw), tuple(spread_ms(t) for t in bw),
-                          repeats, warmup, self.backend, self.device, str(self.dtype).replace("torch.", ""))
+        return comm_sample(self.world_size, self.batch_size, dims, delays, times, repeats, warmup,
+                           self.backend, self.device, self.dtype)
 
     def check_exchange(self, dim_sums: Sequence[int]) -> list[dict[str, list[np.ndarray]]]:
         """Run one coded exchange (float64, same layout as :meth:`measure`). Returns per rank g
         ``{"fw_recv": [block from j, shape [b_g, d_j]], "bw_recv": [block from j, shape [b_j, d_g]]}``
         where each value is ``(src * B + global row) * (max(dim_sums) + 1) + column``."""
-        dims, _ = self._validate(dim_sums, None)
+        dims, _ = check_sample_args(self.world_size, dim_sums, None)
         return self._request("check", self.timeout_s, dim_sums=dims)
 
 
