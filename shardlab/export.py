@@ -94,8 +94,52 @@ def export_for_device(data: Mapping[str, Any], device: str) -> dict[str, Any]:
     return {**data, "plan": plan}
 
 
-def sharding_plan_from_export(data: Mapping[str, Any]):
-    """A TorchRec ``ShardingPlan`` rebuilt from :func:`export_torchrec`'s JSON (needs torchrec)."""
+#: Sharding types and compute kernels an export may name (what TorchRec's EmbeddingBagCollection
+#: sharder takes for the layouts shardlab places).
+SHARDING_TYPES = ("table_wise", "column_wise", "row_wise", "table_row_wise")
+COMPUTE_KERNELS = ("fused", "dense")
+
+
+def check_export(data: Mapping[str, Any], task: Task | None = None) -> None:
+    """One line naming the first table (and its sharding type) whose export entry TorchRec would
+    refuse: an unknown sharding type or kernel, ``ranks`` that are not its shards' placements or
+    lie outside ``world_size``, shards that do not tile the table's rows x dim exactly (the
+    task's, when given; else the shards' own extent), or column / row shards that are not
+    column- / row-wise blocks."""
+    world = int(data.get("world_size") or 0)
+    tables = {t.name: t for t in task.tables} if task is not None else {}
+    for name, e in data["plan"].items():
+        kind = e.get("sharding_type")
+        def bad(why: str) -> ShardlabError:
+            return ShardlabError(f"export-torchrec: table '{name}' ({kind}): {why}")
+        if kind not in SHARDING_TYPES:
+            raise bad(f"field 'sharding_type' must be one of {list(SHARDING_TYPES)}")
+        if e.get("compute_kernel") not in COMPUTE_KERNELS:
+            raise bad(f"field 'compute_kernel' = {e.get('compute_kernel')!r} must be one of {list(COMPUTE_KERNELS)}")
+        shards = e["shards"]
+        placed = [int(str(s["placement"]).split("/")[0].split(":")[1]) for s in shards]
+        if list(e["ranks"]) != placed:
+            raise bad(f"field 'ranks' = {list(e['ranks'])} is not its shards' placements {placed}")
+        if world and any(not 0 <= r < world for r in placed):
+            raise bad(f"a shard is placed on a rank outside world_size {world}")
+        blocks = [(int(s["shard_offsets"][0]), int(s["shard_offsets"][1]), int(s["shard_sizes"][0]),
+                   int(s["shard_sizes"][1])) for s in shards]
+        full = [b for b in blocks if b[2] and b[3]]
+        rows = tables[name].rows if name in tables else max(r0 + n for r0, _, n, _ in full)
+        dim = tables[name].dim if name in tables else max(c0 + n for _, c0, _, n in full)
+        if sum(n * m for _, _, n, m in full) != rows * dim or any(
+                r0 < 0 or c0 < 0 or r0 + n > rows or c0 + m > dim for r0, c0, n, m in full):
+            raise bad(f"its shards do not tile its {rows} rows x {dim} columns")
+        if kind == "column_wise" and any(n != rows for _, _, n, _ in full):
+            raise bad("a column-wise shard does not hold every row")
+        if kind in ("row_wise", "table_row_wise") and any(m != dim for _, _, _, m in full):
+            raise bad("a row-wise shard does not hold every column")
+
+
+def sharding_plan_from_export(data: Mapping[str, Any], task: Task | None = None):
+    """A TorchRec ``ShardingPlan`` rebuilt from :func:`export_torchrec`'s JSON (needs torchrec),
+    checked first (:func:`check_export`, against ``task`` when given)."""
+    check_export(data, task)
     from torch.distributed._shard.sharding_spec import EnumerableShardingSpec, ShardMetadata
     from torchrec.distributed.types import EmbeddingModuleShardingPlan, ParameterSharding, ShardingPlan
 

@@ -122,3 +122,32 @@ def test_torchrec_free_plans_do_not_depend_on_the_string_hash_seed(task, tmp_pat
                            check=True, env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout.strip().splitlines()[-1]
             for h in (2, 5)]   # two seeds that gave row-wise and table-row-wise before the fix
     assert runs[0] == runs[1]
+
+
+def test_an_export_torchrec_would_refuse_is_one_line_naming_the_table_and_its_sharding_type(task):
+    import copy
+    import re
+
+    from shardlab.export import check_export
+
+    data = export_torchrec(task, run_sharder(get_sharder("size_greedy"), task))
+    check_export(data, task)
+    t0 = task.tables[0].name
+
+    def broken(edit):
+        d = copy.deepcopy(data)
+        edit(d["plan"][t0])
+        return d
+
+    cases = [
+        (lambda e: e.update(sharding_type="data_parallel"), "(data_parallel): field 'sharding_type' must be one of"),
+        (lambda e: e.update(compute_kernel="quant"), "(table_wise): field 'compute_kernel' = 'quant'"),
+        (lambda e: e["shards"][0]["shard_sizes"].__setitem__(1, task.tables[0].dim - 4),
+         f"(table_wise): its shards do not tile its {task.tables[0].rows} rows"),
+        (lambda e: e.update(ranks=[e["ranks"][0] + 1]), "(table_wise): field 'ranks'"),
+        (lambda e: (e["shards"][0].update(placement="rank:9/cuda:1"), e.update(ranks=[9])),
+         "(table_wise): a shard is placed on a rank outside world_size 4"),
+    ]
+    for edit, message in cases:
+        with pytest.raises(ShardlabError, match=f"table '{t0}' " + re.escape(message)):
+            sharding_plan_from_export(broken(edit), task)

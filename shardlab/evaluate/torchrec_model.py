@@ -63,16 +63,20 @@ def _configs(task: Task) -> list[Any]:
 
 
 def _apply(module: Any, export: Mapping[str, Any], task: Task, device: Any, learning_rate: float) -> Any:
-    """``DistributedModelParallel(module)`` sharded as ``export`` says; TorchRec's refusal as one
-    line naming the table and its sharding type where TorchRec's message names a table."""
+    """``DistributedModelParallel(module)`` sharded as ``export`` says. An export TorchRec would
+    refuse is one line naming the table and its sharding type (:func:`~shardlab.export.check_export`);
+    TorchRec's own refusals are one line too, naming the table where its message does."""
     from torchrec.distributed.model_parallel import DistributedModelParallel
 
     from shardlab.export import sharding_plan_from_export
 
     env, sharders = _env_and_sharders(task, learning_rate)
     try:
-        return DistributedModelParallel(module, env=env, device=device, plan=sharding_plan_from_export(export),
-                                        sharders=sharders)
+        plan = sharding_plan_from_export(export, task)
+    except ShardlabError as e:
+        raise ShardlabError(f"torchrec evaluator: {e}") from None
+    try:
+        return DistributedModelParallel(module, env=env, device=device, plan=plan, sharders=sharders)
     except Exception as e:  # noqa: BLE001 -- TorchRec's refusal, named by table where it says which
         text = " ".join(str(e).split())
         for name, entry in export["plan"].items():
