@@ -222,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_json_atomic(args.out, result)
             print(f"shardlab.dist: {len(result) if isinstance(result, list) else 1} evaluation(s) -> {args.out}")
     except ShardlabError as e:
-        print(f"shardlab.dist: error: {e}", file=sys.stderr)
+        print(f"shardlab.dist: error: {str(e).removeprefix('shardlab.dist: ')}", file=sys.stderr)
         return 2
     except Exception as e:  # a collective that failed: a peer rank died or the network broke
         if not _is_collective_failure(e):

@@ -101,3 +101,21 @@ def test_a_rank_that_dies_stops_the_others_with_one_line_and_no_output(tmp_path,
     ours = [line for line in err.splitlines() if line.startswith("shardlab.dist: rank 0:")]  # on a line of its own
     assert len(ours) == 1, err
     assert "another rank" in ours[0]
+
+
+def test_a_cuda_profile_without_nccl_is_one_line(tmp_path, monkeypatch, capsys):
+    import torch.distributed
+
+    from shardlab import dist
+
+    _task_and_plans(tmp_path)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: False)
+    for var, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(var, value)
+    for how in ("--measure", "--torchrec"):
+        args = ["evaluate", str(tmp_path / "t.json"), str(tmp_path / "size_greedy.json"), how, "--profile", "h200",
+                "--out", str(tmp_path / "e.json")]
+        assert dist.main(args) == 2
+        err = capsys.readouterr().err
+        assert err == "shardlab.dist: error: profile device is cuda but this torch has no NCCL\n"
+    assert not (tmp_path / "e.json").exists()
