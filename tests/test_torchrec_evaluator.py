@@ -16,7 +16,7 @@ from shardlab.profile.hardware import profile_with
 from shardlab.search import get_sharder, run_sharder
 
 pytest.importorskip("torchrec", reason="torchrec is installed by scripts/setup.sh")
-from shardlab.evaluate.torchrec_step import TorchRecEvaluator  # noqa: E402
+from shardlab.evaluate import TorchRecEvaluator, torchrec_plans  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +54,8 @@ def test_table_column_row_and_table_row_wise_plans_train_in_torchrec_in_paired_r
     plans = layouts(task)
     kinds = {k: export_torchrec(task, p)["plan"][task.tables[0].name]["sharding_type"] for k, p in plans.items()}
     assert kinds["rw"] == "row_wise" and kinds["twrw"] == "table_row_wise"
-    ev = TorchRecEvaluator(profile_with("cpu", batch_size=64), rounds=3, steps=2, warmup_steps=1,
-                           reference="size_greedy").evaluate(task, plans)
+    ev = torchrec_plans(task, plans, profile_with("cpu", batch_size=64), rounds=3, steps=2, warmup_steps=1,
+                        reference="size_greedy")
     assert set(ev) == set(plans)
     for name, e in ev.items():
         assert e.source.startswith("measured:torchrec-cpu")

@@ -2,10 +2,12 @@
 comparisons between plans.
 
 One stage, one protocol: :class:`Evaluator` (``evaluate(task, plans) -> {name: Evaluation}``)
-with two implementations here -- :class:`ModelEvaluator` (a cost model's prediction, labelled
-``model:...`` or ``analytic:...``) and :class:`MeasuredEvaluator` (real kernels and ranks in
-paired, interleaved rounds with confidence intervals and verdicts, labelled ``measured:...``).
-Both follow the plan cost model and lower bound of :mod:`shardlab.schedule`.
+with three implementations -- :class:`ModelEvaluator` (a cost model's prediction, labelled
+``model:...`` or ``analytic:...``), :class:`MeasuredEvaluator` (real kernels and ranks in
+paired, interleaved rounds with confidence intervals and verdicts, labelled ``measured:...``),
+both following the plan cost model and lower bound of :mod:`shardlab.schedule`, and
+:class:`TorchRecEvaluator` (the plan applied in TorchRec, real training steps timed in the same
+paired rounds, ``measured:torchrec-...``; torchrec is imported only when it runs).
 """
 
 from shardlab.evaluate.measured import (BOUND, MeasuredEvaluator, measurable, measure_bound, measure_lower_bound,
@@ -14,6 +16,7 @@ from shardlab.evaluate.model import BOUND_CHUNK, ModelEvaluator, estimate_plan
 from shardlab.evaluate.protocol import Evaluator, check_plans, compare_to_reference, resolve_reference
 from shardlab.evaluate.stats import bootstrap_median_ci, paired_ratios, verdict
 from shardlab.evaluate.subadditivity import fused_and_summed, subadditivity
+from shardlab.evaluate.torchrec_step import TorchRecEvaluator, torchrec_plans
 from shardlab.evaluate.values import VERDICTS, Comparison, DeviceCost, Evaluation, device_tables
 from shardlab.schedule import balanced_dims
 
@@ -21,4 +24,5 @@ __all__ = ["BOUND", "BOUND_CHUNK", "VERDICTS", "Comparison", "DeviceCost", "Eval
            "MeasuredEvaluator", "ModelEvaluator", "balanced_dims", "bootstrap_median_ci", "check_plans",
            "compare_to_reference", "device_tables", "estimate_plan", "fused_and_summed", "measurable",
            "measure_bound", "measure_lower_bound", "measure_plan", "measure_plans", "measure_shards",
-           "paired_ratios", "resolve_reference", "round_orders", "subadditivity", "verdict"]
+           "paired_ratios", "resolve_reference", "round_orders", "subadditivity", "TorchRecEvaluator",
+           "torchrec_plans", "verdict"]

@@ -110,6 +110,17 @@ class TorchRecEvaluator:
         return {kind: evaluations(job, plans, times, self.seed, self.reference, kind) for kind in kinds}
 
 
+def torchrec_plans(task: Task, plans: Mapping[str, Plan], profile: str | HardwareProfile = "cpu", rounds: int = 3,
+                   steps: int = 5, warmup_steps: int = 2, seed: int = 0, reference: str | None = None,
+                   whole_step: bool = False) -> dict[str, Evaluation]:
+    """The TorchRec counterpart of :func:`~shardlab.evaluate.measured.measure_plans`: every plan
+    applied in TorchRec and its training steps timed in ``rounds`` paired rounds
+    (:class:`TorchRecEvaluator`; ``whole_step``: TorchRec's whole DLRM step). Returns name ->
+    Evaluation (``measured:torchrec-<profile>``), in ``plans``' order."""
+    return TorchRecEvaluator(profile, rounds=rounds, steps=steps, warmup_steps=warmup_steps, seed=seed,
+                             reference=reference, whole_step=whole_step).evaluate(task, plans)
+
+
 #: The two parts a TorchRec run can time: the sharded embeddings alone, and TorchRec's whole DLRM.
 EMBEDDINGS, WHOLE = "embeddings", "whole_step"
 
