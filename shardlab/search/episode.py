@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from shardlab.errors import InfeasibleError
+from shardlab.search.feasibility import FeasibleMask
 from shardlab.tables import Task
 
 
@@ -77,9 +77,11 @@ def play_episodes(task: Task, order: Sequence[int], n: int, step: StepFn, finish
                   accumulate: dict[str, torch.Tensor] | None = None) -> Episodes:
     """Play ``n`` episodes placing ``task``'s tables in ``order``.
 
-    Each step: ``step(state)`` gives logits; with ``mask`` devices where the table does not fit
-    are excluded (a table that fits nowhere raises :class:`InfeasibleError`; without ``mask``
-    infeasible moves are allowed, for methods whose reward teaches the cap); the action is the
+    Each step: ``step(state)`` gives logits; with ``mask`` only the devices
+    :class:`~shardlab.search.feasibility.FeasibleMask` allows can be taken -- the table fits there
+    and the rest of the tables still can, so an episode completes wherever a heuristic finds a
+    plan (none does: the task's one-line :class:`InfeasibleError`); without ``mask`` infeasible
+    moves are allowed, for methods whose reward teaches the cap; the action is the
     given ``actions[:, t]`` (replay, (n, T)), the arg-max (``greedy``), a draw from
     ``generator`` (``torch.multinomial``) or, with no generator, ``Categorical.sample``.
     ``accumulate``: named (T, k) rows added to the chosen device's ``state.sums[name]``."""
@@ -92,15 +94,13 @@ def play_episodes(task: Task, order: Sequence[int], n: int, step: StepFn, finish
                            {k: torch.zeros(n, g, r.shape[1], dtype=r.dtype) for k, r in rows.items()})
     acts, logps, ents, vals = [], [], [], []
     batch = torch.arange(n)
+    guard = FeasibleMask(task, order, n) if mask else None
     for t in range(t_count):
         state.t = t
         logits, value = step(state)
-        if mask:
-            fits = state.fits()
-            if not bool(fits.any(dim=1).all()):
-                raise InfeasibleError(f"task '{task.name}': table '{tables[t].name}' fits no device "
-                                      "in an RL placement episode", tables[t].name, 0.0)
-            logits = logits.masked_fill(~fits, float("-inf"))
+        if guard is not None:
+            allowed = torch.from_numpy(guard.allowed(t, state.mem.numpy()))
+            logits = logits.masked_fill(~allowed, float("-inf"))
         dist = torch.distributions.Categorical(logits=logits)
         if actions is not None:
             a = actions[:, t]
@@ -110,6 +110,8 @@ def play_episodes(task: Task, order: Sequence[int], n: int, step: StepFn, finish
             a = dist.sample()
         else:
             a = torch.multinomial(dist.probs.detach(), 1, generator=generator).squeeze(1)
+        if guard is not None:
+            guard.chose(t, a.numpy())
         acts.append(a)
         logps.append(dist.log_prob(a))
         ents.append(dist.entropy())

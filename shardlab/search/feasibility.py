@@ -1,0 +1,117 @@
+"""RL placement episodes that cannot paint themselves into a corner (issue 16).
+
+The seeds' environments mask, at every step, the devices where the current table does not fit.
+That alone can strand a table: on a memory-tight task an episode may fill devices so that a
+later table fits nowhere, where a heuristic found a plan. :class:`FeasibleMask` adds a look-ahead
+that keeps every episode completable:
+
+* **Witness.** Before the first step it takes a packing of all tables from the heuristics
+  (``size_greedy``, ``dim_greedy``, ``lookup_greedy``, ``size_lookup_greedy``: the first that
+  finds a plan; none = the task's one-line infeasibility error, naming the table and the GB
+  short). Each episode keeps a witness: a device for every table still to place that fits
+  together with what is already placed. The witness's device for the current table is always
+  allowed, so an episode never gets stuck.
+* **Other devices** are allowed when placing the table there leaves the rest packable: either
+  *roomy* -- the remaining tables' total is below the sum over devices of (free bytes - largest
+  remaining table)+, in which case any sequence of fitting choices completes (a table stuck with
+  every device fuller than that bound would mean more bytes placed than remain), and the episode
+  needs no more look-ahead -- or a best-fit-decreasing packing of the rest succeeds, which becomes
+  the witness if the policy takes that device.
+
+Cost: the roomy test is O(G) per episode and step; packings run only for devices of episodes that
+are tight (memory-bound tasks), each O(R log R + R G) for R tables left.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from shardlab.errors import InfeasibleError
+from shardlab.tables import Task
+
+#: Heuristics whose plans seed the witness, in the order tried.
+WITNESS_SHARDERS = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
+
+
+def pack(free: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
+    """Best-fit decreasing: a device for each of ``sizes`` (bytes) given ``free`` (G,) bytes per
+    device, largest first, each on the fitting device with the least room; None if one fits nowhere."""
+    free = free.astype(np.float64).copy()
+    out = np.empty(len(sizes), dtype=np.int64)
+    for i in np.argsort(-sizes, kind="stable"):
+        room = np.where(free >= sizes[i], free, np.inf)
+        d = int(np.argmin(room))
+        if not np.isfinite(room[d]):
+            return None
+        free[d] -= sizes[i]
+        out[i] = d
+    return out
+
+
+def witness_devices(task: Task, order: Sequence[int]) -> np.ndarray:
+    """(T,) a device for each step's table (``order[t]`` is its task index) from the first
+    heuristic of :data:`WITNESS_SHARDERS` that finds a plan; the first heuristic's
+    :class:`InfeasibleError` (table and GB short) when none does."""
+    from shardlab.search.heuristics import GreedySharder
+
+    first: InfeasibleError | None = None
+    for name in WITNESS_SHARDERS:
+        try:
+            plan = GreedySharder(name).shard(task)
+        except InfeasibleError as e:
+            first = first or e
+            continue
+        device = {p.table: p.device for p in plan.placements}
+        return np.array([device[task.tables[i].name] for i in order], dtype=np.int64)
+    assert first is not None
+    raise first
+
+
+class FeasibleMask:
+    """Allowed devices at every step of ``n`` episodes placing ``task``'s tables in ``order``
+    (module docstring). Call :meth:`allowed` then :meth:`chose` once per step, in order."""
+
+    def __init__(self, task: Task, order: Sequence[int], n: int):
+        self.sizes = np.array([task.table_bytes(task.tables[i]) for i in order], dtype=np.float64)   # (T,)
+        self.names = [task.tables[i].name for i in order]
+        self.cap = float(task.mem_cap_bytes)
+        tail = self.sizes[::-1]
+        self.rest_sum = np.append(np.cumsum(tail)[::-1], 0.0)                       # (T+1,) bytes from step t on
+        self.rest_max = np.append(np.maximum.accumulate(tail)[::-1], 0.0)            # (T+1,)
+        self.witness = np.tile(witness_devices(task, order), (n, 1))                  # (n, T)
+        self.relaxed = np.zeros(n, dtype=bool)
+        self._roomy = np.zeros((n, task.ngpu), dtype=bool)
+        self._packings: dict[tuple[int, int], np.ndarray] = {}
+
+    def allowed(self, t: int, mem: np.ndarray) -> np.ndarray:
+        """(n, G) True where step ``t``'s table may go, given ``mem`` (n, G) bytes used."""
+        s, rest_sum, m = self.sizes[t], self.rest_sum[t + 1], self.rest_max[t + 1]
+        free = self.cap - mem                                                         # (n, G)
+        fits = free >= s
+        slack = np.clip(free - m, 0.0, None)
+        after = slack.sum(axis=1, keepdims=True) - slack + np.clip(free - s - m, 0.0, None)
+        self._roomy = fits & ((rest_sum < after) | (rest_sum == 0.0))
+        ok = fits & (self._roomy | self.relaxed[:, None])
+        tight = np.flatnonzero(~self.relaxed)
+        ok[tight, self.witness[tight, t]] = True          # a valid witness's device always fits
+        self._packings = {}
+        for b, d in zip(*np.nonzero(fits & ~ok)):
+            rest_free = free[b].copy()
+            rest_free[d] -= s
+            packing = pack(rest_free, self.sizes[t + 1:])
+            if packing is not None:
+                ok[b, d] = True
+                self._packings[(int(b), int(d))] = packing
+        return ok
+
+    def chose(self, t: int, actions: np.ndarray) -> None:
+        """Record the devices (n,) taken at step ``t`` and keep every episode's witness valid."""
+        for b, d in enumerate(actions.tolist()):
+            if self.relaxed[b]:
+                continue
+            if self._roomy[b, d]:
+                self.relaxed[b] = True
+            elif d != self.witness[b, t]:
+                self.witness[b, t + 1:] = self._packings[(b, d)]
