@@ -229,9 +229,12 @@ class PolicySharder:
         return self._agent
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
-        """Table-wise plan by greedy decoding (deterministic)."""
+        """Table-wise plan by greedy decoding (deterministic), on one torch thread."""
+        from shardlab.costmodel.neural_base import one_torch_thread
+
         task.check_feasible()
-        return self.agent().plan(task, seed, self.name)
+        with one_torch_thread():
+            return self.agent().plan(task, seed, self.name)
 
 
 class PolicyAgent:

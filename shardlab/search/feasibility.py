@@ -15,8 +15,10 @@ that keeps every episode completable:
   *roomy* -- the remaining tables' total is below the sum over devices of (free bytes - largest
   remaining table)+, in which case any sequence of fitting choices completes (a table stuck with
   every device fuller than that bound would mean more bytes placed than remain), and the episode
-  needs no more look-ahead -- or a best-fit-decreasing packing of the rest succeeds, which becomes
-  the witness if the policy takes that device.
+  needs no more look-ahead -- or the device has room for the table plus what the witness puts
+  there later (the witness stays valid: its own device for the table only gains room) -- or a
+  best-fit-decreasing packing of the rest succeeds, which becomes the witness if the policy takes
+  that device.
 
 Cost: the roomy test is O(G) per episode and step; packings run only for devices of episodes that
 are tight (memory-bound tasks), each O(R log R + R G) for R tables left.
@@ -96,6 +98,14 @@ class FeasibleMask:
         ok = fits & (self._roomy | self.relaxed[:, None])
         tight = np.flatnonzero(~self.relaxed)
         ok[tight, self.witness[tight, t]] = True          # a valid witness's device always fits
+        if len(tight) and t + 1 < len(self.sizes):         # d keeps the witness of the rest valid when
+            rest = self.witness[tight, t + 1:]             # it holds this table and the rest's share on d
+            flat = (np.arange(len(tight))[:, None] * mem.shape[1] + rest).ravel()
+            load = np.bincount(flat, weights=np.tile(self.sizes[t + 1:], len(tight)),
+                               minlength=len(tight) * mem.shape[1]).reshape(len(tight), -1)
+            ok[tight] |= fits[tight] & (free[tight] - s >= load)
+        elif len(tight):
+            ok[tight] |= fits[tight]
         self._packings = {}
         for b, d in zip(*np.nonzero(fits & ~ok)):
             rest_free = free[b].copy()
@@ -113,5 +123,5 @@ class FeasibleMask:
                 continue
             if self._roomy[b, d]:
                 self.relaxed[b] = True
-            elif d != self.witness[b, t]:
+            elif (b, d) in self._packings:
                 self.witness[b, t + 1:] = self._packings[(b, d)]
