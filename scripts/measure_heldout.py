@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shardlab.experiments.heldout import METHODS, measure_heldout  # noqa: E402
+from shardlab.experiments.heldout import METHODS, SETS, measure_heldout  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.dataset import export_store  # noqa: E402
 
@@ -24,6 +24,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", required=True)
     ap.add_argument("--out", default=None, help="export the store here when done (a datasets/ folder)")
+    ap.add_argument("--sets", nargs="+", default=list(SETS[:-1]), choices=SETS,
+                    help="held-out sets: model families, or 'pool' (the pool's test tables); default every family")
     ap.add_argument("--tasks", type=int, default=3, help="tasks per held-out set")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ngpu", type=int, default=4)
@@ -32,7 +34,7 @@ def main() -> int:
                                                   "each registration's)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), help="sharders whose plans are measured")
     args = ap.parse_args()
-    added = measure_heldout(args.store, tasks_per_set=args.tasks, ngpu=args.ngpu, rounds=args.rounds,
+    added = measure_heldout(args.store, sets=args.sets, tasks_per_set=args.tasks, ngpu=args.ngpu, rounds=args.rounds,
                             max_rows=args.max_rows, model=args.model, methods=args.methods)
     print(f"held-out: {added} tasks measured into {args.store}")
     if args.out:
@@ -44,13 +46,14 @@ def main() -> int:
     return 0
 
 
-PROVENANCE = """# Measured plans on the held-out model families (`cpu` profile)
+PROVENANCE = """# Measured plans on held-out tasks (`cpu` profile)
 
 Every number was measured on this machine: each task's plans (methods: {methods}) measured together by `MeasuredEvaluator` in paired, interleaved,
 shuffled rounds -- real fbgemm TBE ops per device, real gloo all-to-alls between G processes,
 forward waiting included. Tables come from `datasets/heldout_models/` (public configs; lookups an
-assumed Zipf(1.05); rows capped for this CPU, the cap in each table's `source`); no training
-step sees them. One JSON line per task (kind `heldout_plan`): the task, the plans, their
+assumed Zipf(1.05); rows capped for this CPU, the cap in each table's `source`) or, for set
+`pool`, from the dlrm-synth pool's test half (`shardlab.experiments.heldout.pool_tasks`); no
+training step sees them. One JSON line per task (kind `heldout_plan`): the task, the plans, their
 Evaluations (rounds, medians, 95% intervals); provenance (hardware, versions, date, command,
 git revision, campaign settings) in `provenance.json`.
 

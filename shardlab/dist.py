@@ -109,6 +109,7 @@ def group(profile: Any, timeout_s: float, owner: str = "shardlab.dist") -> Itera
         try:
             torch.set_num_threads(max(1, profile.threads))
             yield rank, world, local
+            dist.barrier()            # nobody tears the group down while a peer still reads from it
         finally:
             dist.destroy_process_group()
     finally:

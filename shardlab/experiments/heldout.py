@@ -1,4 +1,5 @@
-"""Cost models judged on held-out model families (issue 14, must-show 2).
+"""Cost models and searches judged on held-out model families (issue 14, must-show 2) and on
+held-out pool tasks (issue 16).
 
 :func:`measure_heldout` builds tasks from the public table sets of
 :mod:`shardlab.data.model_families` (tables no training step saw), shards each with several
@@ -38,10 +39,32 @@ KIND = "heldout_plan"
 METHODS = C.HEURISTIC_METHODS + ("neuroshard_tw", "neuroshard")
 
 
+#: The held-out *pool* set: tasks of the default pool's test tables (no cost model or policy
+#: trains on them; the RL policies train on tasks of its train tables).
+POOL_SET = "pool"
+SETS = FAMILY_SETS + (POOL_SET,)
+
+
+def pool_tasks(n: int, ngpu: int, batch_size: int, mem_cap_gb: float) -> list[Task]:
+    """``n`` seeded tasks of the pool's test tables: task i has 10 + 5G + [0, 5G) tables (drawn
+    with seed ``[i, G]``), seed 1000 + i, named ``pool-g<G>-<i>``."""
+    from shardlab.data.tasks import generate_task
+
+    out = []
+    for i in range(n):
+        size = 10 + 5 * ngpu + int(np.random.default_rng([i, ngpu]).integers(0, 5 * ngpu))
+        out.append(generate_task(split="test", ntables=size, ngpu=ngpu, mem_cap_gb=mem_cap_gb, batch_size=batch_size,
+                                 seed=1000 + i, name=f"pool-g{ngpu}-{i}"))
+    return out
+
+
 def heldout_tasks(set_name: str, n: int, ngpu: int, batch_size: int, mem_cap_gb: float,
                   max_rows: int) -> list[Task]:
     """``n`` tasks over set ``set_name``: task i takes all its tables (i = 0) or a seeded sample
-    of about (2/3, 1/2, ...) of them; rows capped at ``max_rows`` (recorded in each table)."""
+    of about (2/3, 1/2, ...) of them; rows capped at ``max_rows`` (recorded in each table).
+    :data:`POOL_SET`: :func:`pool_tasks` instead."""
+    if set_name == POOL_SET:
+        return pool_tasks(n, ngpu, batch_size, mem_cap_gb)
     total = len(family_set(set_name)["tables"])
     out = []
     for i in range(n):
