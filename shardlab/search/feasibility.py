@@ -37,18 +37,22 @@ from shardlab.tables import Task
 WITNESS_SHARDERS = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 
 
-def pack(free: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
+def pack(free: np.ndarray, sizes: np.ndarray) -> list[int] | None:
     """Best-fit decreasing: a device for each of ``sizes`` (bytes) given ``free`` (G,) bytes per
-    device, largest first, each on the fitting device with the least room; None if one fits nowhere."""
-    free = free.astype(np.float64).copy()
-    out = np.empty(len(sizes), dtype=np.int64)
-    for i in np.argsort(-sizes, kind="stable"):
-        room = np.where(free >= sizes[i], free, np.inf)
-        d = int(np.argmin(room))
-        if not np.isfinite(room[d]):
+    device, largest first, each on the fitting device with the least room (ties: the lower id);
+    None if one fits nowhere. Plain Python: with G <= a few dozen, numpy's per-call cost dominated."""
+    room = [float(x) for x in free]
+    need = [float(x) for x in sizes]
+    out = [0] * len(need)
+    for i in sorted(range(len(need)), key=lambda k: -need[k]):
+        s, best, least = need[i], -1, float("inf")
+        for d, f in enumerate(room):
+            if s <= f < least:
+                best, least = d, f
+        if best < 0:
             return None
-        free[d] -= sizes[i]
-        out[i] = d
+        room[best] -= s
+        out[i] = best
     return out
 
 
