@@ -1,0 +1,77 @@
+#!/usr/bin/env python
+"""Learning curves of the shipped RL policies (issue 16, must-show 2), from the training history
+each policy file carries: AutoShard's mean episode reward per update (balance of predicted
+per-device costs, 1 = perfectly balanced), DreamShard's mean predicted plan cost (ms, its cost
+network) per REINFORCE update, iteration by iteration. Each curve is cut into ``--bins`` equal
+spans (mean and standard deviation per span); "converged" asks that the least-squares slope
+over the last 30% of updates is within 2 standard errors of zero. Reads shipped files only;
+writes reports/rl_learning_curves.{json,md}.
+
+    .venv/bin/python scripts/rl_learning_curves.py [--bins 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from shardlab.costmodel.bundle import models_dir  # noqa: E402
+from shardlab.io import torch_load_safe, write_json_atomic  # noqa: E402
+
+
+def summary(y: np.ndarray, bins: int) -> dict:
+    """Binned means and deviations of curve ``y`` and the slope test over its last 30%."""
+    spans = np.array_split(np.arange(len(y)), bins)
+    tail = np.arange(int(len(y) * 0.7), len(y))
+    x = tail - tail.mean()
+    slope = float((x * (y[tail] - y[tail].mean())).sum() / (x ** 2).sum())
+    resid = y[tail] - y[tail].mean() - slope * x
+    se = float(np.sqrt((resid ** 2).sum() / max(1, len(tail) - 2) / (x ** 2).sum()))
+    return {"n": len(y), "bins": [{"from": int(s[0]), "to": int(s[-1]), "mean": float(y[s].mean()),
+                                   "std": float(y[s].std())} for s in spans if len(s)],
+            "tail_slope_per_update": slope, "tail_slope_se": se, "converged": abs(slope) <= 2 * se}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bins", type=int, default=10)
+    ap.add_argument("--profile", default="cpu")
+    ap.add_argument("--out", default="reports")
+    args = ap.parse_args()
+    curves = {}
+    auto = torch_load_safe(models_dir(args.profile) / "autoshard_policy.pt", "autoshard policy")
+    curves["autoshard"] = {"what": "mean episode reward per update (1 = balanced predicted costs)",
+                           "command": auto["provenance"].get("command"),
+                           **summary(np.array([h["mean_reward"] for h in auto["history"]]), args.bins)}
+    dream = torch_load_safe(models_dir(args.profile) / "dreamshard_policy.pt", "dreamshard policy")
+    per_update = np.concatenate([np.asarray(h["mean_predicted_cost_ms"], dtype=float) for h in dream["history"]])
+    curves["dreamshard"] = {"what": "mean predicted plan cost per update (ms, its cost network; tasks vary)",
+                            "command": dream["provenance"].get("command"),
+                            "measured_plans_per_iteration": [h["measured_plans"] for h in dream["history"]],
+                            **summary(per_update, args.bins)}
+    report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "curves": curves}
+    out = Path(args.out)
+    write_json_atomic(out / "rl_learning_curves.json", report)
+    lines = ["# RL policies: learning curves of the shipped policies (`scripts/rl_learning_curves.py`)", "",
+             f"Made {report['date']} from the training history in `datasets/{args.profile}/models/*_policy.pt`. "
+             "Each curve is cut into equal spans of updates: mean +- standard deviation per span. "
+             "\"Converged\": the least-squares slope over the last 30% of updates is within 2 standard errors of 0.", ""]
+    for name, c in curves.items():
+        lines += [f"## {name}: {c['what']}", "", f"Trained by `{c['command']}`.", "",
+                  "| updates | mean | std |", "|---|---|---|"]
+        lines += [f"| {b['from']}-{b['to']} | {b['mean']:.4g} | {b['std']:.3g} |" for b in c["bins"]]
+        lines += ["", f"Slope over the last 30%: {c['tail_slope_per_update']:.3g} per update (SE "
+                      f"{c['tail_slope_se']:.2g}): {'converged' if c['converged'] else 'still changing'}.", ""]
+    (out / "rl_learning_curves.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
