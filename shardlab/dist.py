@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @contextmanager
-def group(profile: Any, timeout_s: float, owner: str = "shardlab.dist") -> Iterator[tuple[int, int, int]]:
+def group(profile: Any, timeout_s: float) -> Iterator[tuple[int, int, int]]:
     """Join the torchrun ranks' group (env://; NCCL and GPU ``LOCAL_RANK`` on a CUDA profile, gloo on
     CPU) for the block; yields (RANK, WORLD_SIZE, LOCAL_RANK). One line for a CUDA profile without
     NCCL or without GPU ``LOCAL_RANK``."""
@@ -98,9 +98,10 @@ def group(profile: Any, timeout_s: float, owner: str = "shardlab.dist") -> Itera
     rank, world, local = torchrun_env()
     if profile.device == "cuda":
         if not dist.is_nccl_available():
-            raise ShardlabError(f"{owner}: profile device is cuda but this torch has no NCCL")
+            raise ShardlabError("shardlab.dist: profile device is cuda but this torch has no NCCL")
         if torch.cuda.device_count() <= local:
-            raise ShardlabError(f"{owner}: LOCAL_RANK = {local} but this host sees {torch.cuda.device_count()} GPUs")
+            raise ShardlabError(f"shardlab.dist: LOCAL_RANK = {local} but this host sees "
+                                f"{torch.cuda.device_count()} GPUs")
         torch.cuda.set_device(local)
     previous = signal.signal(signal.SIGTERM, _stopped)
     try:
@@ -154,8 +155,6 @@ def _measured(args: argparse.Namespace, task: Any, plans: dict, reference: str |
 
 def _torchrec(args: argparse.Namespace, task: Any, plans: dict, reference: str | None, prof: Any) -> Any:
     """``--torchrec``: every rank trains its part of every plan; rank 0 gathers and returns the JSON."""
-    import os
-
     import numpy as np
     import torch.distributed as dist
 

@@ -45,7 +45,13 @@ def sharding_type_of(table: str, rows: int, dim: int, blocks: list[Any], local_w
                         "table-row-wise in TorchRec's layouts")
 
 
-def _padded(kind: str, blocks: list[Any], rows: int, dim: int, world: int, lws: int) -> list[tuple[int, int, int, int]]:
+def placement_rank(placement: str) -> int:
+    """The rank of a shard placement ``"rank:<r>/<device>"``."""
+    return int(str(placement).split("/")[0].split(":")[1])
+
+
+def _padded(kind: str, blocks: list[Any], rows: int, dim: int, world: int, lws: int
+            ) -> list[tuple[int, int, int, int, int]]:
     """(row offset, col offset, rows, cols, rank) of every shard TorchRec expects: the blocks, plus
     empty trailing shards up to every rank (row_wise) or every rank of the host (table_row_wise)."""
     shards = [(b.row_offset, b.col_offset, b.rows, b.cols, b.device) for b in blocks]
@@ -88,7 +94,7 @@ def export_for_device(data: Mapping[str, Any], device: str) -> dict[str, Any]:
         return dict(data)
     if device != "cpu":
         raise ShardlabError(f"export-torchrec: field 'device' = {device!r} must be 'cpu' or 'cuda'")
-    plan = {name: {**e, "shards": [{**s, "placement": f"rank:{s['placement'].split('/')[0].split(':')[1]}/cpu"}
+    plan = {name: {**e, "shards": [{**s, "placement": f"rank:{placement_rank(s['placement'])}/cpu"}
                                    for s in e["shards"]]}
             for name, e in data["plan"].items()}
     return {**data, "plan": plan}
@@ -117,7 +123,7 @@ def check_export(data: Mapping[str, Any], task: Task | None = None) -> None:
         if e.get("compute_kernel") not in COMPUTE_KERNELS:
             raise bad(f"field 'compute_kernel' = {e.get('compute_kernel')!r} must be one of {list(COMPUTE_KERNELS)}")
         shards = e["shards"]
-        placed = [int(str(s["placement"]).split("/")[0].split(":")[1]) for s in shards]
+        placed = [placement_rank(s["placement"]) for s in shards]
         if list(e["ranks"]) != placed:
             raise bad(f"field 'ranks' = {list(e['ranks'])} is not its shards' placements {placed}")
         if world and any(not 0 <= r < world for r in placed):

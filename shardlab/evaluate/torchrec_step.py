@@ -330,10 +330,10 @@ def rank_rounds(task: Task, exports: Mapping[str, Mapping[str, Any]], profile: H
 
 def rank_bytes(task: Task, export: Mapping[str, Any], rank: int) -> int:
     """Bytes of weights and optimizer state the export places on ``rank``."""
-    per_weight = C.BYTES_PER_WEIGHT[task.weights_precision] + C.OPTIMIZER_STATE_BYTES[task.optimizer][1]
-    per_row = C.OPTIMIZER_STATE_BYTES[task.optimizer][0]
-    return sum(rows * cols * per_weight + rows * per_row for e in export["plan"].values() for s in e["shards"]
-               for rows, cols in [s["shard_sizes"]] if int(s["placement"].split("/")[0].split(":")[1]) == rank)
+    from shardlab.export import placement_rank
+
+    return sum(task.block_bytes(*s["shard_sizes"]) for e in export["plan"].values() for s in e["shards"]
+               if placement_rank(s["placement"]) == rank)
 
 
 def rank_budget_bytes(ranks_on_host: int, share: float = 0.6) -> float | None:

@@ -208,9 +208,11 @@ def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
     lead = bench is None or bench.rank == 0
     added = 0
     with ExitStack() as stack:
-        store = stack.enter_context(SampleStore(store_path)) if lead else None
-        done = store.keys(kind) if lead else None
-        todo = [i for i in range(n_samples) if f"{prefix}{i}" not in done] if lead else None
+        store, todo = None, None
+        if lead:
+            store = stack.enter_context(SampleStore(store_path))
+            done = store.keys(kind)
+            todo = [i for i in range(n_samples) if f"{prefix}{i}" not in done]
         if bench is not None:
             todo = bench.share(todo)
         if not todo:

@@ -37,10 +37,6 @@ class PlacementState:
     cap_bytes: float
     sums: dict[str, torch.Tensor] = field(default_factory=dict)
 
-    def fits(self) -> torch.Tensor:
-        """(B, G) True where step ``t``'s table fits under the memory cap."""
-        return self.mem + self.need[self.t] <= self.cap_bytes
-
 
 @dataclass
 class Episodes:

@@ -81,7 +81,6 @@ class FeasibleMask:
 
     def __init__(self, task: Task, order: Sequence[int], n: int):
         self.sizes = np.array([task.table_bytes(task.tables[i]) for i in order], dtype=np.float64)   # (T,)
-        self.names = [task.tables[i].name for i in order]
         self.cap = float(task.mem_cap_bytes)
         tail = self.sizes[::-1]
         self.rest_sum = np.append(np.cumsum(tail)[::-1], 0.0)                       # (T+1,) bytes from step t on
@@ -89,7 +88,7 @@ class FeasibleMask:
         self.witness = np.tile(witness_devices(task, order), (n, 1))                  # (n, T)
         self.relaxed = np.zeros(n, dtype=bool)
         self._roomy = np.zeros((n, task.ngpu), dtype=bool)
-        self._packings: dict[tuple[int, int], np.ndarray] = {}
+        self._packings: dict[tuple[int, int], list[int]] = {}
 
     def allowed(self, t: int, mem: np.ndarray) -> np.ndarray:
         """(n, G) True where step ``t``'s table may go, given ``mem`` (n, G) bytes used."""
@@ -108,8 +107,6 @@ class FeasibleMask:
             load = np.bincount(flat, weights=np.tile(self.sizes[t + 1:], len(tight)),
                                minlength=len(tight) * mem.shape[1]).reshape(len(tight), -1)
             ok[tight] |= fits[tight] & (free[tight] - s >= load)
-        elif len(tight):
-            ok[tight] |= fits[tight]
         self._packings = {}
         for b, d in zip(*np.nonzero(fits & ~ok)):
             rest_free = free[b].copy()
