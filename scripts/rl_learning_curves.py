@@ -2,10 +2,13 @@
 """Learning curves of the shipped RL policies (issue 16, must-show 2), from the training history
 each policy file carries: AutoShard's mean episode reward per update (balance of predicted
 per-device costs, 1 = perfectly balanced), DreamShard's mean predicted plan cost (ms, its cost
-network) per REINFORCE update, iteration by iteration. Each curve is cut into ``--bins`` equal
-spans (mean and standard deviation per span); "converged" asks that the least-squares slope
-over the last 30% of updates is within 2 standard errors of zero. Reads shipped files only;
-writes reports/rl_learning_curves.{json,md}.
+network) per REINFORCE update, iteration by iteration; and, for policies trained with
+``--probe-every``, the probe curve: the greedy policy's cost on fixed probe tasks divided by
+lookup-greedy's, both judged by one fixed model (a simulation; see
+:mod:`shardlab.experiments.policy_probe`), the one curve whose yardstick does not move. Each
+curve is cut into ``--bins`` equal spans (mean and standard deviation per span); "converged"
+asks that the least-squares slope over the last 30% of the curve is within 2 standard errors of
+zero. Reads shipped files only; writes reports/rl_learning_curves.{json,md,html}.
 
     .venv/bin/python scripts/rl_learning_curves.py [--bins 10]
 """
@@ -25,15 +28,17 @@ from shardlab.costmodel.bundle import models_dir  # noqa: E402
 from shardlab.io import torch_load_safe, write_json_atomic  # noqa: E402
 
 
-def summary(y: np.ndarray, bins: int) -> dict:
-    """Binned means and deviations of curve ``y`` and the slope test over its last 30%."""
+def summary(y: np.ndarray, bins: int, at: np.ndarray | None = None) -> dict:
+    """Binned means and deviations of curve ``y`` (taken at updates ``at``, default 0, 1, ...)
+    and the slope test (per update) over its last 30%."""
+    at = np.arange(len(y)) if at is None else np.asarray(at, dtype=float)
     spans = np.array_split(np.arange(len(y)), bins)
     tail = np.arange(int(len(y) * 0.7), len(y))
-    x = tail - tail.mean()
+    x = at[tail] - at[tail].mean()
     slope = float((x * (y[tail] - y[tail].mean())).sum() / (x ** 2).sum())
     resid = y[tail] - y[tail].mean() - slope * x
     se = float(np.sqrt((resid ** 2).sum() / max(1, len(tail) - 2) / (x ** 2).sum()))
-    return {"n": len(y), "bins": [{"from": int(s[0]), "to": int(s[-1]), "mean": float(y[s].mean()),
+    return {"n": len(y), "bins": [{"from": int(at[s[0]]), "to": int(at[s[-1]]), "mean": float(y[s].mean()),
                                    "std": float(y[s].std())} for s in spans if len(s)],
             "tail_slope_per_update": slope, "tail_slope_se": se, "converged": abs(slope) <= 2 * se}
 
@@ -55,6 +60,17 @@ def main() -> int:
                             "command": dream["provenance"].get("command"),
                             "measured_plans_per_iteration": [h["measured_plans"] for h in dream["history"]],
                             **summary(per_update, args.bins)}
+    probes = {"autoshard": [h for h in auto["history"] if "probe_ratio" in h],
+              "dreamshard": [p for h in dream["history"] for p in h.get("probes", [])]}
+    for name, ps in probes.items():
+        if len(ps) >= 4:
+            curves[f"{name}_probe"] = {
+                "what": "probe: greedy policy / lookup-greedy cost on fixed tasks, judged by "
+                        f"{ps[0]['probe_judge']} (geometric mean over {len(ps[0]['probe_ratios'])} tasks; "
+                        "below 1 = better than lookup-greedy)",
+                "command": curves[name]["command"], "last": ps[-1]["probe_ratio"],
+                **summary(np.array([p["probe_ratio"] for p in ps]), min(args.bins, len(ps)),
+                          np.array([p["update"] for p in ps]))}
     report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "curves": curves}
     out = Path(args.out)
     write_json_atomic(out / "rl_learning_curves.json", report)
@@ -68,6 +84,14 @@ def main() -> int:
         lines += [f"| {b['from']}-{b['to']} | {b['mean']:.4g} | {b['std']:.3g} |" for b in c["bins"]]
         lines += ["", f"Slope over the last 30%: {c['tail_slope_per_update']:.3g} per update (SE "
                       f"{c['tail_slope_se']:.2g}): {'converged' if c['converged'] else 'still changing'}.", ""]
+    if any(len(ps) >= 4 for ps in probes.values()):
+        from shardlab.report.html import figure_html, standalone_page
+        from shardlab.report.rl import probe_curve_figure
+
+        (out / "rl_learning_curves.html").write_text(standalone_page(
+            "RL learning curves: probe (simulation, judged by a fixed model)",
+            figure_html(probe_curve_figure(probes)) + "<pre>" + "\n".join(lines) + "</pre>"))
+        lines += ["Figure with error bars (+- one geometric SD over the probe tasks): `rl_learning_curves.html`.", ""]
     (out / "rl_learning_curves.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

@@ -256,11 +256,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default="cpu", help="shipped measured dataset (default %(default)s)")
     p.add_argument("--profile", default=None, help="only samples of this hardware profile")
     p.add_argument("--epochs", type=int, default=None, help="training epochs (neural kinds)")
+    p.add_argument("--pretrain-epochs", type=int, default=0,
+                   help="dreamshard: compute-only epochs before the joint training on plans")
     p.add_argument("--cost-model", default=None, help="policies: the cost model (shipped name or path)")
     p.add_argument("--iterations", type=int, default=10, help="policies: measure/refit/RL iterations")
     p.add_argument("--updates", type=int, default=50, help="policies: RL updates per iteration")
     p.add_argument("--measure", type=int, default=4, help="policies: plans measured per iteration")
     p.add_argument("--ngpu", type=int, nargs="+", default=[4], help="policies: device counts to train for")
+    p.add_argument("--cost-epochs", type=int, default=None,
+                   help="policies: epochs of each cost-model refit during training (default: the loop's own)")
+    p.add_argument("--probe-every", type=int, default=0,
+                   help="policies: updates between learning-curve probes on fixed tasks (0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true")

@@ -107,7 +107,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     label = f"store:{args.store}" if args.store else f"dataset:{args.dataset}"
     plans = load_records("plan", args.store, args.dataset, args.profile) if args.kind == "dreamshard" else []
     bundle = train_bundle(args.kind, compute, comm, seed=args.seed, epochs=args.epochs,
-                          progress=not args.no_progress, data_label=label, plan_samples=plans)
+                          progress=not args.no_progress, data_label=label, plan_samples=plans,
+                          pretrain_epochs=args.pretrain_epochs)
     bundle.save(args.out)
     h = bundle.heldout
     emit(args, f"train {args.kind}: {len(compute)} compute + {len(comm)} comm samples ({label}); held-out "
@@ -144,19 +145,21 @@ def train_policy(args: argparse.Namespace) -> None:
     if args.kind == "dreamshard_policy":
         from shardlab.experiments.train_dreamshard import DreamShardArgs, train_dreamshard
 
-        cost = load_bundle(args.cost_model or "dreamshard", args.dataset).compute
+        cost = load_bundle(args.cost_model or "dreamshard", args.profile or "cpu").compute
         config = DreamShardArgs(iterations=args.iterations, measure_per_iteration=args.measure,
                                 updates_per_iteration=args.updates, ngpu=args.ngpu, seed=args.seed,
-                                progress=not args.no_progress)
+                                probe_every=args.probe_every, progress=not args.no_progress,
+                                **({} if args.cost_epochs is None else {"cost_epochs": args.cost_epochs}))
         agent = train_dreamshard(config, args.store, cost, compute, initial_plans=load_records("plan", None, args.dataset))
         last = agent.history_[-1]["mean_predicted_cost_ms"][-10:]
         summary = f"{len(agent.history_)} iterations, last mean predicted cost {sum(last) / len(last):.2f} ms"
     else:
         from shardlab.experiments.train_autoshard import AutoShardArgs, train_autoshard
 
-        cost = load_bundle(args.cost_model or "autoshard", args.dataset).compute
+        cost = load_bundle(args.cost_model or "autoshard", args.profile or "cpu").compute
         config = AutoShardArgs(updates=args.updates * args.iterations, ngpu=args.ngpu, refit_every=args.updates,
-                               measure_plans=args.measure, seed=args.seed, progress=not args.no_progress)
+                               measure_plans=args.measure, probe_every=args.probe_every, seed=args.seed,
+                               cost_epochs=args.cost_epochs, progress=not args.no_progress)
         agent = train_autoshard(config, cost, compute, store=args.store)
         last = [h["mean_reward"] for h in agent.history_[-10:]]
         summary = f"{len(agent.history_)} updates, last mean reward {sum(last) / len(last):.3f}"

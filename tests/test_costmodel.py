@@ -237,8 +237,9 @@ def test_records_round_trip_through_their_rows(compute_samples, comm_samples, pl
         as_record({"key": "k", "tables": []})
 
 
-def test_dreamshard_fit_takes_one_list_and_refuses_compute_records_as_validation(compute_samples, plan_samples):
-    """One signature: plans and compute records in ``samples``; rows parse to the same fit."""
+def test_dreamshard_fit_takes_one_list_and_validates_on_plans_and_compute(compute_samples, plan_samples):
+    """One signature: plans and compute records in ``samples``; rows parse to the same fit;
+    validation compute records add their loss to the plans'; without plans they are refused."""
     from shardlab.costmodel.dreamshard import DreamShardCost
 
     plans, compute = plan_samples[:16], compute_samples[:40]
@@ -247,7 +248,14 @@ def test_dreamshard_fit_takes_one_list_and_refuses_compute_records_as_validation
     probe = shards_of(compute_samples[50:55])
     np.testing.assert_array_equal(mixed.predict(probe), rows.predict(probe))
     assert mixed.history_ == rows.history_
-    with pytest.raises(ShardlabError, match="^DreamShardCost.fit: field 'val_samples' holds 40 compute records"):
+    assert mixed.scale_ms_ == pytest.approx(np.median([r.fw_ms + r.bw_ms for r in compute]))
+    plan_only = DreamShardCost(epochs=2, seed=5).fit(plans[:12] + compute, plans[12:])
+    both = DreamShardCost(epochs=2, seed=5).fit(plans[:12] + compute, plans[12:] + compute_samples[60:80])
+    assert plan_only.plan_scale_ms_ == pytest.approx(np.median([p.cost_ms for p in plans[:12]]))
+    for a, b in zip(plan_only.history_, both.history_):
+        assert a["train_loss"] == b["train_loss"] and b["val_loss"] > a["val_loss"]
+    with pytest.raises(ShardlabError, match="^DreamShardCost.fit: field 'val_samples' holds 40 compute records "
+                                            "and no measured plan"):
         DreamShardCost(epochs=2, seed=5).fit(plans, compute)
 
 
@@ -264,3 +272,30 @@ def test_incremental_compute_models_satisfy_the_protocol(compute_samples, comm_s
         assert rows.shape == (len(shard), model.embed_dim)
         np.testing.assert_allclose(model.predict_sums(rows.sum(axis=0)[None], np.array([len(shard)])),
                                    model.predict([shard]), rtol=1e-5)
+
+
+def test_dreamshard_fine_tuned_continues_from_the_weights_and_leaves_the_model(compute_samples, plan_samples):
+    """DreamShard's per-iteration cost update: a copy trained further; the original unchanged."""
+    from shardlab.costmodel.dreamshard import DreamShardCost
+
+    data = plan_samples[:16] + compute_samples[:40]
+    cost = DreamShardCost(epochs=3, seed=1).fit(data)
+    probe = shards_of(compute_samples[50:55])
+    before = cost.predict(probe)
+    same = cost.fine_tuned(data, epochs=0)
+    np.testing.assert_array_equal(same.predict(probe), before)
+    more = cost.fine_tuned(data, epochs=3, seed=2)
+    assert not np.array_equal(more.predict(probe), before)
+    np.testing.assert_array_equal(cost.predict(probe), before)
+    assert len(more.history_) == len(cost.history_) + 3 and more.scale_ms_ == cost.scale_ms_
+    assert more.config()["epochs"] == 3 and cost.config()["epochs"] == 3
+
+
+def test_dreamshard_pretraining_fits_the_compute_heads_first(compute_samples, plan_samples):
+    from shardlab.costmodel.dreamshard import DreamShardCost
+
+    data = plan_samples[:16] + compute_samples[:40]
+    plain = DreamShardCost(epochs=2, seed=1).fit(data)
+    pre = DreamShardCost(epochs=2, seed=1, pretrain_epochs=3).fit(data)
+    assert len(pre.history_) == len(plain.history_) + 3
+    assert DreamShardCost.from_state(pre.state()).pretrain_epochs == 3

@@ -92,19 +92,20 @@ class NeuralEstimator(Estimator):
         return (np.expm1(t) if self.log_target else t) * scale
 
     def _train(self, nets: dict[str, nn.Module], loss_fn: Callable[[torch.Tensor], torch.Tensor], n_train: int,
-               val_loss_fn: Callable[[], torch.Tensor], desc: str) -> None:
-        """Adam + MSE mini-batches over ``n_train`` items; ``loss_fn(index_tensor)`` -> loss;
-        keeps the epoch with the best ``val_loss_fn()``; appends to ``history_``."""
+               val_loss_fn: Callable[[], torch.Tensor], desc: str, epochs: int | None = None) -> None:
+        """Adam + MSE mini-batches over ``n_train`` items for ``epochs`` (default: the configured
+        ``epochs``); ``loss_fn(index_tensor)`` -> loss; keeps the epoch with the best
+        ``val_loss_fn()``; appends to ``history_``."""
         with one_torch_thread():
-            self._train_loop(nets, loss_fn, n_train, val_loss_fn, desc)
+            self._train_loop(nets, loss_fn, n_train, val_loss_fn, desc, self.epochs if epochs is None else epochs)
 
     def _train_loop(self, nets: dict[str, nn.Module], loss_fn: Callable[[torch.Tensor], torch.Tensor],
-                    n_train: int, val_loss_fn: Callable[[], torch.Tensor], desc: str) -> None:
+                    n_train: int, val_loss_fn: Callable[[], torch.Tensor], desc: str, epochs: int) -> None:
         gen = seeded(self.seed)
         params = [p for net in nets.values() for p in net.parameters()]
         opt = torch.optim.Adam(params, lr=self.lr)
         best, best_state = float("inf"), None
-        bar = tqdm(range(self.epochs), desc=desc, disable=not self.progress)
+        bar = tqdm(range(epochs), desc=desc, disable=not self.progress)
         for epoch in bar:
             for net in nets.values():
                 net.train()

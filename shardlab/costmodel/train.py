@@ -84,9 +84,11 @@ def data_provenance(samples: Sequence[Record | Mapping[str, Any]]) -> list[dict[
 def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[str, Any]],
                  comm_samples: Sequence[CommRecord | Mapping[str, Any]], seed: int = 0, epochs: int | None = None,
                  progress: bool = True, data_label: str = "",
-                 plan_samples: Sequence[PlanRecord | Mapping[str, Any]] = ()) -> CostModelBundle:
+                 plan_samples: Sequence[PlanRecord | Mapping[str, Any]] = (),
+                 pretrain_epochs: int = 0) -> CostModelBundle:
     """Fit a bundle of ``kind`` on the train/val splits (by key) of the records (or rows);
-    test errors in ``heldout``. Every model is fitted the same way: ``fit(train, val)``."""
+    test errors in ``heldout``. Every model is fitted the same way: ``fit(train, val)``.
+    ``pretrain_epochs``: DreamShard's compute-only epochs before its joint training."""
     if kind not in KINDS:
         raise ShardlabError(f"train: field 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
     if not compute_samples or not comm_samples:
@@ -106,7 +108,7 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
         if not plan_samples:
             raise ShardlabError("train dreamshard: needs measured plans (kind plan:<G>; `shardlab profile plans`)")
         ps = split_samples(as_plan_records(plan_samples, "train dreamshard"))
-        compute = DreamShardCost(**extra).fit(ps["train"] + cs["train"], ps["val"] or ps["train"][:1])
+        compute = DreamShardCost(**extra, pretrain_epochs=pretrain_epochs).fit(ps["train"] + cs["train"], (ps["val"] or ps["train"][:1]) + cs["val"])
     else:
         from shardlab.costmodel.neural import AutoShardCompute, NeuroShardCompute
 
@@ -127,7 +129,8 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
     if kind == "dreamshard":
         heldout["plans"] = dreamshard_plan_errors(compute, ps["test"])
     calibration = calibrate_if_possible(compute, compute_records, data_label or "given samples")
-    prov = {**environment("cpu"), "kind": kind, "seed": seed, "epochs": epochs, "data": data_label,
+    prov = {**environment("cpu"), "kind": kind, "seed": seed, "epochs": epochs,
+            **({"pretrain_epochs": pretrain_epochs} if kind == "dreamshard" else {}), "data": data_label,
             "command": " ".join(sys.argv),
             "data_provenance": data_provenance(compute_records + comm_records)}
     for m in (compute, comm):

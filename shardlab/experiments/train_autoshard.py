@@ -11,6 +11,8 @@ Networks, agent and episode: :mod:`shardlab.search.autoshard`. Every knob is a f
 3. With a store, every ``refit_every`` updates *measure* ``measure_plans`` greedy plans through the
    evaluator and *refit* the cost model on the compute samples plus every measured device shard
    (:func:`refit_cost_online`).
+4. Every ``probe_every`` updates, *probe* the greedy policy on fixed tasks against lookup-greedy,
+   judged by a fixed model (:mod:`shardlab.experiments.policy_probe`): the learning curve.
 
 Actors run in this process, one after another: the structure and the correction are IMPALA's,
 the parallelism is not. Same seed -> same policy, up to measured costs (real timings).
@@ -33,6 +35,7 @@ from shardlab.costmodel.neural_base import seeded
 from shardlab.data.samples import ComputeRecord, as_compute_records, as_plan_records
 from shardlab.data.tasks import generate_task
 from shardlab.experiments.plan_campaign import plan_prefix, run_plan_campaign
+from shardlab.experiments.policy_probe import make_probe
 from shardlab.experiments.policy_provenance import policy_provenance
 from shardlab.experiments.rl_args import check_rl_args
 from shardlab.profile.hardware import HardwareProfile
@@ -76,6 +79,10 @@ class AutoShardArgs:
     """Epochs of each online refit (None: the pre-trained cost model's own ``epochs``)."""
     profile: str | HardwareProfile = "cpu"
     """Hardware profile the plans are measured with (name or profile)."""
+    probe_every: int = 0
+    """Updates between probes of the greedy policy on the fixed probe tasks (updates; 0: none)."""
+    probe_judge: str = "neuroshard_broad"
+    """Shipped cost-model bundle that judges the probes (a simulation, labelled so)."""
     seed: int = 0
     """Seed of tasks, sampling, networks and the measured-plan campaign."""
     progress: bool = True
@@ -83,7 +90,7 @@ class AutoShardArgs:
 
     def __post_init__(self) -> None:
         check_rl_args(self, {"updates": 1, "episodes": 1, "n_tasks": 1, "sync_every": 1, "refit_every": 1,
-                            "measure_plans": 1})
+                            "measure_plans": 1, "probe_every": 0})
 
 
 def train_autoshard(args: AutoShardArgs, cost: AutoShardCompute, compute_samples: Sequence[Any] = (),
@@ -100,6 +107,7 @@ def train_autoshard(args: AutoShardArgs, cost: AutoShardCompute, compute_samples
     tasks = [generate_task(ntables=int(rng.integers(args.ntables[0], args.ntables[1] + 1)),
                            ngpu=args.ngpu[j % len(args.ngpu)], batch_size=batch, seed=int(rng.integers(2**31)),
                            split="train") for j in range(args.n_tasks)]
+    probe = make_probe(args.ngpu, args.ntables, batch, judge=args.probe_judge) if args.probe_every else None
     history = []
     for k in tqdm(range(args.updates), desc="autoshard V-trace", disable=not args.progress):
         task = tasks[k % len(tasks)]
@@ -124,6 +132,9 @@ def train_autoshard(args: AutoShardArgs, cost: AutoShardCompute, compute_samples
         if store and (k + 1) % args.refit_every == 0:
             g = args.ngpu[((k + 1) // args.refit_every - 1) % len(args.ngpu)]
             agent.cost = refit_cost_online(agent, store, compute_samples, g, args, seed=args.seed + k)
+        # 4. probe: the greedy policy on fixed tasks, judged by a fixed model
+        if probe is not None and (k + 1) % args.probe_every == 0:
+            history[-1].update(probe(agent))
     agent.history_ = history
     agent.provenance_ = policy_provenance(agent.cost, args)
     return agent

@@ -5,11 +5,14 @@ Networks, agent and episode: :mod:`shardlab.search.dreamshard`. Every knob is a 
 
 1. *Measure* ``measure_per_iteration`` plans of the current policy on this machine, through the
    evaluator, into the store (kind ``plan:<G>``), spread over the device counts ``ngpu``.
-2. *Refit* the cost network on every measured plan (store + ``initial_plans``) and the compute
-   samples: the estimated MDP follows what the hardware said.
+2. *Update* the cost network on every measured plan (store + ``initial_plans``) and the compute
+   samples, ``cost_epochs`` more epochs from its current weights: the estimated MDP follows what
+   the hardware said.
 3. *REINFORCE* on the estimated MDP (:func:`reinforce`): ``updates_per_iteration`` updates, each
    ``episodes`` episodes of one training task; reward = minus the predicted plan cost, standardised
    per batch; entropy bonus; Adam with the learning rate decayed linearly to 0.
+4. Every ``probe_every`` updates, *probe* the greedy policy on fixed tasks against lookup-greedy,
+   judged by a fixed model (:mod:`shardlab.experiments.policy_probe`): the learning curve.
 
 Same seed -> same policy, up to the measured costs (real timings).
 """
@@ -17,7 +20,7 @@ Same seed -> same policy, up to the measured costs (real timings).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +32,7 @@ from shardlab.costmodel.neural_base import seeded
 from shardlab.data.samples import as_compute_records, as_plan_records
 from shardlab.data.tasks import generate_task
 from shardlab.experiments.plan_campaign import run_plan_campaign
+from shardlab.experiments.policy_probe import make_probe
 from shardlab.experiments.policy_provenance import policy_provenance
 from shardlab.experiments.rl_args import check_rl_args
 from shardlab.profile.hardware import HardwareProfile
@@ -60,9 +64,13 @@ class DreamShardArgs:
     tasks_per_iteration: int = 8
     """Training tasks drawn per iteration, cycled by the updates (tasks)."""
     cost_epochs: int = 100
-    """Epochs of each cost-network refit (epochs)."""
+    """Epochs of each cost-network update, continuing from its current weights (epochs)."""
     profile: str | HardwareProfile = "cpu"
     """Hardware profile the plans are measured with (name or profile)."""
+    probe_every: int = 0
+    """Updates between probes of the greedy policy on the fixed probe tasks (updates; 0: none)."""
+    probe_judge: str = "neuroshard_broad"
+    """Shipped cost-model bundle that judges the probes (a simulation, labelled so)."""
     seed: int = 0
     """Seed of tasks, sampling, networks and the measured-plan campaign."""
     progress: bool = True
@@ -70,7 +78,7 @@ class DreamShardArgs:
 
     def __post_init__(self) -> None:
         check_rl_args(self, {"iterations": 1, "measure_per_iteration": 0, "updates_per_iteration": 1, "episodes": 1,
-                            "tasks_per_iteration": 1, "cost_epochs": 1})
+                            "tasks_per_iteration": 1, "cost_epochs": 1, "probe_every": 0})
 
 
 def train_dreamshard(args: DreamShardArgs, store: str, cost: DreamShardCost,
@@ -81,6 +89,7 @@ def train_dreamshard(args: DreamShardArgs, store: str, cost: DreamShardCost,
     compute = as_compute_records(compute_samples)
     rng = np.random.default_rng(args.seed)
     batch = cost.profile_.get("batch_size", C.DEFAULT_BATCH_SIZE)
+    probe = make_probe(args.ngpu, args.ntables, batch, judge=args.probe_judge) if args.probe_every else None
     history = []
     bar = tqdm(total=args.iterations * args.updates_per_iteration, desc="dreamshard REINFORCE",
                disable=not args.progress)
@@ -90,17 +99,19 @@ def train_dreamshard(args: DreamShardArgs, store: str, cost: DreamShardCost,
             done = len(range(k, (it + 1) * args.measure_per_iteration, len(args.ngpu)))
             run_plan_campaign(store, done, g, args.profile, ntables=args.ntables, seed=args.seed + 1000,
                               plan_for=lambda task, i: agent.plan(task, i), progress=False)
-        # 2. refit the cost network on every measured plan so far
+        # 2. update the cost network on every measured plan so far, from its current weights
         with SampleStore(store) as s:
             plans = as_plan_records(list(initial_plans) + [p for k in s.kinds() if k.startswith("plan:")
                                                            for p in s.samples(k)])
-        agent.cost = DreamShardCost(epochs=args.cost_epochs, seed=args.seed + it).fit(plans + compute)
+        agent.cost = agent.cost.fine_tuned(plans + compute, args.cost_epochs, seed=args.seed + it)
         # 3. REINFORCE on the estimated MDP, on fresh training tasks
         tasks = [generate_task(ntables=int(rng.integers(args.ntables[0], args.ntables[1] + 1)),
                                ngpu=args.ngpu[j % len(args.ngpu)], batch_size=batch,
                                seed=int(rng.integers(2**31)), split="train") for j in range(args.tasks_per_iteration)]
-        curve = reinforce(agent, tasks, args, seed=args.seed + it, progress=bar)
-        history.append({"iteration": it, "measured_plans": len(plans), "mean_predicted_cost_ms": curve})
+        curve, probes = reinforce(agent, tasks, args, seed=args.seed + it, progress=bar, probe=probe,
+                                  first_update=it * args.updates_per_iteration)
+        history.append({"iteration": it, "measured_plans": len(plans), "mean_predicted_cost_ms": curve,
+                        "probes": probes})
     bar.close()
     agent.history_ = history
     agent.provenance_ = policy_provenance(agent.cost, args)
@@ -108,14 +119,16 @@ def train_dreamshard(args: DreamShardArgs, store: str, cost: DreamShardCost,
 
 
 def reinforce(agent: DreamShardAgent, tasks: Sequence[Task], args: DreamShardArgs, seed: int = 0,
-              progress: Any = None) -> list[float]:
+              progress: Any = None, probe: Callable[[Any], dict[str, Any]] | None = None,
+              first_update: int = 0) -> tuple[list[float], list[dict[str, Any]]]:
     """``args.updates_per_iteration`` REINFORCE updates of ``agent.policy`` on the estimated MDP,
-    cycling over ``tasks``; returns the mean predicted plan cost (ms) of each update's episodes."""
+    cycling over ``tasks``; returns the mean predicted plan cost (ms) of each update's episodes
+    and the probes taken every ``args.probe_every`` updates (counted from ``first_update``)."""
     gen = seeded(seed)
     opt = torch.optim.Adam(agent.policy.parameters(), lr=args.lr)
     updates = args.updates_per_iteration
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 - k / max(updates, 1))
-    curve = []
+    curve, probes = [], []
     for k in range(updates):
         ep = agent.rollout(tasks[k % len(tasks)], args.episodes, generator=gen)
         adv = (ep.reward - ep.reward.mean()) / (ep.reward.std() + 1e-8)       # standardised per batch
@@ -125,6 +138,8 @@ def reinforce(agent: DreamShardAgent, tasks: Sequence[Task], args: DreamShardArg
         opt.step()
         sched.step()
         curve.append(float(ep.cost_ms.mean()))
+        if probe is not None and (first_update + k + 1) % args.probe_every == 0:
+            probes.append({"update": first_update + k, **probe(agent)})
         if progress is not None:
             progress.update(1)
-    return curve
+    return curve, probes

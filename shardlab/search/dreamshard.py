@@ -79,7 +79,7 @@ class DreamShardAgent(PolicyAgent):
             with torch.no_grad():
                 pooled = (state.assign @ enc_cost).amax(dim=1)            # max over devices
                 cost = torch.as_tensor(self.cost.from_target(net.overall(pooled).squeeze(-1).numpy(),
-                                                             self.cost.scale_ms_))
+                                                             self.cost.plan_scale_ms_))
             return -cost, cost
 
         return play_episodes(task, order, n, step, finish, greedy=greedy, generator=generator)
