@@ -77,7 +77,10 @@ def main() -> int:
     lines = ["# RL policies: learning curves of the shipped policies (`scripts/rl_learning_curves.py`)", "",
              f"Made {report['date']} from the training history in `datasets/{args.profile}/models/*_policy.pt`. "
              "Each curve is cut into equal spans of updates: mean +- standard deviation per span. "
-             "\"Converged\": the least-squares slope over the last 30% of updates is within 2 standard errors of 0.", ""]
+             "\"Converged\": the least-squares slope over the last 30% of updates is within 2 standard errors of 0. "
+             "The training curves are judged by each policy's own cost model, refitted as measured plans "
+             "arrive, on changing tasks; the probe curves (`*_probe`) hold tasks and judge fixed, so they "
+             "are the ones that say whether the policy still improves (a simulation: the judge is a model).", ""]
     for name, c in curves.items():
         lines += [f"## {name}: {c['what']}", "", f"Trained by `{c['command']}`.", "",
                   "| updates | mean | std |", "|---|---|---|"]
