@@ -2,10 +2,12 @@
 """Fidelity table (issue 16): each claim the seeds make about DreamShard and AutoShard, against
 what was measured here -- paired measured verdicts on held-out pool tasks (tables of the pool's
 test half; the policies trained on tasks of its train half, 10-60 tables, 4 and 8 GPUs), the
-inference benchmark and the cost-model report. Reads shipped data only; writes
-reports/rl_fidelity.{json,md}.
+inference benchmark and the cost-model report. ``--previous`` adds the same tallies for an
+earlier campaign (earlier policies on the same tasks) as a before/after section. Reads shipped
+data only; writes reports/rl_fidelity.{json,md}.
 
-    .venv/bin/python scripts/rl_fidelity.py --dataset cpu_rl_pool/g4+cpu_rl_pool/g8+cpu_rl_pool/g6
+    .venv/bin/python scripts/rl_fidelity.py --dataset cpu_rl_pool2/g4+cpu_rl_pool2/g8 \
+        --previous cpu_rl_pool/g4+cpu_rl_pool/g8+cpu_rl_pool/g6
 """
 
 from __future__ import annotations
@@ -70,6 +72,24 @@ def tally(rows: list[dict], m: str, keep=lambda r: True) -> dict:
             if ok else float("nan")}
 
 
+def tallies_of(rows: list[dict]) -> dict:
+    """Each policy's tallies: all tasks, per trained device count, unseen table and device counts."""
+    unseen_count = lambda r: not TRAINED_TABLES[0] <= r["tables"] <= TRAINED_TABLES[1]  # noqa: E731
+    unseen_gpus = lambda r: r["gpus"] not in TRAINED_GPUS  # noqa: E731
+    return {m: {"all": tally(rows, m), "g4": tally(rows, m, lambda r: r["gpus"] == 4),
+                "g8": tally(rows, m, lambda r: r["gpus"] == 8),
+                "unseen_table_counts": tally(rows, m, unseen_count),
+                "unseen_gpu_counts": tally(rows, m, unseen_gpus)} for m in POLICIES}
+
+
+def per_gpus(t: dict) -> str:
+    """'significantly faster than lookup_greedy at 4 GPUs a/b, at 8 GPUs c/d' against the target."""
+    parts = [f"at {g} GPUs {t[f'g{g}']['lookup_faster']}/{t[f'g{g}']['tasks']}" for g in TRAINED_GPUS
+             if t[f"g{g}"]["tasks"]]
+    return (f"significantly faster than lookup_greedy {', '.join(parts)} (target {TARGET_FASTER:.0%} at each)"
+            if parts else "")
+
+
 def describe(t: dict) -> str:
     """One cell: verdicts against lookup-greedy and the best baseline."""
     if not t["tasks"]:
@@ -82,18 +102,16 @@ def describe(t: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", required=True, help="held-out pool campaigns, '+'-joined dataset names")
+    ap.add_argument("--previous", default=None, help="an earlier campaign on the same tasks ('+'-joined): before/after")
     ap.add_argument("--inference", default="reports/rl_inference.json")
     ap.add_argument("--cost-models", default="reports/cost_models.json")
     ap.add_argument("--out", default="reports")
     args = ap.parse_args()
     samples = [s for d in args.dataset.split("+") for s in load_measured(KIND, d)]
     rows = task_rows(samples)
-    unseen_count = lambda r: not TRAINED_TABLES[0] <= r["tables"] <= TRAINED_TABLES[1]  # noqa: E731
-    unseen_gpus = lambda r: r["gpus"] not in TRAINED_GPUS  # noqa: E731
-    tallies = {m: {"all": tally(rows, m), "g4": tally(rows, m, lambda r: r["gpus"] == 4),
-                   "g8": tally(rows, m, lambda r: r["gpus"] == 8),
-                   "unseen_table_counts": tally(rows, m, unseen_count),
-                   "unseen_gpu_counts": tally(rows, m, unseen_gpus)} for m in POLICIES}
+    tallies = tallies_of(rows)
+    previous = (tallies_of(task_rows([s for d in args.previous.split("+") for s in load_measured(KIND, d)]))
+                if args.previous else None)
     inference = json.loads(Path(args.inference).read_text()) if Path(args.inference).exists() else None
     cost = json.loads(Path(args.cost_models).read_text())
     unseen = cost["compute"]["unseen_tables"]["models"]
@@ -107,7 +125,7 @@ def main() -> int:
         claims.append((name, "beats the heuristics" + (" (up to 19% faster than the strongest baseline)"
                                                        if m == "dreamshard" else ""),
                        describe(t["all"]) + f"; best ratio to the best baseline {t['all']['best_ratio_vs_best']:.3f}; "
-                       f"significantly faster than lookup_greedy on {faster:.0%} (target {TARGET_FASTER:.0%})"))
+                       f"significantly faster than lookup_greedy on {faster:.0%}; {per_gpus(t)}"))
         claims.append((name, "transfers to unseen tables without fine-tuning", "every task above uses unseen tables"))
         claims.append((name, f"transfers to unseen table counts (trained on {TRAINED_TABLES[0]}-{TRAINED_TABLES[1]})",
                        describe(t["unseen_table_counts"])))
@@ -124,7 +142,7 @@ def main() -> int:
         claims.append(("DreamShard", "inference speed (issue 16: 500 x 16 in <= 2 s)", f"{big['dreamshard']:.2f} s"))
 
     report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "datasets": args.dataset,
-              "tallies": tallies, "tasks": rows, "claims": [{"method": a, "claim": b, "measured": c} for a, b, c in claims]}
+              "tallies": tallies, "previous": {"datasets": args.previous, "tallies": previous}, "tasks": rows, "claims": [{"method": a, "claim": b, "measured": c} for a, b, c in claims]}
     out = Path(args.out)
     write_json_atomic(out / "rl_fidelity.json", report)
     lines = ["# DreamShard and AutoShard: the seeds' claims, measured here (`scripts/rl_fidelity.py`)", "",
@@ -133,6 +151,14 @@ def main() -> int:
              "paired ratio clear of 1), `reports/rl_inference.json` and `reports/cost_models.json`.", "",
              "| method | claim | measured here |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in claims]
+    if previous:
+        lines += ["", f"## Before and after (earlier policies: `{args.previous}`)", "",
+                  "| policy | tasks | campaign | measured |", "|---|---|---|---|"]
+        for m in POLICIES:
+            for key, label in (("all", "all"), ("g4", "4 GPUs"), ("g8", "8 GPUs"), ("unseen_gpu_counts", "other G")):
+                for name, t in (("earlier", previous[m][key]), ("this", tallies[m][key])):
+                    if t["tasks"]:
+                        lines.append(f"| {m} | {label} | {name} | {describe(t)} |")
     lines += ["", "## Per task", "", "| task | tables x GPUs | " + " | ".join(
         f"{m} vs lookup_greedy | {m} vs best" for m in POLICIES) + " |", "|---|---|" + "---|---|" * len(POLICIES)]
     for r in rows:
