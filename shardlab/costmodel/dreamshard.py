@@ -11,12 +11,13 @@ each device's tables and measured fw/bw compute and fw/bw comm, and the plan cos
 mixed with measured compute samples (:class:`~shardlab.data.samples.ComputeRecord`), which
 supervise the two compute heads alone. Loss: the sum of the four MSEs on log(1 + ms /
 scale) (see :mod:`shardlab.costmodel.neural` for why log), with two scales: the compute heads'
-is the median shard compute (as NeuroShard's), comm's and overall's the median plan cost. One
-scale for all (the plan cost's, ~5x a shard's compute) made the log nearly linear over the
-small shards and doubled their relative error (unseen-table MAPE 0.22 against NeuroShard's
-0.12). The kept epoch is the one with the best validation loss over plans and, when
-given, held-out compute samples. As a :class:`ComputeModel` it
-predicts (fw, bw) compute per shard, so it plugs into the same simulation and search code.
+is the median shard compute (as NeuroShard's), comm's and overall's the median plan cost. With
+one scale for all (the plan cost's, ~5x a shard's compute) the log was nearly linear over the
+small shards. Measured on the pool's unseen tables (compute MAPE; NeuroShard's: 0.12): one scale,
+0.22; own compute scale, 0.18; plus ``pretrain_epochs`` (the encoder and compute heads trained
+on compute samples first), 0.135. The kept epoch is the one with the best validation loss over
+plans and, when given, held-out compute samples. As a :class:`ComputeModel` it predicts (fw, bw)
+compute per shard, so it plugs into the same simulation and search code.
 """
 
 from __future__ import annotations
@@ -65,11 +66,13 @@ class DreamShardNet(nn.Module):
 
 
 class DreamShardCost(NeuroShardCompute):
-    """DreamShard's cost network as an estimator (configuration and learned state as
-    :class:`~shardlab.costmodel.neural.NeuroShardCompute`, whose ``scale_ms_`` scales the
-    compute heads, plus ``plan_scale_ms_``, the median plan cost (ms), scaling comm and overall). ``fit(samples, val_samples=None)`` on measured plans plus compute samples;
-    ``predict(shards)`` -> (n, 2) fw/bw compute ms; ``predict_plan(devices)`` -> (per-device
-    (G, 3) fw/bw/comm ms, overall ms)."""
+    """DreamShard's cost network as an estimator.
+
+    Configuration and learned state as :class:`~shardlab.costmodel.neural.NeuroShardCompute`
+    (whose ``scale_ms_`` scales the compute heads), plus ``plan_scale_ms_``: the median plan
+    cost (ms), scaling comm and overall. ``fit(samples, val_samples=None)`` on measured plans
+    plus compute samples; ``predict(shards)`` -> (n, 2) fw/bw compute ms;
+    ``predict_plan(devices)`` -> (per-device (G, 3) fw/bw/comm ms, overall ms)."""
 
     name = "dreamshard-cost"
 
