@@ -9,7 +9,7 @@ configuration in ``__init__``, never changed by ``fit``; learned state ending in
 returns ``self``; ``predict`` is pure and raises :class:`~shardlab.errors.NotFittedError`
 before ``fit``. A compute model whose shard cost is a function of the SUM of per-table rows
 also satisfies :class:`IncrementalComputeModel`, which search uses to cost a device's shard
-table by table.
+table by table (and :class:`LinearHeadComputeModel` where its head starts with a linear layer).
 
 :func:`simulate` runs the plan cost model of :mod:`shardlab.schedule` (NeuroShard's order):
 compute, backward comm, :func:`~shardlab.schedule.forward_delays`, forward comm with those
@@ -86,6 +86,22 @@ class IncrementalComputeModel(ComputeModel, Protocol):
     def predict_sums(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """(m, 2) forward and backward ms of m shards from their summed rows ``sums`` (m, k)
         and table counts ``counts`` (m,) (0 ms for a shard of no table)."""
+
+
+@runtime_checkable
+class LinearHeadComputeModel(IncrementalComputeModel, Protocol):
+    """An incremental compute model whose head starts with a linear layer, so that layer can
+    be applied to each table's row once instead of to every shard that might hold it: with
+    ``H = head_rows(embed(tables))`` (n, h), a shard's cost is ``predict_head(sum of its H
+    rows, count)``, equal (up to float64 rounding) to ``predict_sums`` of its summed ``embed``
+    rows. Search uses it to cost a candidate device with one add per head unit."""
+
+    def head_rows(self, rows: np.ndarray) -> np.ndarray:
+        """(n, h) the head's first linear map (without its bias) of ``embed`` rows (n, k)."""
+
+    def predict_head(self, pre: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """(m, 2) forward and backward ms of m shards from their summed :meth:`head_rows`
+        ``pre`` (m, h) and table counts (m,) (0 ms for a shard of no table)."""
 
 
 @dataclass(frozen=True)

@@ -191,21 +191,37 @@ class NeuroShardCompute(NeuralEstimator):
         counts (m,).
         Runs the head in NumPy (float64): search calls this for a few devices at a time, where
         torch's per-call overhead would dominate."""
+        return self.predict_head(self.head_rows(sums), counts)
+
+    def _head_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The head's linear layers as float64 tensors (weight (in, out), bias (out,)), cached
+        per fitted network."""
         layers = getattr(self, "_np_head", None)
-        if layers is None or layers[0] is not self.net_:  # cached per fitted network
+        if layers is None or layers[0] is not self.net_:
             _, head = self._parts()
-            mats = [(m.weight.detach().numpy().T.astype(np.float64), m.bias.detach().numpy().astype(np.float64))
+            mats = [(m.weight.detach().T.to(torch.float64).contiguous(), m.bias.detach().to(torch.float64))
                     for m in head if isinstance(m, nn.Linear)]
             self._np_head = layers = (self.net_, mats)
-        h = np.atleast_2d(np.asarray(sums, dtype=np.float64))
-        mats = layers[1]
-        for i, (w, b) in enumerate(mats):
-            h = h @ w + b
-            if i < len(mats) - 1:
-                h = np.maximum(h, 0.0)
-        out = self.from_target(h, self.scale_ms_)
-        out[np.asarray(counts) == 0] = 0.0
-        return np.maximum(out, 0.0)
+        return layers[1]
+
+    def head_rows(self, rows: np.ndarray) -> np.ndarray:
+        """(n, head_hidden) the head's first linear map (no bias) of encodings ``rows`` (n,
+        encoding): linear, so a shard's is the sum of its tables' (``LinearHeadComputeModel``)."""
+        x = torch.from_numpy(np.atleast_2d(np.asarray(rows, dtype=np.float64)))
+        return (x @ self._head_layers()[0][0]).numpy()
+
+    @torch.no_grad()
+    def predict_head(self, pre: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """(m, 2) fw/bw ms of m shards from their summed :meth:`head_rows` (m, head_hidden) and
+        table counts (m,): the rest of the head, in float64 (torch: search costs thousands of
+        candidate devices per step)."""
+        layers = self._head_layers()
+        h = torch.from_numpy(np.atleast_2d(np.asarray(pre, dtype=np.float64))) + layers[0][1]
+        for w, b in layers[1:]:
+            h = torch.addmm(b, h.relu_(), w)
+        out = np.maximum(self.from_target(h.numpy(), self.scale_ms_), 0.0)
+        out[np.asarray(counts).reshape(-1) == 0] = 0.0
+        return out
 
     @torch.no_grad()
     def predict(self, shards: Sequence[Sequence[Table]]) -> np.ndarray:

@@ -130,11 +130,29 @@ class NeuroShardComm(NeuralEstimator):
             raise ShardlabError(f"{self.name}: field 'ngpu' = {g} has no trained model "
                                 f"(trained for G in {sorted(self.nets_)}); use the analytic comm model")
         dl = None if delays_ms is None else np.atleast_2d(np.asarray(delays_ms, dtype=np.float64))
-        xb, xf = self._inputs(g, d, dl)
-        ms = self.scales_[g]["ms"]
-        fw = self.from_target(self.nets_[g]["fw"](xf).numpy(), ms) + (0.0 if dl is None else self._lead(dl))
-        bw = self.from_target(self.nets_[g]["bw"](xb).numpy(), ms)
+        s = self.scales_[g]
+        xb = d / s["dim"]
+        xf = np.concatenate([xb, np.zeros_like(xb) if dl is None else self._lead(dl) / s["ms"]], axis=1)
+        fw = self.from_target(self._np_forward(g, "fw", xf), s["ms"]) + (0.0 if dl is None else self._lead(dl))
+        bw = self.from_target(self._np_forward(g, "bw", xb), s["ms"])
         return np.maximum(np.stack([fw, bw], axis=2), 0.0)
+
+    def _np_forward(self, g: int, which: str, x: np.ndarray) -> np.ndarray:
+        """One network in NumPy (float64; weights cached per fitted network): search simulates
+        a few plans at a time, where torch's per-call overhead dominates, and float64 rows do
+        not depend on the batch they are computed in (float32 ones do, in their last bits)."""
+        net = self.nets_[g][which]
+        cache = self.__dict__.setdefault("_np_nets", {})
+        if cache.get((g, which), (None,))[0] is not net:
+            cache[(g, which)] = (net, [(m.weight.detach().numpy().T.astype(np.float64),
+                                        m.bias.detach().numpy().astype(np.float64))
+                                       for m in net if isinstance(m, nn.Linear)])
+        layers = cache[(g, which)][1]
+        for i, (w, b) in enumerate(layers):
+            x = x @ w + b
+            if i < len(layers) - 1:
+                x = np.maximum(x, 0.0)
+        return x
 
     def _payload(self) -> dict[str, Any]:
         return {"state_dicts": {g: n.state_dict() for g, n in self.nets_.items()}, "scales": self.scales_}

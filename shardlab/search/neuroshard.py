@@ -20,8 +20,11 @@ charged the judge's split-calibration factor. ``metadata["split_guard"]`` says w
 
 Shard costs: models that are an :class:`~shardlab.costmodel.base.IncrementalComputeModel`
 (``embed``/``predict_sums``; every shipped one: per-table encodings are summed, so adding a
-table to a device adds a row) are evaluated incrementally; other models
-through ``predict`` with a cache keyed by shard content (the multiset of (table, columns)).
+table to a device adds a row) are evaluated incrementally, and with ``batched`` (default) every
+state of a beam round runs through one lock-step greedy that shares identical histories
+(``search/greedy_grid.py``, issue 17; ``batched=False``: one state at a time, the same
+decisions); other models through ``predict`` with a cache keyed by shard content (the multiset
+of (table, columns)).
 
 Bounds: column-wise search refuses ``ngpu > constants.MAX_NEUROSHARD_GPUS`` at once (one line);
 table-wise (``neuroshard_tw``) answers up to ``constants.MAX_SEARCH_GPUS``.
@@ -40,6 +43,7 @@ from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.plan import Placement, Plan
 from shardlab import constants as C
 from shardlab.search.base import check_search_gpus, register_sharder
+from shardlab.search.greedy_grid import HeadCoster, greedy_grid
 from shardlab.search.split_guard import Judge, State, guard_order
 from shardlab.tables import Table, Task
 
@@ -94,11 +98,13 @@ class ShardCoster:
         self._cache: dict[tuple, np.ndarray] = {}
 
     def embed(self, blocks: Sequence[Block]) -> np.ndarray:
-        """(n, d) encodings of the blocks (cached per sub-table)."""
-        new = [b.table for b in blocks if b.table not in self._emb]
-        if new:
-            for t, row in zip(new, self.model.embed(new)):
-                self._emb[t] = row
+        """(n, d) encodings of the blocks (cached per sub-table). Each table is encoded alone:
+        a float32 encoder's rows depend in their last bits on the batch they were computed in,
+        and a table's encoding must not depend on which states the search happened to cost
+        together (near-equal plans would then rank differently)."""
+        for b in blocks:
+            if b.table not in self._emb:
+                self._emb[b.table] = self.model.embed([b.table])[0]
         return np.stack([self._emb[b.table] for b in blocks])
 
     def shards(self, shards: Sequence[Sequence[Table]]) -> np.ndarray:
@@ -125,6 +131,7 @@ class NeuroShardSharder:
     profile: str = "cpu"
     split_guard: bool = True
     guard_models: tuple[str | CostModelBundle, ...] = C.SPLIT_GUARD_JUDGES
+    batched: bool = True
     _bundle: CostModelBundle | None = field(default=None, repr=False)
 
     def bundle(self) -> CostModelBundle:
@@ -132,6 +139,53 @@ class NeuroShardSharder:
         if self._bundle is None:
             self._bundle = self.model if isinstance(self.model, CostModelBundle) else load_bundle(self.model, self.profile)
         return self._bundle
+
+    def table_wise_many(self, task: Task, states: Sequence[tuple[Block, ...]], coster: ShardCoster, comm: Any
+                        ) -> list[tuple[list[int], Simulated] | None]:
+        """:meth:`table_wise` of every state, all at once through :func:`greedy_grid` (the same
+        decisions, work shared; ``search/greedy_grid.py``) where the model is incremental and
+        ``batched`` is on, else one by one."""
+        if not states:
+            return []
+        if not (self.batched and coster.incremental):
+            return [self.table_wise(task, s, coster, comm) for s in states]
+        ids: dict[tuple, int] = {}
+        distinct: list[Block] = []
+        for blocks in states:
+            for b in blocks:
+                if ids.setdefault(self._block_id(b), len(ids)) == len(distinct):
+                    distinct.append(b)
+        local = np.full((len(states), len(distinct)), -1, dtype=np.int64)
+        for s, blocks in enumerate(states):
+            local[s, [ids[self._block_id(b)] for b in blocks]] = np.arange(len(blocks))
+        emb = coster.embed(distinct)
+        single = coster.model.predict_sums(emb, np.ones(len(distinct))).sum(axis=1)
+        # a state's order is (-single cost, its own block index); its blocks' indices follow
+        # (table, column offset), so one order over all distinct blocks serves every state
+        table_at = {t.name: k for k, t in enumerate(task.tables)}
+        order = np.array(sorted(range(len(distinct)), key=lambda i: (-single[i], table_at[distinct[i].parent],
+                                                                    distinct[i].col_offset)))
+        dims = np.array([b.cols for b in distinct])
+        mem_need = np.array([task.block_bytes(b.table.rows, b.cols) for b in distinct], dtype=np.int64)
+        dim_caps = np.array(self.caps)[None, :] * np.array([sum(b.cols for b in st) for st in states])[:, None] / task.ngpu
+        head = HeadCoster(coster.model)
+        grid = greedy_grid(head.rows(emb), local, order, mem_need, dims, dim_caps, task.mem_cap_bytes, task.ngpu, head)
+        out: list[tuple[list[int], Simulated] | None] = []
+        for s, blocks in enumerate(states):
+            caps = np.flatnonzero(grid.alive[s])
+            if not len(caps):
+                out.append(None)
+                continue
+            # per state, as the one-by-one search does, so near-equal states rank the same either way
+            dev = grid.devices[s, caps, : len(blocks)]
+            width = np.array([b.cols for b in blocks])
+            dsums = np.stack([np.bincount(row, weights=width, minlength=task.ngpu) for row in dev]).astype(int)
+            best = None
+            for row, sim in zip(dev, simulate_many(grid.compute_ms[s, caps], dsums, comm)):
+                if best is None or sim.cost_ms < best[1].cost_ms - 1e-12:
+                    best = (row.tolist(), sim)
+            out.append(best)
+        return out
 
     def table_wise(self, task: Task, blocks: tuple[Block, ...], coster: ShardCoster, comm: Any
                    ) -> tuple[list[int], Simulated] | None:
@@ -253,24 +307,25 @@ class NeuroShardSharder:
         coster = ShardCoster(self.bundle().compute)
         comm = self.bundle().comm_for(task.ngpu)[0]
         blocks = whole_blocks(task)
-        best = self.table_wise(task, blocks, coster, comm)
+        best = self.table_wise_many(task, [blocks], coster, comm)[0]
         evaluated = [] if best is None else [State(blocks, best[0], best[1])]
         if self.column_wise:
             beam = [(best[1].cost_ms if best else float("inf"), blocks)]
             seen = {self._key(blocks)}
             for _ in range(self.max_splits):
-                scored = []
+                todo = []
                 for _, state in beam:
                     for i in self._candidates(state, coster):
                         nxt = split_block(state, i)
                         key = self._key(nxt)
-                        if key in seen:
-                            continue
-                        seen.add(key)
-                        got = self.table_wise(task, nxt, coster, comm)
-                        if got is not None:
-                            scored.append((got[1].cost_ms, nxt))
-                            evaluated.append(State(nxt, got[0], got[1]))
+                        if key not in seen:
+                            seen.add(key)
+                            todo.append(nxt)
+                scored = []
+                for nxt, got in zip(todo, self.table_wise_many(task, todo, coster, comm)):
+                    if got is not None:
+                        scored.append((got[1].cost_ms, nxt))
+                        evaluated.append(State(nxt, got[0], got[1]))
                 if not scored:
                     break
                 scored.sort(key=lambda x: x[0])
@@ -300,8 +355,12 @@ class NeuroShardSharder:
         return [Ranked(evaluated[k], {n: float(r[k]) for n, r in ratios.items()}) for k in order], record
 
     @staticmethod
-    def _key(blocks: tuple[Block, ...]) -> tuple:
-        return tuple(sorted((b.parent, b.col_offset, b.cols) for b in blocks))
+    def _block_id(b: Block) -> tuple[str, int, int]:
+        return (b.parent, b.col_offset, b.cols)
+
+    @classmethod
+    def _key(cls, blocks: tuple[Block, ...]) -> tuple:
+        return tuple(sorted(cls._block_id(b) for b in blocks))
 
     def _candidates(self, blocks: tuple[Block, ...], coster: ShardCoster) -> list[int]:
         ok = [i for i, b in enumerate(blocks) if b.cols % 8 == 0]

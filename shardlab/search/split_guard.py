@@ -75,22 +75,49 @@ class Judge:
         return 1.0 if cal is None else cal.factor
 
 
-def device_compute(judge: Judge, task: Task, states: Sequence[State]) -> np.ndarray:
+@dataclass(frozen=True)
+class Flat:
+    """Every state's blocks in one flat array each, for array-at-once guard arithmetic: the
+    state and device of each block, its columns, whether it is a split, and the index of its
+    (sub)table in ``tables``."""
+
+    state: np.ndarray
+    device: np.ndarray
+    cols: np.ndarray
+    split: np.ndarray
+    table: np.ndarray
+    tables: list[Table]
+
+    @classmethod
+    def of(cls, states: Sequence[State]) -> "Flat":
+        """The flat arrays of ``states``."""
+        index: dict[Table, int] = {}
+        blocks = [b for s in states for b in s.blocks]
+        return cls(np.repeat(np.arange(len(states)), [len(s.blocks) for s in states]),
+                   np.concatenate([np.asarray(s.devices, dtype=np.int64) for s in states]) if states
+                   else np.zeros(0, dtype=np.int64),
+                   np.array([b.cols for b in blocks], dtype=np.int64), np.array([is_split(b) for b in blocks]),
+                   np.array([index.setdefault(b.table, len(index)) for b in blocks], dtype=np.int64), list(index))
+
+    def per_device(self, n: int, g: int, values: np.ndarray) -> np.ndarray:
+        """(n, G, ...) sums of per-block ``values`` (blocks, ...) over each state's devices."""
+        out = np.zeros((n, g, *values.shape[1:]), dtype=values.dtype)
+        np.add.at(out, (self.state, self.device), values)
+        return out
+
+
+def device_compute(judge: Judge, task: Task, states: Sequence[State], flat: Flat | None = None) -> np.ndarray:
     """(n, G, 2) fw/bw compute ms of every state's devices under ``judge`` (unguarded)."""
     if judge.own:
         return np.stack([np.stack([s.simulated.fw_compute, s.simulated.bw_compute], axis=1) for s in states])
     g, model = task.ngpu, judge.bundle.compute
     out = np.zeros((len(states), g, 2))
     if isinstance(model, IncrementalComputeModel):
-        tables = list({b.table: None for s in states for b in s.blocks})
-        emb = dict(zip(tables, model.embed(tables)))
-        width = next(iter(emb.values())).shape[0] if emb else 0
-        sums, counts = np.zeros((len(states), g, width)), np.zeros((len(states), g))
-        for k, s in enumerate(states):
-            for b, d in zip(s.blocks, s.devices):
-                sums[k, d] += emb[b.table]
-                counts[k, d] += 1
-        pred = model.predict_sums(sums.reshape(-1, width), counts.reshape(-1)).reshape(len(states), g, 2)
+        flat = flat or Flat.of(states)
+        emb = np.asarray(model.embed(flat.tables), dtype=np.float64)
+        sums = flat.per_device(len(states), g, emb[flat.table])
+        counts = flat.per_device(len(states), g, np.ones(len(flat.table)))
+        pred = model.predict_sums(sums.reshape(-1, sums.shape[2]), counts.reshape(-1)).reshape(len(states), g, 2)
         return np.where(counts[..., None] > 0, pred, 0.0)
     for k, s in enumerate(states):
         shards: list[list[Table]] = [[] for _ in range(g)]
@@ -101,16 +128,13 @@ def device_compute(judge: Judge, task: Task, states: Sequence[State]) -> np.ndar
     return out
 
 
-def guarded_costs(judge: Judge, task: Task, states: Sequence[State]) -> np.ndarray:
+def guarded_costs(judge: Judge, task: Task, states: Sequence[State], flat: Flat | None = None) -> np.ndarray:
     """(n,) plan cost ms of every state under ``judge`` with split devices charged its factor."""
     g = task.ngpu
-    compute = device_compute(judge, task, states)
-    dims = np.zeros((len(states), g), dtype=int)
-    split_dev = np.zeros((len(states), g), dtype=bool)
-    for k, s in enumerate(states):
-        for b, d in zip(s.blocks, s.devices):
-            dims[k, d] += b.cols
-            split_dev[k, d] |= is_split(b)
+    flat = flat or Flat.of(states)
+    compute = device_compute(judge, task, states, flat)
+    dims = flat.per_device(len(states), g, flat.cols)
+    split_dev = flat.per_device(len(states), g, flat.split.astype(np.int64)) > 0
     compute = np.where(split_dev[..., None], compute * judge.factor, compute)
     return np.array([sim.cost_ms for sim in simulate_many(compute, dims, judge.bundle.comm_for(g)[0])])
 
@@ -121,8 +145,9 @@ def guard_order(task: Task, states: Sequence[State], judges: Sequence[Judge]
     docstring. ``states[0]`` is the table-wise plan when it has no splits."""
     tw = 0 if states and states[0].splits == 0 else None
     ratios = {}
+    flat = Flat.of(states)
     for j in judges:
-        cost = guarded_costs(j, task, states)
+        cost = guarded_costs(j, task, states, flat)
         base = cost[tw] if tw is not None else cost.min()
         ratios[j.name] = cost / max(base, 1e-12)
     score = np.max(np.stack(list(ratios.values())), axis=0)

@@ -1,0 +1,175 @@
+"""NeuroShard's table-wise greedy grid for many search states at once (issue 17).
+
+The column-wise beam search re-runs the table-wise greedy (``search/neuroshard.py``) for every
+candidate split: up to ``beam_width x 2 top_n`` states per round, each under 11 dim-balance
+caps (a *row* per state and cap), each placing every block on the device whose predicted
+fused cost after adding it is lowest. :func:`greedy_grid` runs all rows of a round in lock
+step and reuses work without changing a single decision:
+
+- **One block order for all states.** A state places its blocks by descending single-block
+  cost, ties by its own block index, which follows (table, column offset); so one order over
+  every distinct block of the round serves all states, and at each step every state holding
+  that block places the same block (a state lacking it waits).
+- **Shared device contents.** A device's content (its blocks, in the order they came) has an
+  id shared by every row that built it: caps of a state until a cap first binds, sibling
+  candidates before their split, and every device the rows' histories leave alike. Each
+  step costs each distinct (content, block) once, in one model call.
+- **The head's first layer applied once per block** (``LinearHeadComputeModel``): a content
+  keeps the sum of its blocks' first-layer rows, so costing a device is one add per head unit
+  and the rest of the head.
+
+The rule per row is the sequential greedy's: the block goes to a feasible device (memory fits
+and dim sum + dim <= the row's cap; if no device meets the cap, any device where it fits) with
+the lowest predicted fw + bw ms after adding it (rounded to 1e-9 ms), ties to the device with
+less memory, then the lower id; a row where a block fits nowhere is dead (its result unused).
+Float64 throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardlab.costmodel.base import LinearHeadComputeModel
+
+
+class HeadCoster:
+    """A shard cost from summed per-block rows: the model's ``head_rows``/``predict_head``
+    where it has them (``LinearHeadComputeModel``), else its ``embed`` rows and
+    ``predict_sums`` (any ``IncrementalComputeModel``)."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.linear_head = isinstance(model, LinearHeadComputeModel)
+
+    def rows(self, emb: np.ndarray) -> np.ndarray:
+        """(n, h) per-block rows to sum per device, from ``embed`` rows (n, k)."""
+        return self.model.head_rows(emb) if self.linear_head else np.asarray(emb, dtype=np.float64)
+
+    def predict(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """(m, 2) fw/bw ms of m shards from their summed rows (m, h) and table counts (m,)."""
+        if self.linear_head:
+            return self.model.predict_head(sums, counts)
+        return self.model.predict_sums(sums, counts)
+
+
+@dataclass(frozen=True)
+class GridResult:
+    """Placements of S states under C caps: ``devices`` (S, C, n) the device of each of a
+    state's blocks (its own block indices); ``compute_ms`` (S, C, G, 2) each device's predicted
+    fw/bw ms; ``alive`` (S, C) whether every block fitted; ``costed``: (device content, block)
+    pairs put through the model over all steps (S x C x n x G without any sharing)."""
+
+    devices: np.ndarray
+    compute_ms: np.ndarray
+    alive: np.ndarray
+    costed: int
+
+
+class Contents:
+    """Device contents shared by all rows: id -> summed rows (h,) and table count. Id 0 is the
+    empty device. A content plus a block is a new content, the same for every row that makes
+    it in one step; ids no row holds any more are dropped by :meth:`compact`."""
+
+    def __init__(self, width: int, coster: HeadCoster, capacity: int = 1024):
+        self.coster = coster
+        self.sums = np.zeros((capacity, width))
+        self.counts = np.zeros(capacity)
+        self.size = 1
+
+    def extend(self, old: np.ndarray, row: np.ndarray) -> np.ndarray:
+        """Ids of the new contents ``old`` (m,) ids each plus ``row`` (h,)."""
+        m = len(old)
+        if self.size + m > len(self.sums):
+            grow = max(len(self.sums), self.size + m)
+            self.sums = np.concatenate([self.sums, np.zeros((grow, self.sums.shape[1]))])
+            self.counts = np.concatenate([self.counts, np.zeros(grow)])
+        ids = np.arange(self.size, self.size + m)
+        self.sums[ids] = self.sums[old] + row
+        self.counts[ids] = self.counts[old] + 1
+        self.size += m
+        return ids
+
+    def compact(self, held: np.ndarray) -> np.ndarray:
+        """Keep only the contents in ``held`` (any shape of ids; 0 stays 0); returns ``held``
+        renumbered."""
+        live, inverse = np.unique(np.concatenate([[0], held.ravel()]), return_inverse=True)
+        for a in (self.sums, self.counts):
+            a[: len(live)] = a[live]
+        self.size = len(live)
+        return inverse[1:].reshape(held.shape)
+
+    def cost(self, content: np.ndarray, row: np.ndarray, scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted ms (k, 2) of each distinct content among ``content`` (m,) ids plus the
+        block row ``row`` (h,), and the index of each of the m into them (``scratch``: at
+        least ``size`` ints)."""
+        m = len(content)
+        scratch[content] = np.arange(m)              # the last position of each content wins
+        rep = scratch[content]
+        keep = rep == np.arange(m)
+        ids = content[keep]
+        pre = torch.from_numpy(self.sums).index_select(0, torch.from_numpy(ids))    # gather on every core
+        pre += torch.from_numpy(row)
+        return self.coster.predict(pre.numpy(), self.counts[ids] + 1), (np.cumsum(keep) - 1)[rep]
+
+
+def greedy_grid(block_rows: np.ndarray, local: np.ndarray, order: np.ndarray, mem_need: np.ndarray,
+                dims: np.ndarray, dim_caps: np.ndarray, mem_cap: int, ngpu: int, coster: HeadCoster) -> GridResult:
+    """The greedy placement of S states under C caps at once (module docstring).
+
+    ``block_rows`` (B, h): :meth:`HeadCoster.rows` of the B distinct blocks of all states;
+    ``local`` (S, B): each distinct block's index among the state's blocks, -1 where the state
+    lacks it; ``order`` (B,): the distinct blocks in placement order; ``mem_need`` (B,) bytes
+    and ``dims`` (B,) columns per distinct block; ``dim_caps`` (S, C) dim-sum cap per device;
+    ``mem_cap`` bytes per device.
+    """
+    s_n = local.shape[0]
+    n = int((local >= 0).sum(axis=1).max())
+    c_n = dim_caps.shape[1]
+    r_n, g = s_n * c_n, ngpu
+    state = np.repeat(np.arange(s_n), c_n)
+    cap = dim_caps.reshape(r_n)
+    contents = Contents(block_rows.shape[1], coster)
+    content = np.zeros((r_n, g), dtype=np.int64)     # each row's devices' content ids
+    mem = np.zeros((r_n, g), dtype=np.int64)
+    dsum = np.zeros((r_n, g))
+    cost = np.zeros((r_n, g, 2))
+    alive = np.ones(r_n, dtype=bool)
+    devices = np.zeros((r_n, n), dtype=np.int64)
+    scratch = np.zeros(0, dtype=np.int64)
+    costed = 0
+    for blk in order:
+        at = local[state, blk]
+        rows = np.flatnonzero(at >= 0)
+        if not len(rows):
+            continue
+        ar = np.arange(len(rows))
+        row_mem, row_content = mem[rows], content[rows]
+        fits = row_mem + mem_need[blk] <= mem_cap
+        ok = fits & (dsum[rows] + dims[blk] <= cap[rows, None] + 1e-9)
+        ok = np.where(ok.any(axis=1, keepdims=True), ok, fits)
+        alive[rows] &= ok.any(axis=1)
+        if len(scratch) < contents.size:
+            scratch = np.zeros(2 * contents.size, dtype=np.int64)
+        slot = np.full(ok.shape, -1, dtype=np.int64)
+        pred, slot_ok = contents.cost(row_content[ok], block_rows[blk], scratch)
+        slot[ok] = slot_ok
+        costed += len(pred)
+        total = np.full(ok.shape, np.inf)
+        total[ok] = np.round(pred.sum(axis=1), 9)[slot_ok]
+        tied_mem = np.where(total == total.min(axis=1, keepdims=True), row_mem, np.iinfo(np.int64).max)
+        d = np.argmin(tied_mem, axis=1)
+        devices[rows, at[rows]] = d
+        mem[rows, d] += mem_need[blk]
+        dsum[rows, d] += dims[blk]
+        chosen = slot[ar, d]                         # -1 on a dead row: it placed where memory was least
+        cost[rows, d] = np.where((chosen >= 0)[:, None], pred[np.maximum(chosen, 0)], 0.0) if len(pred) else 0.0
+        old = row_content[ar, d]
+        _, made, inverse = np.unique(old, return_index=True, return_inverse=True)
+        content[rows, d] = contents.extend(old[made], block_rows[blk])[inverse.reshape(-1)]
+        if contents.size > 4 * r_n * g + 1024:
+            content = contents.compact(content)
+    return GridResult(devices.reshape(s_n, c_n, n), cost.reshape(s_n, c_n, g, 2), alive.reshape(s_n, c_n), costed)
