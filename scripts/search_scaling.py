@@ -83,20 +83,37 @@ def markdown(report: dict) -> str:
             lines.append(f"| {n} x {g} | {old['search_s']:.2f} | {new['search_s']:.2f} | "
                          f"x{old['search_s'] / new['search_s']:.1f} | {old['simulated_ms']:.3f} | "
                          f"{new['simulated_ms']:.3f} | {new['simulated_ms'] / old['simulated_ms']:.6f} |")
-    lines += ["", "## Every point", "",
-              "| tables x GPUs | search | search s | simulated ms | column blocks | RSS before MB | peak RSS MB | tables from |",
-              "|---|---|---|---|---|---|---|---|"]
+    far = [r for r in rows if _outside(r)]
+    lines += ["", "## Every point", ""]
+    if far:
+        lines += [f"**Simulated costs marked `*` are not meaningful**: the plan's largest per-device dim sum is "
+                  f"more than {OUTSIDE}x the mean its neural comm model (`{far[0]['comm_model']}`, trained per G) "
+                  "saw in training, and a log-target MLP extrapolates exponentially (inf: overflow). Search time "
+                  "and the before/after equality still hold; the model, not the search, is out of range there.", ""]
+    lines += ["| tables x GPUs | search | search s | simulated ms | column blocks | max dims / device | comm model | "
+              "RSS before MB | peak RSS MB | tables from |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["batched"]:
             continue
         if "error" in r:
-            lines.append(f"| {r['tables']} x {r['gpus']} | {r['search']} | {r['error']} | | | | | |")
+            lines.append(f"| {r['tables']} x {r['gpus']} | {r['search']} | {r['error']} | | | | | | | |")
             continue
-        lines.append(f"| {r['tables']} x {r['gpus']} | {r['search']} | {r['search_s']:.2f} | {r['simulated_ms']:.3f} | "
-                     f"{r['column_blocks']} | {r['rss_before_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['table_source']} |")
+        mark = " *" if _outside(r) else ""
+        lines.append(f"| {r['tables']} x {r['gpus']} | {r['search']} | {r['search_s']:.2f} | {r['simulated_ms']:.3f}{mark} | "
+                     f"{r['column_blocks']} | {r.get('max_device_dims', '')} | {r.get('comm_model', '')} | "
+                     f"{r['rss_before_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['table_source']} |")
     lines += ["", "Figure (log-log, search time against tables, one line per GPU count and search): "
               "`search_scaling.html`.", ""]
     return "\n".join(lines)
+
+
+#: A plan whose largest device dim sum exceeds this multiple of its comm model's training mean.
+OUTSIDE = 4
+
+
+def _outside(row: dict) -> bool:
+    mean = row.get("comm_trained_mean_dims")
+    return bool(mean) and row.get("max_device_dims", 0) > OUTSIDE * mean
 
 
 def _find(rows: list[dict], n: int, g: int, search: str, batched: bool) -> dict | None:

@@ -70,7 +70,9 @@ def peak_rss_mb() -> float:
 def time_search(ntables: int, ngpu: int, column_wise: bool, batched: bool = True,
                 model: str = C.DEFAULT_NEUROSHARD_MODEL, mem_cap_gb: float = 16.0, seed: int = 0) -> dict[str, Any]:
     """One point (module docstring): search time (s, the model already loaded), the plan's
-    simulated cost under ``model`` (ms), splits, RSS before and at peak (MB)."""
+    simulated cost under ``model`` (ms), splits, RSS before and at peak (MB), and how far the
+    plan's largest per-device dim sum lies from the mean its neural comm model was trained on
+    (``comm_trained_mean_dims``; None for the analytic comm model, which has no such range)."""
     task, tables = scaling_task(ntables, ngpu, mem_cap_gb, seed)
     bundle = load_bundle(model)
     sharder = NeuroShardSharder(model=bundle, column_wise=column_wise, batched=batched)
@@ -82,7 +84,14 @@ def time_search(ntables: int, ngpu: int, column_wise: bool, batched: bool = True
     simulated = estimate_plan(task, plan, bundle, lower_bound=False).cost_ms
     dims = {t.name: t.dim for t in task.tables}
     splits = sum(p.cols != dims[p.table] for p in plan.placements)
+    comm, label = bundle.comm_for(ngpu)
+    trained = getattr(comm, "scales_", {}).get(ngpu, {}).get("dim")
+    device_dims = [0] * ngpu
+    for p in plan.placements:
+        device_dims[p.device] += p.cols
     return {"tables": ntables, "gpus": ngpu, "search": "column-wise" if column_wise else "table-wise",
             "batched": batched, "search_s": seconds, "simulated_ms": simulated, "column_blocks": splits,
             "rss_before_mb": before, "peak_rss_mb": peak, "table_source": tables, "model": model,
+            "comm_model": type(comm).__name__ + label, "max_device_dims": max(device_dims),
+            "comm_trained_mean_dims": trained,
             "mem_cap_gb": mem_cap_gb, "seed": seed}
