@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from shardlab import Placement, Plan, ShardlabError
+from shardlab import Placement, Plan
+from shardlab.data.lookups import table_lookups
 from shardlab.data.tasks import generate_task
 from shardlab.evaluate import device_tables, measure_plan, measure_plans
 from shardlab.profile.hardware import profile_with
@@ -54,8 +55,18 @@ def test_column_blocks_and_row_blocks(task):
     rows = Plan(task.name, "rw", 2, (Placement(t.name, 0, t.dim, 0, 10, 0),
                                      Placement(t.name, 0, t.dim, 10, t.rows - 10, 1),
                                      *placements[2:]))
-    with pytest.raises(ShardlabError, match="row-wise blocks cannot be measured"):
-        device_tables(task, rows)
+    blocks = device_tables(task, rows)
+    (top,), low = blocks[0], blocks[1][0]
+    assert (top.name, top.rows, low.name, low.rows) == (f"{t.name}[r0:10]", 10, f"{t.name}[r10:{t.rows}]", t.rows - 10)
+    idx, off = table_lookups(t, task.batch_size, 0)           # the blocks split the parent's lookups
+    assert top.pooling_factor + low.pooling_factor == pytest.approx(len(idx) / task.batch_size)
+    assert 0 < top.pooling_factor < low.pooling_factor      # 10 rows of thousands serve few lookups
+    ev = measure_plan(task, rows, FAST, lower_bound=False)   # row blocks measured like any shard
+    assert all(d.fw_compute_ms > 0 and d.bw_compute_ms > 0 for d in ev.per_device)
+    twrw = Plan(task.name, "twrw", 2, (Placement(t.name, 0, half, 0, 10, 0), Placement(t.name, 0, half, 10, t.rows - 10, 1),
+                                       Placement(t.name, half, half, 0, t.rows, 0), *placements[2:]))
+    mixed = device_tables(task, twrw)
+    assert [x.name for x in mixed[0]] == [f"{t.name}[r0:10][0:{half}]", f"{t.name}[{half}:{2 * half}]"]
 
 
 def test_measure_plans_shares_one_bound(task):

@@ -10,23 +10,31 @@ any measurable table as FBGEMM TBE inputs, dispatching on ``table.distribution["
   Bag k of batch b at batch size n is the trace's sample (b * n + k) mod B, with exactly the
   trace's row ids: the trace's B samples are re-batched to any batch size, wrapping around.
 
+- ``"row-block"``: rows ``[row_offset, row_offset + rows)`` of a parent table (made by
+  :func:`row_block`): the parent's lookups that fall in that range, re-numbered from 0, each
+  bag keeping the ones it had there (row-wise sharding: the lookups a row owner serves).
+
 A table with no ``distribution`` (origin ``"none"``: only the Task JSON fields) has no lookups
 until :func:`shardlab.data.fit_lookups.with_lookups` fits them.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 
 from shardlab.data.dlrm_format import TRACE_MODEL, cached_lookups
+from shardlab.data.features import table_stats_from_lookups
 from shardlab.data.generator import MODEL, generate_lookups
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table
 
 #: The values :func:`lookup_origin` returns.
-ORIGINS = ("generated", "fitted", "trace", "none")
+ORIGINS = ("generated", "fitted", "trace", "row-block", "none")
+#: ``distribution["model"]`` of a row block (module docstring).
+ROW_BLOCK_MODEL = "row-block-v1"
 
 
 def lookup_origin(table: Table) -> str:
@@ -36,6 +44,8 @@ def lookup_origin(table: Table) -> str:
     model = d.get("model")
     if model == TRACE_MODEL:
         return "trace"
+    if model == ROW_BLOCK_MODEL:
+        return "row-block"
     if model == MODEL:
         return "fitted" if d.get("fitted") is True else "generated"
     if not d:
@@ -105,6 +115,8 @@ def table_lookups(table: Table, batch_size: int, batch_index: int = 0
     origin = lookup_origin(table)
     if origin == "trace":
         return trace_lookups(table, batch_size, batch_index)
+    if origin == "row-block":
+        return _row_block_lookups(table, batch_size, batch_index)
     if origin == "none":
         raise ShardlabError(f"table '{table.name}': field 'distribution' is empty, so it has no "
                             "lookups to measure; fit them to its reuse_bins first "
@@ -122,4 +134,51 @@ def describe(table: Table) -> dict[str, Any]:
         out |= {k: d[k] for k in ("fit_l1", "fit_pooling_rel_err", "fit_batch_size") if k in d}
     elif origin == "trace":
         out |= {"path": d.get("path"), "table_index": d.get("table_index")}
+    elif origin == "row-block":
+        parent = _parent(table)
+        out |= {"row_offset": d["row_offset"], "parent": parent.name, "parent_rows": parent.rows,
+                "parent_origin": describe(parent)}
     return out
+
+
+def row_block(table: Table, row_offset: int, rows: int, batch_size: int, name: str | None = None) -> Table:
+    """Rows ``[row_offset, row_offset + rows)`` of ``table`` as a table of ``rows`` rows whose
+    lookups are the parent's in that range (module docstring), its pooling factor and reuse
+    bins measured on one batch of ``batch_size`` samples (so cost models see the block's own
+    load). The whole table is itself (no copy). One-line errors name the bad field."""
+    if not 0 <= row_offset < table.rows:
+        raise ShardlabError(f"table '{table.name}': field 'row_offset' = {row_offset} must be in [0, {table.rows})")
+    if not 1 <= rows <= table.rows - row_offset:
+        raise ShardlabError(f"table '{table.name}': field 'rows' = {rows} must be in [1, {table.rows - row_offset}] "
+                            f"at row_offset {row_offset}")
+    if row_offset == 0 and rows == table.rows:
+        return table
+    if lookup_origin(table) == "none":
+        raise ShardlabError(f"table '{table.name}': field 'distribution' is empty, so its row blocks have no "
+                            "lookups; fit them first (shardlab.data.fit_lookups.with_lookups(task))")
+    # the parent as its Task JSON text: hashable, and it survives a JSON round trip unchanged
+    dist = {"model": ROW_BLOCK_MODEL, "row_offset": int(row_offset),
+            "parent": json.dumps(table.to_dict(), sort_keys=True)}
+    block = Table(name or f"{table.name}[r{row_offset}:{row_offset + rows}]", rows, table.dim, 0.0,
+                  tuple(table.reuse_bins), table.source, None, dist)
+    idx, off = _row_block_lookups(block, batch_size, 0)
+    stats = table_stats_from_lookups(idx, np.diff(off))
+    return Table(block.name, rows, table.dim, stats["pooling_factor"], tuple(stats["reuse_bins"]),
+                 table.source, None, dist)
+
+
+def _parent(block: Table) -> Table:
+    """The table a row block was cut from."""
+    parent = Table.from_dict(json.loads(block.distribution_params["parent"]))
+    return parent.with_dim(block.dim)
+
+
+def _row_block_lookups(block: Table, batch_size: int, batch_index: int) -> tuple[np.ndarray, np.ndarray]:
+    """The parent's lookups of one batch that fall in the block's rows, re-numbered from 0."""
+    lo = int(block.distribution_params["row_offset"])
+    idx, off = table_lookups(_parent(block), batch_size, batch_index)
+    keep = (idx >= lo) & (idx < lo + block.rows)
+    bag = np.repeat(np.arange(batch_size), np.diff(off))
+    out_off = np.zeros(batch_size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(bag[keep], minlength=batch_size), out=out_off[1:])
+    return idx[keep] - lo, out_off

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any, Mapping
 
 import numpy as np
 
+from shardlab.data.lookups import row_block
 from shardlab.errors import ShardlabError, check_fields
 from shardlab.plan import Plan
 from shardlab.tables import Table, Task
@@ -141,12 +143,26 @@ class Evaluation:
 
 def device_tables(task: Task, plan: Plan) -> list[list[Table]]:
     """The (sub)tables on each device: whole tables as they are, column blocks as tables of
-    ``cols`` columns (same rows and lookups). Row-range blocks are not measurable yet."""
+    ``cols`` columns (same rows and lookups), row-range blocks as tables of their rows whose
+    lookups are the parent's in that range (:func:`shardlab.data.lookups.row_block`, its load
+    measured on one batch of the task's batch size; the table needs lookups)."""
     out: list[list[Table]] = [[] for _ in range(plan.ngpu)]
     for p in plan.placements:
         t = task.table(p.table)
+        name = t.name
         if p.rows != t.rows:
-            raise ShardlabError(f"plan '{plan.method}': table '{t.name}': row-wise blocks cannot be measured yet")
-        name = t.name if p.cols == t.dim else f"{t.name}[{p.col_offset}:{p.col_offset + p.cols}]"
+            name = f"{name}[r{p.row_offset}:{p.row_offset + p.rows}]"
+            t = _row_block(t, p.row_offset, p.rows, task.batch_size)
+        if p.cols != t.dim:
+            name = f"{name}[{p.col_offset}:{p.col_offset + p.cols}]"
         out[p.device].append(t.with_dim(p.cols, name=name))
     return out
+
+
+@lru_cache(maxsize=4096)
+def _row_block(table: Table, row_offset: int, rows: int, batch_size: int) -> Table:
+    """:func:`~shardlab.data.lookups.row_block`, once per block (it generates a batch)."""
+    try:
+        return row_block(table, row_offset, rows, batch_size)
+    except ShardlabError as e:
+        raise ShardlabError(f"row block [{row_offset}, {row_offset + rows}) of {e}") from None
