@@ -34,7 +34,7 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.evaluate.protocol import check_plans, compare_to_reference
 from shardlab.evaluate.stats import bootstrap_median_ci
-from shardlab.evaluate.values import DeviceCost, Evaluation, device_tables
+from shardlab.evaluate.values import DeviceCost, Evaluation, comm_pattern, device_tables
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.profile.affinity import core_for, pinned
 from shardlab.profile.compute import DEFAULT_MAX_GB, measure_compute
@@ -73,17 +73,19 @@ def round_orders(names: Sequence[str], rounds: int, seed: int) -> list[list[str]
 
 
 def _comm(dims: Sequence[int], delays: Sequence[float] | None, profile: HardwareProfile,
-          bench: Any | None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-rank forward and backward all-to-all (ms, shape (G,) each); zeros for one device."""
+          bench: Any | None, rowwise: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-rank forward and backward comm (ms, shape (G,) each): the all-to-all, with
+    ``rowwise``'s collectives when given; zeros for one device."""
     if len(dims) < 2:
         return np.zeros(len(dims)), np.zeros(len(dims))
+    extra = {} if rowwise is None or rowwise.empty else {"rowwise": rowwise}
     if bench is None:
         from shardlab.profile.comm import CommBench
 
         with CommBench.for_profile(len(dims), profile) as b:
-            s = b.measure(dims, delays, repeats=profile.repeats, warmup=profile.warmup)
+            s = b.measure(dims, delays, repeats=profile.repeats, warmup=profile.warmup, **extra)
     else:
-        s = bench.measure(dims, delays, repeats=profile.repeats, warmup=profile.warmup)
+        s = bench.measure(dims, delays, repeats=profile.repeats, warmup=profile.warmup, **extra)
     return np.asarray(s.fw_comm_ms), np.asarray(s.bw_comm_ms)
 
 
@@ -98,12 +100,14 @@ def _collective(bench: Any | None) -> bool:
 
 
 def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None = None,
-                   cache: dict | None = None) -> np.ndarray:
+                   cache: dict | None = None, pattern: tuple[list[int], Any] | None = None) -> np.ndarray:
     """One measurement of a plan given its devices' (sub)tables: an array of shape (G, 4) of
     forward compute, backward compute, forward comm and backward comm (ms) per device (module
-    docstring). ``cache``: shard key -> (fw, bw) compute ms, shared within one round. With a
-    torchrun group's bench every rank calls this; rank g times device g's shard on its own
-    device, and every rank gets every device's times."""
+    docstring). ``cache``: shard key -> (fw, bw) compute ms, shared within one round.
+    ``pattern``: the plan's :func:`~shardlab.evaluate.values.comm_pattern` (dim sums, row-wise
+    traffic); default: every shard's columns on its device's all-to-all. With a torchrun
+    group's bench every rank calls this; rank g times device g's shard on its own device, and
+    every rank gets every device's times."""
     cache = {} if cache is None else cache
     c = np.zeros((len(shards), 2))
     mine = [bench.rank] if _collective(bench) else range(len(shards))
@@ -117,9 +121,9 @@ def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None =
             c[g] = cache[key]
     if _collective(bench):
         c = np.asarray(bench.gather(c[bench.rank].tolist()), dtype=float)
-    dims = [sum(t.dim for t in ts) for ts in shards]
-    _, bw = _comm(dims, None, profile, bench)
-    fw, _ = _comm(dims, list(forward_delays(c.sum(axis=1) + bw)), profile, bench)
+    dims, rowwise = pattern if pattern is not None else ([sum(t.dim for t in ts) for ts in shards], None)
+    _, bw = _comm(dims, None, profile, bench, rowwise)
+    fw, _ = _comm(dims, list(forward_delays(c.sum(axis=1) + bw)), profile, bench, rowwise)
     return np.column_stack([c, fw, bw])
 
 
@@ -220,6 +224,7 @@ class MeasuredEvaluator:
         for p in plans.values():
             validate_plan(task, p)
         shards = {k: device_tables(task, p) for k, p in plans.items()}
+        patterns = {k: comm_pattern(task, p, prof.batch_size) for k, p in plans.items()}
         sig = {k: tuple(_shard_key(x) for x in s) for k, s in shards.items()}
         first: dict[tuple, str] = {}      # identical plans are measured once per round
         for k in plans:
@@ -254,7 +259,7 @@ class MeasuredEvaluator:
                     if name == BOUND:
                         m = measure_bound(task, prof, bench)
                     else:
-                        m = measure_shards(shards[name], prof, bench, cache)
+                        m = measure_shards(shards[name], prof, bench, cache, patterns[name])
                     self.measured_.append((r, name))
                     _journal(journal, task.name, r, name, m)
                     if r >= 0:
@@ -281,7 +286,7 @@ def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",
     profile = get_profile(profile)
     task, note = measurable(task)
     validate_plan(task, plan)
-    m = measure_shards(device_tables(task, plan), profile, bench)
+    m = measure_shards(device_tables(task, plan), profile, bench, pattern=comm_pattern(task, plan, profile.batch_size))
     bound = measure_bound(task, profile, bench) if lower_bound else None
     mem = [b / C.GB for b in device_memory_bytes(task, plan)]
     devices = tuple(DeviceCost(g, *(float(x) for x in m[g]), mem[g]) for g in range(plan.ngpu))

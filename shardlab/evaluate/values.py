@@ -10,6 +10,7 @@ import numpy as np
 
 from shardlab.data.lookups import row_block
 from shardlab.errors import ShardlabError, check_fields
+from shardlab.profile.rowwise_comm import RowWise, owner_counts
 from shardlab.plan import Plan
 from shardlab.tables import Table, Task
 
@@ -157,6 +158,46 @@ def device_tables(task: Task, plan: Plan) -> list[list[Table]]:
             name = f"{name}[{p.col_offset}:{p.col_offset + p.cols}]"
         out[p.device].append(t.with_dim(p.cols, name=name))
     return out
+
+
+def comm_pattern(task: Task, plan: Plan, batch_size: int) -> tuple[list[int], RowWise]:
+    """What ``plan``'s devices exchange per batch of ``batch_size`` samples: the per-device dim
+    sums of the pooled all-to-all, and the row-wise traffic (``profile/rowwise_comm.py``).
+
+    - A whole table or column block: its columns on its device's dim sum (as before).
+    - A column range split by rows over every device (row-wise): its columns reduce-scattered
+      and all-gathered (``RowWise.dim``), not in any dim sum.
+    - A column range split by rows over some devices (table-row-wise within a group): each
+      holder's partial sums go to every rank, the all-to-all's data movement, so its columns
+      count on each holder's dim sum.
+    - Every row block's owner receives its rows' lookups from every rank's batch slice
+      (``RowWise.index_counts``, from the block's measured pooling factor). Whole tables' index
+      traffic is not measured here (nor in any sample before issue 18).
+    """
+    from shardlab.profile.comm import batch_rows
+
+    g = plan.ngpu
+    dims, rw_dim = [0] * g, 0
+    counts = [[0] * g for _ in range(g)]
+    ranges: dict[tuple[str, int, int], list[Any]] = {}
+    for p in plan.placements:
+        ranges.setdefault((p.table, p.col_offset, p.cols), []).append(p)
+    slices = batch_rows(batch_size, g)
+    for (name, _, cols), blocks in ranges.items():
+        t = task.table(name)
+        if len(blocks) == 1 and blocks[0].rows == t.rows:
+            dims[blocks[0].device] += cols
+            continue
+        if {b.device for b in blocks} == set(range(g)) and g > 1:
+            rw_dim += cols
+        else:
+            for b in blocks:
+                dims[b.device] += cols
+        owners = [(b.device, _row_block(t, b.row_offset, b.rows, task.batch_size).pooling_factor) for b in blocks]
+        for r, row in enumerate(owner_counts(g, slices, owners)):
+            counts[r] = [a + c for a, c in zip(counts[r], row)]
+    index = tuple(tuple(r) for r in counts) if any(any(r) for r in counts) else ()
+    return dims, RowWise(rw_dim, index)
 
 
 @lru_cache(maxsize=4096)

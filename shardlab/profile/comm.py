@@ -40,6 +40,7 @@ import torch.distributed as dist
 from shardlab import constants as C
 from shardlab.errors import ShardlabError, field_error
 from shardlab.profile.affinity import allowed_cores, core_for, pin_to
+from shardlab.profile.rowwise_comm import RowWise, RowWiseExchange, check_rowwise
 from shardlab.profile.timing import spread_ms
 
 #: Backend and device pairs the bench supports.
@@ -74,6 +75,9 @@ class CommSample:
     backend: str
     device: str
     dtype: str
+    #: Row-wise traffic measured with the all-to-all (``RowWise.to_dict``; None: none, as in every
+    #: sample before issue 18).
+    rowwise: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: tuples become lists."""
@@ -139,14 +143,15 @@ def check_sample_args(world_size: int, dim_sums: Sequence[int], delays_ms: Seque
 
 def comm_sample(world_size: int, batch_size: int, dims: Sequence[int], delays: Sequence[float],
                 times: Sequence[tuple[Sequence[float], Sequence[float]]], repeats: int, warmup: int,
-                backend: str, device: str, dtype: torch.dtype) -> CommSample:
+                backend: str, device: str, dtype: torch.dtype, rowwise: RowWise | None = None) -> CommSample:
     """The :class:`CommSample` of every rank's timed (forward, backward) ms lists, in rank order:
     medians and spreads per rank."""
     fw, bw = [t[0] for t in times], [t[1] for t in times]
     return CommSample(world_size, batch_size, tuple(dims), tuple(delays),
                       tuple(float(np.median(t)) for t in fw), tuple(float(np.median(t)) for t in bw),
                       tuple(spread_ms(t) for t in fw), tuple(spread_ms(t) for t in bw),
-                      repeats, warmup, backend, device, str(dtype).replace("torch.", ""))
+                      repeats, warmup, backend, device, str(dtype).replace("torch.", ""),
+                      None if rowwise is None or rowwise.empty else rowwise.to_dict())
 
 
 # ----------------------------------------------------------------------------- rank side
@@ -155,19 +160,23 @@ class _Exchange:
     """Rank ``rank``'s four flat buffers and split sizes for one dim_sums setting."""
 
     def __init__(self, rank: int, batch_size: int, dim_sums: Sequence[int], dtype: torch.dtype,
-                 device: torch.device):
+                 device: torch.device, rowwise: RowWise | None = None):
         rows, d, G = batch_rows(batch_size, len(dim_sums)), list(dim_sums), len(dim_sums)
         self.send_splits = [rows[j] * d[rank] for j in range(G)]  # [b_j, d_g] to j: fw in, bw out
         self.recv_splits = [rows[rank] * d[j] for j in range(G)]  # [b_g, d_j] from j: fw out, bw in
         make = lambda n: torch.randn(n, dtype=dtype, device=device)  # noqa: E731
         self.fw_in, self.fw_out = make(sum(self.send_splits)), make(sum(self.recv_splits))
         self.bw_in, self.bw_out = make(sum(self.recv_splits)), make(sum(self.send_splits))
+        self.rw = RowWiseExchange(rank, G, batch_size, rowwise or RowWise(), dtype, device)
 
     def forward(self) -> None:
+        self.rw.inputs()
         dist.all_to_all_single(self.fw_out, self.fw_in, self.recv_splits, self.send_splits)
+        self.rw.forward()
 
     def backward(self) -> None:
         dist.all_to_all_single(self.bw_out, self.bw_in, self.send_splits, self.recv_splits)
+        self.rw.backward()
 
 
 def _code(src: int, rows: torch.Tensor, dim: int, batch_size: int, width: int) -> torch.Tensor:
@@ -193,12 +202,13 @@ def _check_exchange(rank: int, cfg: dict, dim_sums: list[int]) -> dict[str, Any]
 
 
 def measure_rank(rank: int, cfg: dict, dim_sums: list[int], delays_ms: list[float], repeats: int,
-                 warmup: int) -> tuple[list[float], list[float]]:
+                 warmup: int, rowwise: RowWise | None = None) -> tuple[list[float], list[float]]:
     """Rank ``rank``'s part of one sample, in a running group: time ``warmup + repeats``
-    forward/backward exchanges; return the timed ones (ms). ``cfg``: ``batch_size``, ``dtype``,
-    ``device_name`` and, on CUDA, ``device_index`` (this process's GPU)."""
+    forward/backward exchanges (with ``rowwise``'s collectives, if any); return the timed ones
+    (ms). ``cfg``: ``batch_size``, ``dtype``, ``device_name`` and, on CUDA, ``device_index``
+    (this process's GPU)."""
     dev = torch.device(cfg["device_name"])
-    ex = _Exchange(rank, cfg["batch_size"], dim_sums, cfg["dtype"], dev)
+    ex = _Exchange(rank, cfg["batch_size"], dim_sums, cfg["dtype"], dev, rowwise)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     barrier = (lambda: dist.barrier(device_ids=[cfg["device_index"]])) if dev.type == "cuda" else dist.barrier
 
@@ -243,7 +253,8 @@ def _rank_main(rank: int, cfg: dict, port: int, commands: Any, results: Any) -> 
     except BaseException:  # noqa: BLE001 -- reported to the parent
         results.put((0, rank, "error", traceback.format_exc()))
         return
-    ops = {"measure": measure_rank, "check": _check_exchange}
+    ops = {"measure": measure_rank, "check": _check_exchange,
+           "check_rowwise": lambda r, c, rowwise: check_rowwise(r, c, rowwise, c["world_size"])}
     while True:
         try:
             req_id, op, kwargs = commands.get(timeout=1.0)
@@ -400,15 +411,18 @@ class CommBench:
         return [got[r] for r in range(self.world_size)]
 
     def measure(self, dim_sums: Sequence[int], delays_ms: Sequence[float] | None = None,
-                repeats: int = 10, warmup: int = 3) -> CommSample:
+                repeats: int = 10, warmup: int = 3, rowwise: RowWise | None = None) -> CommSample:
         """Measure forward and backward all-to-all for ``dim_sums[g]`` (embedding columns owned
-        by rank g) with rank g delayed ``delays_ms[g]`` (ms, default 0) before the forward."""
+        by rank g) with rank g delayed ``delays_ms[g]`` (ms, default 0) before the forward; with
+        ``rowwise``, its index all-to-all, reduce-scatter and all-gather inside the same timings
+        (``profile/rowwise_comm.py``)."""
         dims, delays = check_sample_args(self.world_size, dim_sums, delays_ms, repeats, warmup)
+        rw = None if rowwise is None or rowwise.empty else rowwise.check(self.world_size)
         budget = self.timeout_s + (warmup + repeats) * max(delays) / 1000.0
         times = self._request("measure", budget, dim_sums=dims, delays_ms=delays,
-                              repeats=repeats, warmup=warmup)
+                              repeats=repeats, warmup=warmup, rowwise=rw)
         return comm_sample(self.world_size, self.batch_size, dims, delays, times, repeats, warmup,
-                           self.backend, self.device, self.dtype)
+                           self.backend, self.device, self.dtype, rw)
 
     def check_exchange(self, dim_sums: Sequence[int]) -> list[dict[str, list[np.ndarray]]]:
         """Run one coded exchange (float64, same layout as :meth:`measure`). Returns per rank g
@@ -416,6 +430,11 @@ class CommBench:
         where each value is ``(src * B + global row) * (max(dim_sums) + 1) + column``."""
         dims, _ = check_sample_args(self.world_size, dim_sums, None)
         return self._request("check", self.timeout_s, dim_sums=dims)
+
+
+def check_rowwise_exchange(bench: CommBench, rowwise: RowWise) -> list[dict[str, Any]]:
+    """Run one coded row-wise exchange on ``bench``'s ranks (``rowwise_comm.check_rowwise``)."""
+    return bench._request("check_rowwise", bench.timeout_s, rowwise=rowwise.check(bench.world_size))
 
 
 def measure_all_to_all(dim_sums: Sequence[int], batch_size: int, delays_ms: Sequence[float] | None = None,

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from shardlab.errors import ShardlabError
 from shardlab.profile.comm import BACKENDS, CommSample, check_sample_args, comm_sample, measure_rank
+from shardlab.profile.rowwise_comm import RowWise
 
 
 class GroupBench:
@@ -76,12 +77,13 @@ class GroupBench:
         return box[0]
 
     def measure(self, dim_sums: Sequence[int], delays_ms: Sequence[float] | None = None,
-                repeats: int = 10, warmup: int = 3) -> CommSample:
+                repeats: int = 10, warmup: int = 3, rowwise: RowWise | None = None) -> CommSample:
         """Forward and backward all-to-all for ``dim_sums[g]`` columns on rank g, rank g delayed
-        ``delays_ms[g]`` ms before the forward (as :meth:`CommBench.measure`); every rank gets
-        the whole sample."""
+        ``delays_ms[g]`` ms before the forward, with ``rowwise``'s collectives if any (as
+        :meth:`CommBench.measure`); every rank gets the whole sample."""
         dims, delays = check_sample_args(self.world_size, dim_sums, delays_ms, repeats, warmup)
-        mine = measure_rank(self.rank, self._cfg, dims, delays, repeats, warmup)
+        rw = None if rowwise is None or rowwise.empty else rowwise.check(self.world_size)
+        mine = measure_rank(self.rank, self._cfg, dims, delays, repeats, warmup, rw)
         times = self.gather(mine)
         return comm_sample(self.world_size, self.batch_size, dims, delays, times, repeats, warmup,
-                           self.backend, self.device, self.dtype)
+                           self.backend, self.device, self.dtype, rw)
