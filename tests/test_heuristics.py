@@ -93,10 +93,28 @@ def test_memory_feasible_under_a_tight_cap(method):
 
 
 def test_infeasible_names_table():
-    tables = (make_table("a", rows=3_000_000, dim=64), make_table("b", rows=3_000_000, dim=64))
-    task = Task("inf", 2, 0.5, tables)  # each table is 0.72 GB
-    with pytest.raises(InfeasibleError, match="table 'a'.*GB over"):
-        run_sharder(get_sharder("size_greedy"), task)
+    tables = (make_table("a", rows=6_000_000, dim=64), make_table("b", rows=300, dim=64))
+    task = Task("inf", 2, 0.5, tables)  # a is 1.44 GB: even halved, 0.72 GB per 0.5 GB device
+    for method in HEURISTICS:
+        with pytest.raises(InfeasibleError, match="table 'a' fits no device even in 2 row blocks.*GB over") as e:
+            run_sharder(get_sharder(method), task)
+        assert "\n" not in str(e.value)
+    both = Task("inf2", 2, 0.5, (make_table("a", rows=3_000_000, dim=64), make_table("b", rows=3_000_000, dim=64)))
+    with pytest.raises(InfeasibleError, match="GB in all, .* GB over 2 x 0.5 GB"):   # each splits, not both
+        run_sharder(get_sharder("size_greedy"), both)
+
+
+@pytest.mark.parametrize("method", HEURISTICS)
+def test_a_table_that_fits_no_device_is_split_into_the_fewest_equal_row_blocks(method):
+    big = make_table("big", rows=10_000_001, dim=64)          # 2.4 GB: 3 blocks of 0.8 GB on 1 GB devices
+    small = tuple(make_table(f"s{i}", rows=100_000, dim=32) for i in range(6))
+    task = Task("rows", 4, 1.0, (big, *small))
+    plan = run_sharder(get_sharder(method), task, seed=2)
+    blocks = sorted((p.row_offset, p.rows, p.device) for p in plan.placements if p.table == "big")
+    assert [b[1] for b in blocks] == [3_333_334, 3_333_334, 3_333_333]
+    assert [b[0] for b in blocks] == [0, 3_333_334, 6_666_668]
+    assert len({b[2] for b in blocks}) == 3                       # on distinct devices
+    assert all(p.rows == 100_000 and p.row_offset == 0 for p in plan.placements if p.table != "big")
 
 
 def test_run_sharders_returns_every_method(small_task):

@@ -174,35 +174,38 @@ class DeviceState:
         """Whether ``table`` fits on ``device`` under the cap."""
         return int(self.mem[device]) + self.task.table_bytes(table) <= self._cap
 
-    def _fit_mask(self, table: Table) -> np.ndarray:
-        """Boolean mask of the devices where ``table`` fits; raises :class:`InfeasibleError`
-        naming the table (and how many GB short) when there is none."""
-        need = self.task.table_bytes(table)
+    def _fit_mask(self, table: Table, need: int | None = None, exclude: Sequence[int] = ()) -> np.ndarray:
+        """Boolean mask of the devices where ``table`` (or ``need`` bytes of it) fits, devices in
+        ``exclude`` left out; raises :class:`InfeasibleError` naming the table (and how many GB
+        short) when there is none."""
+        need = self.task.table_bytes(table) if need is None else need
         mask = self.mem <= self._cap - need
+        mask[list(exclude)] = False
         if not mask.any():
-            free = self._cap - int(self.mem.min())
+            free = self._cap - int(np.delete(self.mem, list(exclude)).min(initial=self._cap))
             raise InfeasibleError(
                 f"task '{self.task.name}': table '{table.name}' fits no device: it needs "
                 f"{need / C.GB:.3f} GB, the emptiest device has {free / C.GB:.3f} GB free "
                 f"({(need - free) / C.GB:.3f} GB short)", table.name, (need - free) / C.GB)
         return mask
 
-    def feasible_devices(self, table: Table) -> list[int]:
-        """Devices where ``table`` fits (ascending ids); raises :class:`InfeasibleError` when
-        there is none."""
-        return np.flatnonzero(self._fit_mask(table)).tolist()
+    def feasible_devices(self, table: Table, need: int | None = None, exclude: Sequence[int] = ()) -> list[int]:
+        """Devices where ``table`` (``need`` bytes of it: a row block) fits, not in ``exclude``
+        (ascending ids); raises :class:`InfeasibleError` when there is none."""
+        return np.flatnonzero(self._fit_mask(table, need, exclude)).tolist()
 
-    def lightest_feasible(self, table: Table) -> int:
-        """The feasible device with the smallest weight (ties: less memory, then the lower id)."""
-        mask = self._fit_mask(table)
+    def lightest_feasible(self, table: Table, need: int | None = None, exclude: Sequence[int] = ()) -> int:
+        """The feasible device (as :meth:`feasible_devices`) with the smallest weight (ties: less
+        memory, then the lower id)."""
+        mask = self._fit_mask(table, need, exclude)
         w = np.where(mask, self.weight, np.inf)
         tied = mask & (w == w.min())
         m = np.where(tied, self.mem, np.iinfo(np.int64).max)
         return int(np.argmin(m))
 
-    def place(self, device: int, table: Table, weight: float = 0.0) -> None:
-        """Account ``table`` (and its ``weight``) on ``device``."""
-        self.mem[device] += self.task.table_bytes(table)
+    def place(self, device: int, table: Table, weight: float = 0.0, need: int | None = None) -> None:
+        """Account ``table`` (``need`` bytes of it, default all) and its ``weight`` on ``device``."""
+        self.mem[device] += self.task.table_bytes(table) if need is None else need
         self.weight[device] += weight
 
 

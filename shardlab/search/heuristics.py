@@ -5,6 +5,9 @@ put each on the feasible device with the smallest accumulated weight (ties: less
 then the lower device id). Weights: size_greedy = rows x dim; dim_greedy = dim;
 lookup_greedy = dim x pooling_factor; size_lookup_greedy = dim x pooling_factor x log10(rows).
 Random: each table on a device drawn uniformly among those where it still fits.
+A table that fits no device whole is split into the fewest equal row blocks that fit
+(``search/row_split.py``, issue 18): each block carries the table's weight over the number of
+blocks, the blocks follow one another in the order, and no two go to the same device.
 All are memory-feasible (or raise :class:`~shardlab.errors.InfeasibleError` naming the table)
 and deterministic for a given seed.
 """
@@ -17,8 +20,9 @@ from typing import Callable
 
 import numpy as np
 
-from shardlab.plan import Plan
+from shardlab.plan import Placement, Plan
 from shardlab.search.base import DeviceState, register_sharder
+from shardlab.search.row_split import row_split
 from shardlab.tables import Table, Task
 
 WEIGHTS: dict[str, Callable[[Table], float]] = {
@@ -29,6 +33,19 @@ WEIGHTS: dict[str, Callable[[Table], float]] = {
 }
 
 
+def _blocks(task: Task) -> list[list[tuple[int, int, int]]]:
+    """Per table: its row ranges with their bytes, (row_offset, rows, bytes)."""
+    return [[(off, n, task.block_bytes(n, t.dim) if len(r) > 1 else task.table_bytes(t)) for off, n in r]
+            for t, r in zip(task.tables, row_split(task))]
+
+
+def _plan(task: Task, homes: list[list[tuple[int, int, int]]], method: str, seed: int) -> Plan:
+    """The plan of every table's (row_offset, rows, device) blocks."""
+    return Plan(task.name, method, task.ngpu, tuple(Placement(t.name, 0, t.dim, off, n, d)
+                                                   for t, blocks in zip(task.tables, homes) for off, n, d in blocks),
+                seed)
+
+
 @dataclass
 class GreedySharder:
     """Greedy balance of a per-table weight (``WEIGHTS[name]``) across devices."""
@@ -36,38 +53,43 @@ class GreedySharder:
     name: str
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
-        """Table-wise plan; the seed is recorded but does not change the result."""
-        task.check_feasible()
+        """Table-wise plan (row blocks for tables that fit no device); the seed is recorded but
+        does not change the result."""
+        blocks = _blocks(task)
         weight = WEIGHTS[self.name]
         order = sorted(range(len(task.tables)), key=lambda i: -weight(task.tables[i]))
         state = DeviceState(task)
-        devices = [0] * len(task.tables)
+        homes: list[list[tuple[int, int, int]]] = [[] for _ in task.tables]
         for i in order:
             t = task.tables[i]
-            d = state.lightest_feasible(t)
-            state.place(d, t, weight(t))
-            devices[i] = d
-        return Plan.table_wise(task, devices, self.name, seed)
+            share = weight(t) / len(blocks[i])
+            for off, n, need in blocks[i]:
+                d = state.lightest_feasible(t, need, [h[2] for h in homes[i]])
+                state.place(d, t, share, need)
+                homes[i].append((off, n, d))
+        return _plan(task, homes, self.name, seed)
 
 
 @dataclass
 class RandomSharder:
-    """Each table, in task order, on a uniformly random device where it fits."""
+    """Each table, in task order, on a uniformly random device where it fits (each row block of
+    an oversized table on its own such device)."""
 
     name: str = "random"
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
-        """Table-wise plan drawn with ``numpy.random.default_rng(seed)``."""
-        task.check_feasible()
+        """Plan drawn with ``numpy.random.default_rng(seed)``."""
+        blocks = _blocks(task)
         rng = np.random.default_rng(seed)
         state = DeviceState(task)
-        devices = []
-        for t in task.tables:
-            choices = state.feasible_devices(t)
-            d = int(choices[rng.integers(len(choices))])
-            state.place(d, t)
-            devices.append(d)
-        return Plan.table_wise(task, devices, self.name, seed)
+        homes: list[list[tuple[int, int, int]]] = [[] for _ in task.tables]
+        for i, t in enumerate(task.tables):
+            for off, n, need in blocks[i]:
+                choices = state.feasible_devices(t, need, [h[2] for h in homes[i]])
+                d = int(choices[rng.integers(len(choices))])
+                state.place(d, t, 0.0, need)
+                homes[i].append((off, n, d))
+        return _plan(task, homes, self.name, seed)
 
 
 register_sharder("random", RandomSharder)
