@@ -4,6 +4,7 @@ specified (ALGORITHMS.md section 3)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 
@@ -12,6 +13,7 @@ import pytest
 from shardlab import InfeasibleError, Table, Task, validate_plan
 from shardlab.constants import HEURISTIC_METHODS
 from shardlab.loads import device_loads
+from shardlab.export import export_torchrec, sharding_plan_from_export
 from shardlab.search import base, get_sharder, heuristics, run_sharder, run_sharders, sharder_names
 from shardlab.search.heuristics import WEIGHTS
 from shardlab.errors import ShardlabError
@@ -113,8 +115,22 @@ def test_a_table_that_fits_no_device_is_split_into_the_fewest_equal_row_blocks(m
     blocks = sorted((p.row_offset, p.rows, p.device) for p in plan.placements if p.table == "big")
     assert [b[1] for b in blocks] == [3_333_334, 3_333_334, 3_333_333]
     assert [b[0] for b in blocks] == [0, 3_333_334, 6_666_668]
-    assert len({b[2] for b in blocks}) == 3                       # on distinct devices
+    assert [b[2] for b in blocks] == [0, 1, 2]                   # TorchRec's row-wise layout
     assert all(p.rows == 100_000 and p.row_offset == 0 for p in plan.placements if p.table != "big")
+    validate_plan(task, plan)
+    data = json.loads(json.dumps(export_torchrec(task, plan)))    # exports and rebuilds
+    assert data["plan"]["big"]["sharding_type"] == "row_wise" and data["plan"]["big"]["ranks"] == [0, 1, 2, 3]
+    shards = sharding_plan_from_export(data, task).plan["sparse.ebc"]["big"].sharding_spec.shards
+    assert [list(x.shard_sizes) for x in shards] == [[3_333_334, 64], [3_333_334, 64], [3_333_333, 64], [0, 64]]
+
+
+def test_row_blocks_go_elsewhere_when_the_first_devices_are_full():
+    bigs = tuple(make_table(f"big{i}", rows=10_000_001, dim=64) for i in range(2))   # 2.4 GB each
+    task = Task("rows2", 6, 1.0, bigs)
+    plan = run_sharder(get_sharder("size_greedy"), task)
+    homes = {name: sorted(p.device for p in plan.placements if p.table == name) for name in ("big0", "big1")}
+    assert homes == {"big0": [0, 1, 2], "big1": [3, 4, 5]}
+    validate_plan(task, plan)
 
 
 def test_run_sharders_returns_every_method(small_task):

@@ -7,7 +7,9 @@ lookup_greedy = dim x pooling_factor; size_lookup_greedy = dim x pooling_factor 
 Random: each table on a device drawn uniformly among those where it still fits.
 A table that fits no device whole is split into the fewest equal row blocks that fit
 (``search/row_split.py``, issue 18): each block carries the table's weight over the number of
-blocks, the blocks follow one another in the order, and no two go to the same device.
+blocks, the blocks follow one another in the order, and no two go to the same device -- k blocks
+on devices 0..k-1 where they fit there (TorchRec's row-wise layout, so the plan exports), else on
+the lightest devices that fit (then the plan may not export to TorchRec).
 All are memory-feasible (or raise :class:`~shardlab.errors.InfeasibleError` naming the table)
 and deterministic for a given seed.
 """
@@ -46,6 +48,15 @@ def _plan(task: Task, homes: list[list[tuple[int, int, int]]], method: str, seed
                 seed)
 
 
+def _first_devices(state: DeviceState, blocks: list[tuple[int, int, int]]) -> list[int]:
+    """Devices 0..k-1 for a table's k > 1 row blocks when each fits there (TorchRec's row-wise
+    layout); empty for a whole table or when they do not fit."""
+    if len(blocks) < 2:
+        return []
+    ok = all(int(state.mem[d]) + need <= state.task.mem_cap_bytes for d, (_, _, need) in enumerate(blocks))
+    return list(range(len(blocks))) if ok else []
+
+
 @dataclass
 class GreedySharder:
     """Greedy balance of a per-table weight (``WEIGHTS[name]``) across devices."""
@@ -63,8 +74,9 @@ class GreedySharder:
         for i in order:
             t = task.tables[i]
             share = weight(t) / len(blocks[i])
-            for off, n, need in blocks[i]:
-                d = state.lightest_feasible(t, need, [h[2] for h in homes[i]])
+            first = _first_devices(state, blocks[i])
+            for k, (off, n, need) in enumerate(blocks[i]):
+                d = first[k] if first else state.lightest_feasible(t, need, [h[2] for h in homes[i]])
                 state.place(d, t, share, need)
                 homes[i].append((off, n, d))
         return _plan(task, homes, self.name, seed)
@@ -84,9 +96,13 @@ class RandomSharder:
         state = DeviceState(task)
         homes: list[list[tuple[int, int, int]]] = [[] for _ in task.tables]
         for i, t in enumerate(task.tables):
-            for off, n, need in blocks[i]:
-                choices = state.feasible_devices(t, need, [h[2] for h in homes[i]])
-                d = int(choices[rng.integers(len(choices))])
+            first = _first_devices(state, blocks[i])
+            for k, (off, n, need) in enumerate(blocks[i]):
+                if first:
+                    d = first[k]
+                else:
+                    choices = state.feasible_devices(t, need, [h[2] for h in homes[i]])
+                    d = int(choices[rng.integers(len(choices))])
                 state.place(d, t, 0.0, need)
                 homes[i].append((off, n, d))
         return _plan(task, homes, self.name, seed)
