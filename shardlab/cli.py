@@ -165,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="table pool; 'broad' draws synthetic tables over rows 1e2..1e8, pooling 1..100 "
                         "(one-hot and fixed multi-hot included), dims 4..256, skew 0..1.4, with column slices")
     c.add_argument("--split", default="train", choices=["train", "test", "all"])
+    c.add_argument("--row-share", type=float, default=0.0,
+                   help="pool 'broad' only: share of samples with row blocks of their tables (issue 18)")
     c.add_argument("--max-tables", type=int, default=15)
     c.add_argument("--mem-gb", type=float, default=4.0, help="memory cap of one sample's op, GB")
     c.add_argument("--workers", type=int, default=1)

@@ -34,7 +34,10 @@ def cmd_profile_compute(args: argparse.Namespace) -> None:
     if args.pool == "broad":
         from shardlab.profile.broad_campaign import run_broad_campaign
 
-        added = run_broad_campaign(args.store, args.samples, prof, max_tables=args.max_tables, mem_cap_gb=args.mem_gb,
+        from shardlab.profile.broad_campaign import BroadSpace
+
+        added = run_broad_campaign(args.store, args.samples, prof, space=BroadSpace(row_share=args.row_share),
+                                   max_tables=args.max_tables, mem_cap_gb=args.mem_gb,
                                    workers=args.workers, seed=args.seed, progress=not args.no_progress)
     else:
         added = run_compute_campaign(args.store, args.samples, prof, pool=args.pool, split=args.split,

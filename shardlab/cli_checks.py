@@ -30,6 +30,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "min_tables": (lambda v: v >= 1, "must be >= 1"),
     "max_tables": (lambda v: v >= 1, "must be >= 1"),
     "mem_gb": (lambda v: math.isfinite(v) and v > 0, "must be a finite number > 0"),
+    "row_share": (lambda v: math.isfinite(v) and 0 <= v <= 1, "must be a share in [0, 1]"),
     "max_delay_ms": (lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0"),
     "assume_zipf": (lambda v: math.isfinite(v) and v > 0, "must be a finite Zipf exponent > 0"),
     "epochs": (lambda v: v >= 1, "must be >= 1"),
@@ -88,5 +89,7 @@ def check_args(args: argparse.Namespace) -> None:
                 raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --verify")
     if verb == "export-torchrec" and not MODULE_PATH.fullmatch(args.module or ""):
         raise ShardlabError(f"option '--module' = {args.module!r} must be a dotted module path like 'sparse.ebc'")
+    if getattr(args, "row_share", 0) and getattr(args, "pool", None) != "broad":
+        raise ShardlabError(f"option '--row-share' = {args.row_share} needs --pool broad")
     if getattr(args, "min_tables", None) and getattr(args, "max_tables", None) and args.min_tables > args.max_tables:
         raise ShardlabError(f"option '--min-tables' = {args.min_tables} must be <= --max-tables ({args.max_tables})")

@@ -71,3 +71,19 @@ def test_campaign_measures_and_resumes(tmp_path):
         sample = next(iter(s.samples("compute")))
     assert keys == [f"compute:{fast.name}:broad:train:s0:{i}" for i in (0, 1)]
     assert sample["fw_ms"] > 0 and sample["bw_ms"] > 0
+
+
+def test_row_blocks_join_only_when_asked_and_carry_their_share_of_lookups():
+    from shardlab.data.lookups import lookup_origin, table_lookups
+
+    plain = [broad_sample_tables(i, 0, BroadSpace(), 1024, 6, int(3 * C.GB), "fp32", "exact_sgd") for i in range(8)]
+    zero = [broad_sample_tables(i, 0, BroadSpace(row_share=0.0), 1024, 6, int(3 * C.GB), "fp32", "exact_sgd")
+            for i in range(8)]
+    assert plain == zero                                     # earlier seeds draw what they drew
+    rows = [t for i in range(12) for t in broad_sample_tables(i, 7, BroadSpace(row_share=1.0), 1024, 6,
+                                                              int(3 * C.GB), "fp32", "exact_sgd")
+            if lookup_origin(t) == "row-block"]
+    assert len(rows) >= 12
+    for t in rows[:5]:
+        idx, off = table_lookups(t, 1024, 0)
+        assert idx.min(initial=0) >= 0 and idx.max(initial=-1) < t.rows and len(off) == 1025

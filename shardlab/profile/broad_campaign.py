@@ -7,7 +7,11 @@ optimizer state fit ``max_table_gb``; the cap is recorded), pooling log-uniform 
 a share of one-hot and of fixed-length multi-hot features, dims 4..256, access laws from
 near-uniform (Zipf alpha 0) to heavy skew (alpha 1.4) -- and, in a share of samples, replaces
 some tables by one **column slice** (the table at dim/k, k in 2, 4, 8, same lookups), the
-sub-tables column-wise sharding puts on a device, so a model learns what a split costs.
+sub-tables column-wise sharding puts on a device, so a model learns what a split costs. With
+``row_share`` (issue 18; default 0, so earlier seeds draw what they always drew) a share of
+samples also replaces some tables by one **row block** (rows/k of them, k in 2, 4, 8, with
+the lookups that fall in them: :func:`shardlab.data.lookups.row_block`), what row-wise
+sharding puts on a device; that choice has its own random stream.
 Keys ``compute:<profile>:broad:train:s<seed>:<i>``; kind ``compute``; a rerun resumes.
 """
 
@@ -21,6 +25,7 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.data.generator import table_from_params
+from shardlab.data.lookups import row_block
 from shardlab.errors import ShardlabError
 from shardlab.profile.campaign import run_jobs, take_within
 from shardlab.profile.hardware import HardwareProfile, get_profile
@@ -55,11 +60,15 @@ class BroadSpace:
     """Share of samples in which 1..3 tables are replaced by one of their column slices."""
     split_ways: tuple[int, ...] = (2, 4, 8)
     """Column splits k: a slice has dim/k columns (a multiple of 4) and the table's lookups."""
+    row_share: float = 0.0
+    """Share of samples in which 1..3 tables are replaced by one of their row blocks."""
+    row_ways: tuple[int, ...] = (2, 4, 8)
+    """Row splits k: a block has about rows/k rows and the lookups that fall in them."""
 
     def __post_init__(self) -> None:
         if not 0 < self.rows[0] <= self.rows[1] or not 0 < self.pooling[0] <= self.pooling[1]:
             raise ShardlabError("BroadSpace: fields 'rows' and 'pooling' must be positive (low, high) ranges")
-        for name in ("one_hot", "fixed_multi_hot", "split_share"):
+        for name in ("one_hot", "fixed_multi_hot", "split_share", "row_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ShardlabError(f"BroadSpace: field '{name}' must be a share in [0, 1]")
         if any(d <= 0 or d % C.DIM_MULTIPLE for d in self.dims):
@@ -115,6 +124,16 @@ def broad_sample_tables(index: int, seed: int, space: BroadSpace, batch_size: in
             part = column_slice(chosen[int(i)], int(space.split_ways[int(rng.integers(len(space.split_ways)))]))
             if part is not None:
                 chosen[int(i)] = part
+    rows_rng = np.random.default_rng([seed, index, 0x2085])     # its own stream: row_share 0 changes nothing
+    if chosen and rows_rng.uniform() < space.row_share:
+        for i in rows_rng.permutation(len(chosen))[: int(rows_rng.integers(1, min(3, len(chosen)) + 1))]:
+            t = chosen[int(i)]
+            k = int(space.row_ways[int(rows_rng.integers(len(space.row_ways)))])
+            if t.rows >= 2 * k and C.COLUMN_SLICE_MARK not in t.name:
+                j = int(rows_rng.integers(k))
+                start, stop = j * t.rows // k, (j + 1) * t.rows // k
+                chosen[int(i)] = row_block(t, start, stop - start, batch_size,
+                                           name=f"{t.name}[r{start}:{stop}]")
     return chosen
 
 
