@@ -140,9 +140,11 @@ def broad_sample_tables(index: int, seed: int, space: BroadSpace, batch_size: in
 def run_broad_campaign(store_path: str, n_samples: int, profile: str | HardwareProfile = "cpu",
                        space: BroadSpace = BroadSpace(), max_tables: int = 10, mem_cap_gb: float = 3.0,
                        workers: int = 1, seed: int = 0, progress: bool = True,
-                       on_sample: Callable[[str, dict[str, Any]], None] | None = None) -> int:
+                       on_sample: Callable[[str, dict[str, Any]], None] | None = None,
+                       deadline: float | None = None) -> int:
     """Measure broad samples 0..n_samples-1 not yet in the store (kind ``compute``); returns how
-    many were added. ``mem_cap_gb``: one op's tables at most (GB)."""
+    many were added. ``mem_cap_gb``: one op's tables at most (GB); ``workers`` and ``deadline``:
+    see :func:`~shardlab.profile.campaign.run_jobs`."""
     prof = get_profile(profile)
     if n_samples < 0 or workers < 1 or max_tables < 1:
         raise ShardlabError("broad campaign: fields 'n_samples' >= 0, 'workers' >= 1, 'max_tables' >= 1 required")
@@ -161,4 +163,4 @@ def run_broad_campaign(store_path: str, n_samples: int, profile: str | HardwareP
                                          prof.optimizer)
             jobs.append((f"{prefix}{i}", [t.to_dict() for t in tables], prof.to_dict()))
         return run_jobs(store, "compute", jobs, provenance, workers, f"broad compute samples ({prof.name})",
-                        progress, on_sample)
+                        progress, on_sample, deadline)

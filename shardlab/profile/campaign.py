@@ -12,6 +12,7 @@ loses at most the samples in flight, and a rerun skips the keys already stored.
 from __future__ import annotations
 
 import multiprocessing as mp
+import time
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -64,9 +65,18 @@ def _measure(job: tuple[str, list[dict[str, Any]], dict[str, Any]]) -> tuple[str
 
 def run_jobs(store: SampleStore, kind: str, jobs: list[tuple[str, list[dict[str, Any]], dict[str, Any]]],
               provenance: dict[str, Any], workers: int, desc: str, progress: bool,
-              on_sample: Callable[[str, dict[str, Any]], None] | None = None) -> int:
+              on_sample: Callable[[str, dict[str, Any]], None] | None = None,
+              deadline: float | None = None) -> int:
     """Measure ``jobs`` (key, tables as dicts, profile as dict) with ``workers`` spawned
-    processes (1 = here) and commit each result as it arrives; returns how many were added."""
+    processes (1 = here) and commit each result as it arrives; returns how many were added.
+    On a CUDA profile this process times every op on the one GPU and ``workers`` processes make
+    the lookup batches ahead (:mod:`shardlab.profile.prefetch`). ``deadline``
+    (``time.monotonic()`` seconds): take no new job after it (results in flight are kept)."""
+    if jobs and jobs[0][2]["device"] == "cuda":
+        from shardlab.profile.prefetch import run_jobs_prefetched
+
+        return run_jobs_prefetched(store, kind, [(k, t) for k, t, _ in jobs], HardwareProfile(**jobs[0][2]),
+                                   provenance, workers, desc, progress, deadline, on_sample=on_sample)
     added = 0
     bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
     if workers == 1:
@@ -82,6 +92,8 @@ def run_jobs(store: SampleStore, kind: str, jobs: list[tuple[str, list[dict[str,
             if on_sample:
                 on_sample(key, payload)
             bar.update(1)
+            if deadline is not None and time.monotonic() > deadline:
+                break
     finally:
         bar.close()
         if pool_ctx is not None:
@@ -94,9 +106,11 @@ def run_compute_campaign(store_path: str, n_samples: int, profile: str | Hardwar
                          pool: str = C.DEFAULT_POOL, split: str = "train", max_tables: int = 15,
                          mem_cap_gb: float = 4.0, workers: int = 1, seed: int = 0,
                          progress: bool = True,
-                         on_sample: Callable[[str, dict[str, Any]], None] | None = None) -> int:
+                         on_sample: Callable[[str, dict[str, Any]], None] | None = None,
+                         deadline: float | None = None) -> int:
     """Measure the samples 0..n_samples-1 not yet in the store at ``store_path``; returns how
-    many were added. ``workers`` processes measure in parallel (1 = in this process)."""
+    many were added. ``workers`` processes measure in parallel (1 = in this process; on a CUDA
+    profile they make lookup batches for the one GPU instead); ``deadline``: see :func:`run_jobs`."""
     prof = get_profile(profile)
     if n_samples < 0 or workers < 1 or max_tables < 1:
         raise ShardlabError("campaign: fields 'n_samples' >= 0, 'workers' >= 1, 'max_tables' >= 1 required")
@@ -118,7 +132,7 @@ def run_compute_campaign(store_path: str, n_samples: int, profile: str | Hardwar
                                            prof.optimizer)
             jobs.append((key, [t.to_dict() for t in chosen], prof.to_dict()))
         added = run_jobs(store, "compute", jobs, provenance, workers, f"compute samples ({prof.name})",
-                          progress, on_sample)
+                          progress, on_sample, deadline)
     return added
 
 
@@ -135,7 +149,8 @@ def singles_of(sample: dict[str, Any], singles: dict[str, Any]) -> list[dict[str
 
 
 def run_single_table_costs(store_path: str, profile: str | HardwareProfile = "cpu", workers: int = 1,
-                           max_samples: int | None = None, progress: bool = True) -> int:
+                           max_samples: int | None = None, progress: bool = True,
+                           deadline: float | None = None) -> int:
     """Measure, alone, every (table, dim) that appears in the store's compute samples of
     ``profile`` (the first ``max_samples`` of them by key order, or all) and is not measured
     yet (kind ``"single"``); returns how many were added. These are the "sum of single-table
@@ -155,7 +170,8 @@ def run_single_table_costs(store_path: str, profile: str | HardwareProfile = "cp
                 if key not in done:
                     todo[key] = t
         jobs = [(key, [t], prof.to_dict()) for key, t in todo.items()]
-        return run_jobs(store, "single", jobs, provenance, workers, f"single tables ({prof.name})", progress)
+        return run_jobs(store, "single", jobs, provenance, workers, f"single tables ({prof.name})", progress,
+                        deadline=deadline)
 
 
 def _key_order(key: str) -> tuple[str, int]:

@@ -109,11 +109,14 @@ def fused_inputs(tables: Sequence[Table], batch_size: int, batch_index: int) -> 
 
 
 def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "cpu",
-                    max_gb: float = DEFAULT_MAX_GB, first_batch: int = 0) -> ComputeSample:
+                    max_gb: float = DEFAULT_MAX_GB, first_batch: int = 0,
+                    inputs: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None) -> ComputeSample:
     """Measure one fused op holding ``tables`` (module docstring). Refuses ops whose weights
     and optimizer state exceed ``max_gb`` GB, naming the largest table. The inputs are lookup
     batches ``first_batch`` .. ``first_batch + profile.input_batches - 1`` of every table (the
-    same for every caller by default, so ops measured for different plans see the same lookups)."""
+    same for every caller by default, so ops measured for different plans see the same lookups).
+    ``inputs``: those batches made beforehand (:func:`fused_inputs` of ``tables``, on any device;
+    a GPU campaign prepares them in other processes while it times), used instead."""
     profile = get_profile(profile)
     if not tables:
         raise ShardlabError("measure_compute: field 'tables' is empty")
@@ -126,8 +129,10 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ShardlabError(f"hardware profile '{profile.name}': field 'device' = 'cuda' but no GPU is visible")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    batches = [tuple(x.to(device) for x in fused_inputs(tables, profile.batch_size, k))
-               for k in range(first_batch, first_batch + profile.input_batches)]
+    if inputs is None:
+        inputs = [fused_inputs(tables, profile.batch_size, k)
+                  for k in range(first_batch, first_batch + profile.input_batches)]
+    batches = [tuple(x.to(device) for x in batch) for batch in inputs]
     fw, bw, tot = [], [], []
     with _threads(profile.threads):
         op = build_tbe(tables, profile, device)
