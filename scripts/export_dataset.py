@@ -47,6 +47,14 @@ def summary_lines(store_path: str) -> list[str]:
                 lines.append(f"- fwd+bwd ms: median {np.median(tot):.2f}, min {tot.min():.2f}, max {tot.max():.2f}; "
                              f"median relative spread (p75-p25)/median {np.median(spread):.3f}; median bw/fw "
                              f"{np.median(ratio):.2f}")
+            elif kind.startswith("plan_compute:"):
+                done = [r for r in rows if "rounds_cost_ms" in r]
+                cost = np.array([np.median(r["rounds_cost_ms"]) for r in done])
+                tasks = sorted({r["task"]["name"] for r in rows})
+                lines.append(f"- {done[0]['covers'] if done else ''}; {len(tasks)} tasks, methods "
+                             f"{', '.join(sorted({r['method'] for r in rows}))}; {len(rows) - len(done)} skipped "
+                             f"(infeasible for the method); median over rounds, ms: median {np.median(cost):.2f}, "
+                             f"min {cost.min():.2f}, max {cost.max():.2f}")
             elif kind.startswith("plan:"):
                 cost = np.array([r["cost_ms"] for r in rows])
                 methods = sorted({r["method"] for r in rows})
