@@ -11,6 +11,7 @@ loses at most the samples in flight, and a rerun skips the keys already stored.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import time
 from typing import Any, Callable, Iterable
@@ -63,22 +64,29 @@ def _measure(job: tuple[str, list[dict[str, Any]], dict[str, Any]]) -> tuple[str
     return key, sample.to_dict()
 
 
-def run_jobs(store: SampleStore, kind: str, jobs: list[tuple[str, list[dict[str, Any]], dict[str, Any]]],
+def run_jobs(store: SampleStore, kind: str, jobs: Iterable[tuple[str, list[dict[str, Any]], dict[str, Any]]],
               provenance: dict[str, Any], workers: int, desc: str, progress: bool,
               on_sample: Callable[[str, dict[str, Any]], None] | None = None,
-              deadline: float | None = None) -> int:
+              deadline: float | None = None, total: int | None = None) -> int:
     """Measure ``jobs`` (key, tables as dicts, profile as dict) with ``workers`` spawned
     processes (1 = here) and commit each result as it arrives; returns how many were added.
     On a CUDA profile this process times every op on the one GPU and ``workers`` processes make
     the lookup batches ahead (:mod:`shardlab.profile.prefetch`). ``deadline``
-    (``time.monotonic()`` seconds): take no new job after it (results in flight are kept)."""
-    if jobs and jobs[0][2]["device"] == "cuda":
+    (``time.monotonic()`` seconds): take no new job after it (results in flight are kept).
+    ``jobs`` may be a generator (drawn as they are taken; ``total``: how many, for the bar)."""
+    total = len(jobs) if total is None and hasattr(jobs, "__len__") else total
+    it = iter(jobs)
+    first = next(it, None)
+    if first is None:
+        return 0
+    jobs = itertools.chain([first], it)
+    if first[2]["device"] == "cuda":
         from shardlab.profile.prefetch import run_jobs_prefetched
 
-        return run_jobs_prefetched(store, kind, [(k, t) for k, t, _ in jobs], HardwareProfile(**jobs[0][2]),
-                                   provenance, workers, desc, progress, deadline, on_sample=on_sample)
+        return run_jobs_prefetched(store, kind, ((k, t) for k, t, _ in jobs), HardwareProfile(**first[2]),
+                                   provenance, workers, desc, progress, deadline, on_sample=on_sample, total=total)
     added = 0
-    bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
+    bar = tqdm(total=total, desc=desc, disable=not progress)
     if workers == 1:
         results = map(_measure, jobs)
         pool_ctx = None
@@ -128,6 +136,8 @@ def run_compute_campaign(store_path: str, n_samples: int, profile: str | Hardwar
             key = f"{prefix}{i}"
             if key in done:
                 continue
+            if deadline is not None and time.monotonic() > deadline:    # drawing jobs can be slow too
+                break
             chosen = compute_sample_tables(tables, i, seed, max_tables, mem, prof.weights_precision,
                                            prof.optimizer)
             jobs.append((key, [t.to_dict() for t in chosen], prof.to_dict()))

@@ -75,17 +75,19 @@ def _tensors(batches: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[torch.T
     return [(torch.from_numpy(i), torch.from_numpy(o)) for i, o in batches]
 
 
-def run_jobs_prefetched(store: SampleStore, kind: str, jobs: list[Job], profile: HardwareProfile,
+def run_jobs_prefetched(store: SampleStore, kind: str, jobs: Iterable[Job], profile: HardwareProfile,
                         provenance: dict[str, Any], workers: int, desc: str, progress: bool,
                         deadline: float | None = None, max_gb: float | None = None,
-                        on_sample: Callable[[str, dict[str, Any]], None] | None = None) -> int:
+                        on_sample: Callable[[str, dict[str, Any]], None] | None = None,
+                        total: int | None = None) -> int:
     """Measure ``jobs`` here, in order, with their batches made ahead (module docstring), and
     commit each sample as it is measured; returns how many were added. Stops taking jobs once
-    ``time.monotonic()`` passes ``deadline``."""
+    ``time.monotonic()`` passes ``deadline``. ``jobs`` may be a generator (drawn only as the
+    window needs them); ``total``: how many, for the progress bar."""
     from shardlab.profile.compute import DEFAULT_MAX_GB, measure_compute
 
     added = 0
-    bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
+    bar = tqdm(total=total, desc=desc, disable=not progress)
     try:
         for key, tables, batches in prefetched(jobs, profile.batch_size, profile.input_batches, workers,
                                                window=max(2, 2 * workers)):

@@ -1,0 +1,92 @@
+"""The one-GPU campaign machinery, run here on CPU: lookup batches made ahead by worker
+processes, deadlines, whole-plan compute in paired rounds, the h100 profile."""
+
+import time
+
+import numpy as np
+import pytest
+
+from shardlab import constants as C
+from shardlab.data.tasks import generate_task, pool_tables
+from shardlab.experiments.plan_compute import COVERS, measure_plan_compute
+from shardlab.profile.broad_campaign import BroadSpace, run_broad_campaign
+from shardlab.profile.campaign import compute_sample_tables
+from shardlab.profile.compute import fused_inputs, measure_compute
+from shardlab.profile.hardware import get_profile, profile_with
+from shardlab.profile.prefetch import prefetched, run_jobs_prefetched
+from shardlab.profile.store import SampleStore
+from shardlab.tables import Table
+
+PROF = profile_with("cpu", batch_size=128, repeats=2, warmup=1)
+
+
+def _jobs(n):
+    tables = pool_tables(C.DEFAULT_POOL, "train")
+    return [(f"k{i}", [t.to_dict() for t in compute_sample_tables(tables, i, 0, 4, int(C.GB), "fp32", "exact_sgd")])
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_prefetched_batches_are_the_jobs_own_in_order(workers):
+    jobs = _jobs(4)
+    got = list(prefetched(iter(jobs), 128, 2, workers, window=3))
+    assert [k for k, _, _ in got] == [k for k, _ in jobs]
+    for (_, tables, batches), (_, want_tables) in zip(got, jobs):
+        assert tables == want_tables and len(batches) == 2
+        for k, (idx, off) in enumerate(batches):
+            want_idx, want_off = fused_inputs([Table.from_dict(t) for t in tables], 128, k)
+            assert np.array_equal(idx.numpy(), want_idx.numpy()) and np.array_equal(off.numpy(), want_off.numpy())
+
+
+def test_measure_compute_uses_given_batches(monkeypatch):
+    import shardlab.profile.compute as compute
+
+    tables = [Table.from_dict(t) for t in _jobs(1)[0][1]]
+    batches = [fused_inputs(tables, 128, k) for k in range(PROF.input_batches)]
+
+    def no_drawing(*a):
+        raise AssertionError("batches were drawn again")
+
+    monkeypatch.setattr(compute, "fused_inputs", no_drawing)
+    s = measure_compute(tables, PROF, inputs=batches)
+    assert s.total_ms > 0 and len(s.tables) == len(tables)
+    with pytest.raises(AssertionError, match="drawn again"):
+        measure_compute(tables, PROF)
+
+
+def test_prefetched_campaign_commits_and_stops_at_its_deadline(tmp_path):
+    path = str(tmp_path / "s.db")
+    with SampleStore(path) as store:
+        assert run_jobs_prefetched(store, "compute", _jobs(3), PROF, {"p": 1}, 1, "t", False) == 3
+        assert run_jobs_prefetched(store, "compute", _jobs(5)[3:], PROF, {"p": 1}, 0, "t", False,
+                                   deadline=time.monotonic() - 1) == 0
+        assert store.count("compute") == 3
+
+
+def test_broad_campaign_draws_nothing_past_its_deadline(tmp_path):
+    path = str(tmp_path / "b.db")
+    t0 = time.perf_counter()
+    added = run_broad_campaign(path, 500, PROF, space=BroadSpace(row_share=1.0), max_tables=3, mem_cap_gb=1.0,
+                               progress=False, deadline=time.monotonic() - 1)
+    assert added == 0 and time.perf_counter() - t0 < 5       # 500 drawn samples would take far longer
+
+
+def test_plan_compute_rounds_are_paired_and_resumable(tmp_path):
+    path = str(tmp_path / "p.db")
+    task = generate_task(ntables=8, ngpu=2, batch_size=128, seed=3, name="t8")
+    assert measure_plan_compute(path, [task], ["size_greedy", "dim_greedy"], PROF, rounds=2, workers=0,
+                                progress=False) == 2
+    with SampleStore(path) as store:
+        recs = {r["method"]: r for r in store.samples("plan_compute:2")}
+    for r in recs.values():
+        arr = np.asarray(r["rounds_fw_bw_ms"])
+        assert arr.shape == (2, 2, 2) and (arr >= 0).all() and r["covers"] == COVERS
+        assert np.allclose(r["rounds_cost_ms"], arr.sum(axis=2).max(axis=1))
+    assert measure_plan_compute(path, [task], ["size_greedy", "dim_greedy"], PROF, rounds=2, workers=0,
+                                progress=False) == 0
+
+
+def test_h100_profile_is_the_seeds_setting_on_cuda():
+    p = get_profile("h100")
+    assert (p.device, p.batch_size, p.weights_precision, p.optimizer) == ("cuda", 65536, "fp32", "exact_sgd")
+    assert p.comm_backend == "gloo"      # one GPU: no NCCL between ranks
