@@ -90,3 +90,36 @@ def test_h100_profile_is_the_seeds_setting_on_cuda():
     p = get_profile("h100")
     assert (p.device, p.batch_size, p.weights_precision, p.optimizer) == ("cuda", 65536, "fp32", "exact_sgd")
     assert p.comm_backend == "gloo"      # one GPU: no NCCL between ranks
+
+
+def _op(profile, i, tables, ms):
+    return {"key": f"compute:{profile}:dlrm-synth:train:s0:{i}", "tables": tables, "fw_ms": ms / 3, "bw_ms": 2 * ms / 3}
+
+
+def test_same_ops_pair_by_index_and_refuse_different_tables():
+    from shardlab.experiments.gpu_compute import cross_device, same_ops
+
+    t = [{"name": "a", "rows": 10, "dim": 4}]
+    u = [{"name": "b", "rows": 10, "dim": 4}]
+    cpu = [_op("cpu", i, t, 10.0 * (i + 1)) for i in range(4)]
+    gpu = [_op("h100", i, t, 1.0 * (i + 1)) for i in (3, 1, 0)]           # one op missing, order shuffled
+    a, b = same_ops(cpu, gpu)
+    assert np.allclose(a, [10, 20, 40]) and np.allclose(b, [1, 2, 4])
+    assert cross_device(a, b)["spearman"] == pytest.approx(1.0)
+    assert cross_device(a, b)["ratio_p90_over_p10"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="different tables"):
+        same_ops(cpu, [_op("h100", 0, u, 1.0)])
+
+
+def test_plan_verdicts_follow_the_paired_rounds():
+    from shardlab.experiments.gpu_compute import plan_verdicts
+
+    def rec(method, rounds):
+        return {"ngpu": 4, "task": {"name": "t"}, "method": method, "rounds_cost_ms": rounds}
+
+    ref = [10.0, 14.0, 9.0, 12.0, 11.0]                                   # drifting rounds
+    out = plan_verdicts([rec("lookup_greedy", ref), rec("fast", [x * 0.8 for x in ref]),
+                         rec("slow", [x * 1.3 for x in ref]), rec("same", [x * (1 + (-1) ** i * 0.02) for i, x in enumerate(ref)])])
+    got = {r["method"]: r["verdict"] for r in out["per_task"]}
+    assert got == {"fast": "faster", "slow": "slower", "same": "within noise"}
+    assert out["counts"]["G=4 fast"] == {"faster": 1, "slower": 0, "within noise": 0}

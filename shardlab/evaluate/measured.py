@@ -89,7 +89,8 @@ def _comm(dims: Sequence[int], delays: Sequence[float] | None, profile: Hardware
     return np.asarray(s.fw_comm_ms), np.asarray(s.bw_comm_ms)
 
 
-def _shard_key(tables: Sequence[Table]) -> tuple:
+def shard_key(tables: Sequence[Table]) -> tuple:
+    """A shard's identity (name, rows, dim per table, sorted): equal keys are the same fused op."""
     return tuple(sorted((t.name, t.rows, t.dim) for t in tables))
 
 
@@ -114,7 +115,7 @@ def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None =
     for g in mine:
         tables = shards[g]
         if tables:
-            key = _shard_key(tables)
+            key = shard_key(tables)
             if key not in cache:
                 s = measure_compute(list(tables), profile)
                 cache[key] = (s.fw_ms, s.bw_ms)
@@ -225,7 +226,7 @@ class MeasuredEvaluator:
             validate_plan(task, p)
         shards = {k: device_tables(task, p) for k, p in plans.items()}
         patterns = {k: comm_pattern(task, p, prof.batch_size) for k, p in plans.items()}
-        sig = {k: tuple(_shard_key(x) for x in s) for k, s in shards.items()}
+        sig = {k: tuple(shard_key(x) for x in s) for k, s in shards.items()}
         first: dict[tuple, str] = {}      # identical plans are measured once per round
         for k in plans:
             first.setdefault(sig[k], k)

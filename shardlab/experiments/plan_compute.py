@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from shardlab.evaluate.measured import _shard_key, round_orders
+from shardlab.evaluate.measured import shard_key, round_orders
 from shardlab.evaluate.values import device_tables
 from shardlab.profile.compute import measure_compute
 from shardlab.profile.hardware import HardwareProfile, get_profile
@@ -64,7 +64,7 @@ def measure_plan_compute(store_path: str, tasks: Sequence[Task], methods: Sequen
                 except Exception as e:        # infeasible for this method: recorded, not measured
                     skipped[m] = f"{type(e).__name__}: {e}"
             shards = {m: device_tables(task, p) for m, p in plans.items()}
-            ops = {_shard_key(ts): ts for s in shards.values() for ts in s if ts}
+            ops = {shard_key(ts): ts for s in shards.values() for ts in s if ts}
             jobs = [(str(i), [t.to_dict() for t in ts]) for i, ts in enumerate(ops.values())]
             made = {int(i): batches for i, _, batches in
                     prefetched(jobs, prof.batch_size, prof.input_batches, workers, window=max(2, 2 * workers))}
@@ -78,7 +78,7 @@ def measure_plan_compute(store_path: str, tasks: Sequence[Task], methods: Sequen
                         if not ts:
                             per_device.append([0.0, 0.0])
                             continue
-                        key = _shard_key(ts)
+                        key = shard_key(ts)
                         if key not in cache:
                             s = measure_compute(list(ts), prof, max_gb=max_gb, inputs=inputs[key])
                             cache[key] = [s.fw_ms, s.bw_ms]
