@@ -75,6 +75,9 @@ SPLIT_TIE = 0.01
 #: Name of the default shipped table pool.
 DEFAULT_POOL = "dlrm-synth"
 
+#: GPUs per host assumed where a task says nothing (table-row-wise keeps a table inside one host).
+DEFAULT_HOST_SIZE = 8
+
 #: The five heuristic sharders of the seed papers, in the order ``search/heuristics.py`` registers
 #: them (ALGORITHMS.md section 3). The one list of them: benchmarks, plan campaigns and tests use it.
 HEURISTIC_METHODS = ("random", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")

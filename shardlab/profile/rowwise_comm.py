@@ -26,6 +26,11 @@ import torch.distributed as dist
 
 from shardlab.errors import field_error
 
+#: The collectives under their current names (torch 2.13 deprecates ``reduce_scatter_tensor`` and
+#: ``all_gather_into_tensor``; the device image's torch 2.11 may only have the old ones).
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
 
 @dataclass(frozen=True)
 class RowWise:
@@ -88,12 +93,12 @@ class RowWiseExchange:
     def forward(self) -> None:
         """Partial sums reduce-scattered: each rank keeps its slice, summed over ranks."""
         if self.rw.dim:
-            dist.reduce_scatter_tensor(self.summed, self.partial)
+            _REDUCE_SCATTER(self.summed, self.partial)
 
     def backward(self) -> None:
         """Slice gradients all-gathered to every rank."""
         if self.rw.dim:
-            dist.all_gather_into_tensor(self.grads, self.grad)
+            _ALL_GATHER(self.grads, self.grad)
 
 
 def check_rowwise(rank: int, cfg: dict, rowwise: RowWise, world_size: int) -> dict[str, Any]:

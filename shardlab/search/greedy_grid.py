@@ -117,14 +117,16 @@ class Contents:
 
 
 def greedy_grid(block_rows: np.ndarray, local: np.ndarray, order: np.ndarray, mem_need: np.ndarray,
-                dims: np.ndarray, dim_caps: np.ndarray, mem_cap: int, ngpu: int, coster: HeadCoster) -> GridResult:
+                dims: np.ndarray, dim_caps: np.ndarray, mem_cap: int, ngpu: int, coster: HeadCoster,
+                pinned: np.ndarray | None = None) -> GridResult:
     """The greedy placement of S states under C caps at once (module docstring).
 
     ``block_rows`` (B, h): :meth:`HeadCoster.rows` of the B distinct blocks of all states;
     ``local`` (S, B): each distinct block's index among the state's blocks, -1 where the state
     lacks it; ``order`` (B,): the distinct blocks in placement order; ``mem_need`` (B,) bytes
     and ``dims`` (B,) columns per distinct block; ``dim_caps`` (S, C) dim-sum cap per device;
-    ``mem_cap`` bytes per device.
+    ``mem_cap`` bytes per device; ``pinned`` (B,): the device a block must go to (row blocks,
+    ``search/row_wise.py``; dead where it does not fit), -1 where the rule chooses.
     """
     s_n = local.shape[0]
     n = int((local >= 0).sum(axis=1).max())
@@ -151,6 +153,8 @@ def greedy_grid(block_rows: np.ndarray, local: np.ndarray, order: np.ndarray, me
         fits = row_mem + mem_need[blk] <= mem_cap
         ok = fits & (dsum[rows] + dims[blk] <= cap[rows, None] + 1e-9)
         ok = np.where(ok.any(axis=1, keepdims=True), ok, fits)
+        if pinned is not None and pinned[blk] >= 0:
+            ok = fits & (np.arange(g) == pinned[blk])[None, :]
         alive[rows] &= ok.any(axis=1)
         if len(scratch) < contents.size:
             scratch = np.zeros(2 * contents.size, dtype=np.int64)

@@ -37,46 +37,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from shardlab.costmodel.base import IncrementalComputeModel, Simulated, simulate_many
+from shardlab.costmodel.base import Simulated, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.plan import Placement, Plan
 from shardlab import constants as C
 from shardlab.search.base import check_search_gpus, register_sharder
+from shardlab.search.blocks import Block, ShardCoster, split_block, whole_blocks
 from shardlab.search.greedy_grid import HeadCoster, greedy_grid
+from shardlab.search.row_wise import choose_rows, oversized, row_metadata
 from shardlab.search.split_guard import Judge, State, guard_order
 from shardlab.tables import Table, Task
 
 #: The seed's 11 dim-balance caps.
 DEFAULT_CAPS = tuple(float(x) for x in np.linspace(1.0, 1.5, 11))
-
-
-@dataclass(frozen=True)
-class Block:
-    """A column block of a table: ``cols`` columns from ``col_offset``, as a sub-table."""
-
-    table: Table
-    parent: str
-    col_offset: int
-
-    @property
-    def cols(self) -> int:
-        """Width of the block."""
-        return self.table.dim
-
-
-def whole_blocks(task: Task) -> tuple[Block, ...]:
-    """One block per table (no splits)."""
-    return tuple(Block(t, t.name, 0) for t in task.tables)
-
-
-def split_block(blocks: tuple[Block, ...], i: int) -> tuple[Block, ...]:
-    """``blocks`` with block i halved (two blocks of cols/2)."""
-    b = blocks[i]
-    half = b.cols // 2
-    parts = tuple(Block(b.table.with_dim(half, name=f"{b.parent}[{off}:{off + half}]"), b.parent, off)
-                  for off in (b.col_offset, b.col_offset + half))
-    return blocks[:i] + parts + blocks[i + 1:]
 
 
 @dataclass(frozen=True)
@@ -86,35 +60,6 @@ class Ranked:
 
     state: State
     ratios: dict[str, float]
-
-
-class ShardCoster:
-    """Predicted fused compute (fw, bw ms) of device shards, incremental where the model allows."""
-
-    def __init__(self, model: Any):
-        self.model = model
-        self.incremental = isinstance(model, IncrementalComputeModel)
-        self._emb: dict[Table, np.ndarray] = {}
-        self._cache: dict[tuple, np.ndarray] = {}
-
-    def embed(self, blocks: Sequence[Block]) -> np.ndarray:
-        """(n, d) encodings of the blocks (cached per sub-table). Each table is encoded alone:
-        a float32 encoder's rows depend in their last bits on the batch they were computed in,
-        and a table's encoding must not depend on which states the search happened to cost
-        together (near-equal plans would then rank differently)."""
-        for b in blocks:
-            if b.table not in self._emb:
-                self._emb[b.table] = self.model.embed([b.table])[0]
-        return np.stack([self._emb[b.table] for b in blocks])
-
-    def shards(self, shards: Sequence[Sequence[Table]]) -> np.ndarray:
-        """(n, 2) fw/bw ms through ``predict``, cached by shard content."""
-        keys = [tuple(sorted((t.name, t.dim) for t in s)) for s in shards]
-        todo = [i for i, k in enumerate(keys) if k not in self._cache]
-        if todo:
-            for i, row in zip(todo, self.model.predict([shards[i] for i in todo])):
-                self._cache[keys[i]] = np.asarray(row, dtype=float)
-        return np.stack([self._cache[k] for k in keys]) if keys else np.zeros((0, 2))
 
 
 @dataclass
@@ -132,6 +77,8 @@ class NeuroShardSharder:
     split_guard: bool = True
     guard_models: tuple[str | CostModelBundle, ...] = C.SPLIT_GUARD_JUDGES
     batched: bool = True
+    row_wise: bool = True
+    host_size: int = C.DEFAULT_HOST_SIZE
     _bundle: CostModelBundle | None = field(default=None, repr=False)
 
     def bundle(self) -> CostModelBundle:
@@ -160,16 +107,20 @@ class NeuroShardSharder:
             local[s, [ids[self._block_id(b)] for b in blocks]] = np.arange(len(blocks))
         emb = coster.embed(distinct)
         single = coster.model.predict_sums(emb, np.ones(len(distinct))).sum(axis=1)
-        # a state's order is (-single cost, its own block index); its blocks' indices follow
-        # (table, column offset), so one order over all distinct blocks serves every state
+        # a state's order is (pinned first, -single cost, its own block index); its blocks'
+        # indices follow (table, column offset, row offset), so one order over all distinct
+        # blocks serves every state
         table_at = {t.name: k for k, t in enumerate(task.tables)}
-        order = np.array(sorted(range(len(distinct)), key=lambda i: (-single[i], table_at[distinct[i].parent],
-                                                                    distinct[i].col_offset)))
+        order = np.array(sorted(range(len(distinct)), key=lambda i: (
+            distinct[i].device < 0, -single[i], table_at[distinct[i].parent], distinct[i].col_offset,
+            distinct[i].row_offset)))
+        pinned = np.array([b.device for b in distinct])
         dims = np.array([b.cols for b in distinct])
         mem_need = np.array([task.block_bytes(b.table.rows, b.cols) for b in distinct], dtype=np.int64)
         dim_caps = np.array(self.caps)[None, :] * np.array([sum(b.cols for b in st) for st in states])[:, None] / task.ngpu
         head = HeadCoster(coster.model)
-        grid = greedy_grid(head.rows(emb), local, order, mem_need, dims, dim_caps, task.mem_cap_bytes, task.ngpu, head)
+        grid = greedy_grid(head.rows(emb), local, order, mem_need, dims, dim_caps, task.mem_cap_bytes, task.ngpu, head,
+                           pinned if (pinned >= 0).any() else None)
         out: list[tuple[list[int], Simulated] | None] = []
         for s, blocks in enumerate(states):
             caps = np.flatnonzero(grid.alive[s])
@@ -200,14 +151,15 @@ class NeuroShardSharder:
         else:
             emb = None
             single = coster.shards([[b.table] for b in blocks]).sum(axis=1)
-        order = sorted(range(len(blocks)), key=lambda i: (-single[i], i))
+        pinned = np.array([b.device for b in blocks])
+        order = sorted(range(len(blocks)), key=lambda i: (pinned[i] < 0, -single[i], i))   # pinned blocks first
         mean_dim = dims.sum() / g
         best: tuple[list[int], Simulated] | None = None
         dim_caps = np.array(self.caps) * mean_dim
         if emb is not None:
-            results = self._greedy_caps(task, order, emb, mem_need, dims, dim_caps, coster.model)
+            results = self._greedy_caps(task, order, emb, mem_need, dims, dim_caps, coster.model, pinned)
         else:
-            results = [self._greedy(task, blocks, order, mem_need, dims, c, coster) for c in dim_caps]
+            results = [self._greedy(task, blocks, order, mem_need, dims, c, coster, pinned) for c in dim_caps]
         done = [got for got in results if got is not None]
         if not done:
             return None
@@ -221,9 +173,11 @@ class NeuroShardSharder:
 
     @staticmethod
     def _greedy_caps(task: Task, order: list[int], emb: np.ndarray, mem_need: np.ndarray, dims: np.ndarray,
-                     dim_caps: np.ndarray, model: Any) -> list[tuple[list[int], np.ndarray] | None]:
+                     dim_caps: np.ndarray, model: Any, pinned: np.ndarray | None = None
+                     ) -> list[tuple[list[int], np.ndarray] | None]:
         """The greedy placement for every cap at once (caps are a batch dimension: one model
-        call per block for all caps and devices). Ties: less memory, then the lower device."""
+        call per block for all caps and devices). Ties: less memory, then the lower device.
+        ``pinned[i]`` >= 0: block i goes there (if it fits)."""
         c, g = len(dim_caps), task.ngpu
         mem = np.zeros((c, g), dtype=np.int64)
         dsum = np.zeros((c, g))
@@ -237,6 +191,8 @@ class NeuroShardSharder:
             fits = mem + mem_need[i] <= task.mem_cap_bytes
             ok = fits & (dsum + dims[i] <= dim_caps[:, None] + 1e-9)
             ok = np.where(ok.any(axis=1, keepdims=True), ok, fits)
+            if pinned is not None and pinned[i] >= 0:
+                ok = fits & (np.arange(g) == pinned[i])[None, :]
             alive &= ok.any(axis=1)
             pred = model.predict_sums((sums + emb[i]).reshape(c * g, -1), (counts + 1).reshape(-1)).reshape(c, g, 2)
             total = np.where(ok, np.round(pred.sum(axis=2), 9), np.inf)
@@ -253,8 +209,10 @@ class NeuroShardSharder:
         return [(devices[k].tolist(), cost[k]) if alive[k] else None for k in range(c)]
 
     def _greedy(self, task: Task, blocks: tuple[Block, ...], order: list[int], mem_need: np.ndarray,
-                dims: np.ndarray, dim_cap: float, coster: ShardCoster) -> tuple[list[int], np.ndarray] | None:
-        """One cap's greedy placement through ``predict`` (models without incremental sums)."""
+                dims: np.ndarray, dim_cap: float, coster: ShardCoster, pinned: np.ndarray | None = None
+                ) -> tuple[list[int], np.ndarray] | None:
+        """One cap's greedy placement through ``predict`` (models without incremental sums);
+        ``pinned`` as in :meth:`_greedy_caps`."""
         g = task.ngpu
         mem = np.zeros(g, dtype=np.int64)
         dsum = np.zeros(g)
@@ -266,6 +224,8 @@ class NeuroShardSharder:
             ok = fits & (dsum + dims[i] <= dim_cap + 1e-9)
             if not ok.any():
                 ok = fits
+            if pinned is not None and pinned[i] >= 0:
+                ok = fits & (np.arange(g) == pinned[i])
             if not ok.any():
                 return None
             cand = np.flatnonzero(ok)
@@ -282,31 +242,42 @@ class NeuroShardSharder:
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
         """Search a plan (deterministic: the seed is recorded, nothing here is random)."""
-        ranked, guard = self._search(task)
-        return self._plan(task, ranked[0], seed, guard)
+        ranked, guard, rows = self._search(task)
+        return self._plan(task, ranked[0], seed, guard, rows)
 
     def candidates(self, task: Task, seed: int = 0, k: int = 3) -> list[Plan]:
         """The ``k`` best distinct plans this search evaluated (the table-wise plan and every
         beam state), by guarded cost ascending (the split guard, module docstring); the first
         is :meth:`shard`'s plan."""
-        ranked, guard = self._search(task)
+        ranked, guard, rows = self._search(task)
         out: dict[tuple, Plan] = {}
         for state in ranked:
-            plan = self._plan(task, state, seed, guard)
-            out.setdefault(tuple(sorted((p.table, p.col_offset, p.cols, p.device) for p in plan.placements)), plan)
+            plan = self._plan(task, state, seed, guard, rows)
+            out.setdefault(tuple(sorted((p.table, p.row_offset, p.col_offset, p.cols, p.device)
+                                        for p in plan.placements)), plan)
             if len(out) == k:
                 break
         return list(out.values())
 
-    def _search(self, task: Task) -> tuple[list[Ranked], dict[str, Any]]:
+    def _search(self, task: Task) -> tuple[list[Ranked], dict[str, Any], dict[str, Any]]:
         """Every evaluated state, cheapest guarded cost first (ties: the order evaluated, the
-        table-wise plan first), and what the split guard did (JSON-ready)."""
+        table-wise plan first), what the split guard did (JSON-ready), and the row layouts
+        chosen for tables that fit no device (``search/row_wise.py``; plan metadata)."""
         if self.column_wise:
             check_search_gpus(task, C.MAX_NEUROSHARD_GPUS, "column-wise neuroshard")
-        task.check_feasible(column_wise=self.column_wise)
         coster = ShardCoster(self.bundle().compute)
         comm = self.bundle().comm_for(task.ngpu)[0]
         blocks = whole_blocks(task)
+        rows: dict[str, Any] = {}
+        if self.row_wise and oversized(task):
+            def cost_many(states: list[tuple[Block, ...]]) -> list[float]:
+                return [float("inf") if got is None else got[1].cost_ms
+                        for got in self.table_wise_many(task, states, coster, comm)]
+
+            blocks, choice, _ = choose_rows(task, blocks, cost_many, Block, self.host_size)
+            rows = row_metadata(task, choice)
+        else:
+            task.check_feasible(column_wise=self.column_wise)
         best = self.table_wise_many(task, [blocks], coster, comm)[0]
         evaluated = [] if best is None else [State(blocks, best[0], best[1])]
         if self.column_wise:
@@ -332,7 +303,7 @@ class NeuroShardSharder:
                 beam = scored[: self.beam_width]
         if not evaluated:
             raise InfeasibleError(f"task '{task.name}': neuroshard found no memory-feasible plan", "", 0.0)
-        return self._guard(task, evaluated)
+        return (*self._guard(task, evaluated), rows)
 
     def _guard(self, task: Task, evaluated: list[State]) -> tuple[list[Ranked], dict[str, Any]]:
         """Rank the evaluated states: by the split guard (``search/split_guard.py``) for a guarded
@@ -355,15 +326,15 @@ class NeuroShardSharder:
         return [Ranked(evaluated[k], {n: float(r[k]) for n, r in ratios.items()}) for k in order], record
 
     @staticmethod
-    def _block_id(b: Block) -> tuple[str, int, int]:
-        return (b.parent, b.col_offset, b.cols)
+    def _block_id(b: Block) -> tuple[str, int, int, int]:
+        return (b.parent, b.col_offset, b.cols, b.row_offset)
 
     @classmethod
     def _key(cls, blocks: tuple[Block, ...]) -> tuple:
         return tuple(sorted(cls._block_id(b) for b in blocks))
 
     def _candidates(self, blocks: tuple[Block, ...], coster: ShardCoster) -> list[int]:
-        ok = [i for i, b in enumerate(blocks) if b.cols % 8 == 0]
+        ok = [i for i, b in enumerate(blocks) if b.cols % 8 == 0 and b.device < 0]
         if not ok:
             return []
         by_size = sorted(ok, key=lambda i: (-blocks[i].table.size, i))[: self.top_n]
@@ -374,14 +345,16 @@ class NeuroShardSharder:
         by_cost = [ok[j] for j in sorted(range(len(ok)), key=lambda j: (-single[j], ok[j]))[: self.top_n]]
         return sorted(set(by_size) | set(by_cost))
 
-    def _plan(self, task: Task, state: Ranked, seed: int, guard: dict[str, Any]) -> Plan:
+    def _plan(self, task: Task, state: Ranked, seed: int, guard: dict[str, Any], rows: dict[str, Any]) -> Plan:
         """The plan of one ranked state; column-wise plans carry the guard's record and their own
-        predicted and guarded cost (ms) and number of splits in ``metadata["split_guard"]``."""
+        predicted and guarded cost (ms) and number of splits in ``metadata["split_guard"]``;
+        row-split tables their layouts (``rows``: ``torchrec_sharding_types``, ``row_wise``)."""
         s = state.state
-        placements = tuple(Placement(b.parent, b.col_offset, b.cols, 0, b.table.rows, d)
+        placements = tuple(Placement(b.parent, b.col_offset, b.cols, b.row_offset, b.table.rows, d)
                            for b, d in zip(s.blocks, s.devices))
         metadata = {"split_guard": {**guard, "splits": s.splits, "predicted_ms": s.simulated.cost_ms,
                                     "guarded_ratios": state.ratios}} if guard else {}
+        metadata.update(rows)
         return Plan(task.name, self.name, task.ngpu, placements, seed, metadata=metadata)
 
 

@@ -41,8 +41,9 @@ class BlockLike(Protocol):
 
 
 def is_split(block: BlockLike) -> bool:
-    """Whether ``block`` is a column split of its table (the search renames split sub-tables)."""
-    return block.table.name != block.parent
+    """Whether ``block`` is a column split of its table (the search renames split sub-tables).
+    Pinned blocks (``device`` >= 0) are row blocks (``search/row_wise.py``), not column splits."""
+    return block.table.name != block.parent and getattr(block, "device", -1) < 0
 
 
 @dataclass(frozen=True)

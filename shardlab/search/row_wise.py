@@ -1,0 +1,142 @@
+"""Row blocks in NeuroShard's search (issue 18, must-show 3).
+
+A table that fits no device whole (weights + optimizer state over the cap) is cut into ``k``
+equal row blocks (:func:`~shardlab.search.row_split.equal_row_ranges`), each a sub-table whose
+lookups are the parent's in its range (:func:`~shardlab.data.lookups.row_block`, so the cost
+model sees each block's own load), pinned to consecutive devices ``first .. first + k - 1`` as
+TorchRec lays them out:
+
+- **row-wise** (``first`` = 0): ``k`` from the fewest blocks that fit up to G (powers of two
+  between, and G itself: "over all devices"); TorchRec pads the shards to every rank;
+- **table-row-wise** within host group h >= 1 (``first`` = h x ``host_size``, ``k`` <= host
+  size): the table's rows stay inside one host (TorchRec pads to that host's ranks). Host 0's
+  table-row-wise layout is row-wise's, so it is not listed twice.
+
+The search picks one choice per oversized table by the model-simulated cost of the table-wise
+plan around them (every other table placed by NeuroShard's greedy grid): every combination of
+the tables' choices when there are at most ``max_combos`` (all costed in one batched call; ties
+to the first combination, fewest blocks first), else coordinate descent: start from row-wise
+over all G devices (every device holds 1/G of every such table), try each table's other
+choices with the rest fixed, keep the best improvement, repeat until none (at most ``rounds``). Column splits are then
+searched as before over the whole tables; row blocks are not split further.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from shardlab import constants as C
+from shardlab.data.lookups import row_block
+from shardlab.search.row_split import equal_row_ranges, fewest_row_blocks
+from shardlab.tables import Task
+
+
+@dataclass(frozen=True)
+class RowChoice:
+    """``k`` row blocks on devices ``first .. first + k - 1``."""
+
+    k: int
+    first: int
+
+    @property
+    def sharding_type(self) -> str:
+        """TorchRec's name for the layout."""
+        return "row_wise" if self.first == 0 else "table_row_wise"
+
+
+def oversized(task: Task) -> list[int]:
+    """Indices of the task's tables that fit no device whole."""
+    return [i for i, t in enumerate(task.tables) if task.table_bytes(t) > task.mem_cap_bytes]
+
+
+def row_choices(task: Task, index: int, host_size: int = C.DEFAULT_HOST_SIZE) -> list[RowChoice]:
+    """The layouts tried for table ``index`` (module docstring), by blocks, row-wise first. :class:`~shardlab.errors.InfeasibleError` naming the table when no split fits."""
+    g = task.ngpu
+    kmin = fewest_row_blocks(task, task.tables[index])
+    ks = sorted({kmin, g} | {2 ** j for j in range(1, g.bit_length() + 1) if kmin <= 2 ** j <= g})
+    out = [RowChoice(k, 0) for k in ks]
+    h = max(1, min(host_size, g))
+    out += [RowChoice(k, host * h) for host in range(1, g // h) for k in ks if k <= h]
+    return out
+
+
+class RowBlocks:
+    """Row blocks of a task's tables, each made once (a block's lookup statistics are measured
+    on one batch of the task's batch size)."""
+
+    def __init__(self, task: Task, block_type: Callable[..., Any]):
+        self.task = task
+        self.block_type = block_type
+        self._made: dict[tuple[int, int, int], Any] = {}
+
+    def blocks(self, index: int, choice: RowChoice) -> tuple[Any, ...]:
+        """Table ``index`` as ``choice``'s pinned blocks (``block_type(table, parent,
+        col_offset, row_offset, device)``)."""
+        t = self.task.tables[index]
+        out = []
+        for j, (off, n) in enumerate(equal_row_ranges(t.rows, choice.k)):
+            key = (index, off, n)
+            if key not in self._made:
+                self._made[key] = row_block(t, off, n, self.task.batch_size, name=f"{t.name}[r{off}:{off + n}]")
+            out.append(self.block_type(self._made[key], t.name, 0, off, choice.first + j))
+        return tuple(out)
+
+    def state(self, whole: Sequence[Any], choice: dict[int, RowChoice]) -> tuple[Any, ...]:
+        """The search's blocks: ``whole`` (one per table, task order) with each chosen table
+        replaced by its row blocks."""
+        out: list[Any] = []
+        for i, b in enumerate(whole):
+            out.extend(self.blocks(i, choice[i]) if i in choice else (b,))
+        return tuple(out)
+
+
+def choose_rows(task: Task, whole: Sequence[Any], cost_many: Callable[[list[tuple[Any, ...]]], list[float]],
+                block_type: Callable[..., Any], host_size: int = C.DEFAULT_HOST_SIZE,
+                rounds: int = 3, max_combos: int = 256) -> tuple[tuple[Any, ...], dict[int, RowChoice], int]:
+    """Coordinate descent over the oversized tables' layouts (module docstring): (the chosen
+    state's blocks, the choice per table index, states costed). ``cost_many(states)``: the
+    simulated plan cost of each state (ms; inf when infeasible), all of a round's trials at once."""
+    big = oversized(task)
+    options = {i: row_choices(task, i, host_size) for i in big}
+    rows = RowBlocks(task, block_type)
+    if math.prod(len(o) for o in options.values()) <= max_combos:
+        combos = [dict(zip(big, c)) for c in itertools.product(*(options[i] for i in big))]
+        states = [rows.state(whole, c) for c in combos]
+        costs = cost_many(states)
+        # ties (all infeasible, say) to the combination whose row blocks crowd one device least
+        k = min(range(len(combos)), key=lambda j: (costs[j], _crowding(task, states[j]), j))
+        return rows.state(whole, combos[k]), combos[k], len(combos)
+    choice = {i: RowChoice(task.ngpu, 0) for i in big}
+    best = cost_many([rows.state(whole, choice)])[0]
+    evaluated = 1
+    for _ in range(rounds):
+        trials = [{**choice, i: c} for i in big for c in options[i] if c != choice[i]]
+        if not trials:
+            break
+        costs = cost_many([rows.state(whole, t) for t in trials])
+        evaluated += len(trials)
+        k = min(range(len(trials)), key=lambda j: (costs[j], j))
+        if not costs[k] < best - 1e-9:
+            break
+        best, choice = costs[k], trials[k]
+    return rows.state(whole, choice), choice, evaluated
+
+
+def _crowding(task: Task, blocks: Sequence[Any]) -> int:
+    """The most bytes of pinned blocks on one device."""
+    per = [0] * task.ngpu
+    for b in blocks:
+        if b.device >= 0:
+            per[b.device] += task.block_bytes(b.table.rows, b.cols)
+    return max(per)
+
+
+def row_metadata(task: Task, choice: dict[int, RowChoice]) -> dict[str, Any]:
+    """Plan metadata of the chosen layouts: TorchRec's sharding type per row-split table (read
+    by the export) and the choice itself."""
+    return {"torchrec_sharding_types": {task.tables[i].name: c.sharding_type for i, c in choice.items()},
+            "row_wise": {task.tables[i].name: {"blocks": c.k, "first_device": c.first,
+                                               "sharding_type": c.sharding_type} for i, c in choice.items()}}
