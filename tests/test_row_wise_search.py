@@ -113,3 +113,21 @@ def test_a_table_that_fits_no_device_in_any_split_is_named():
     task = _task(ngpu=2, share=0.3)
     with pytest.raises(InfeasibleError, match="fits no device even in 2 row blocks"):
         run_sharder(get_sharder("neuroshard_tw"), task)
+
+
+def test_a_neuroshard_row_wise_plan_trains_in_torchrec():
+    pytest.importorskip("torchrec", reason="torchrec is installed by scripts/setup.sh")
+    from shardlab.evaluate import torchrec_plans
+    from shardlab.profile.hardware import profile_with
+
+    by_rows = sorted((t for t in pool_tables("dlrm-synth", "test") if t.rows <= 50_000), key=lambda t: t.rows)
+    small = tuple(t.with_dim(16) for t in [by_rows[-1], *by_rows[:3]])     # one big table, three tiny ones
+    probe = Task("probe", 2, 1.0, small, 64)
+    task = Task("rw-torchrec", 2, probe.table_bytes(small[0]) * 0.6 / 2**30, small, 64)
+    plan = run_sharder(get_sharder("neuroshard_tw"), task)
+    assert plan.metadata["row_wise"]
+    ev = torchrec_plans(task, {"neuroshard_tw": plan}, profile_with("cpu", batch_size=64), rounds=3, steps=1,
+                        warmup_steps=1)
+    e = ev["neuroshard_tw"]
+    assert e.source.startswith("measured:torchrec-cpu") and len(e.rounds_ms) == 3
+    assert all(d.fw_compute_ms > 0 for d in e.per_device)

@@ -299,7 +299,10 @@ def load_analytic(path: str) -> Any:
     if d.get("format") != FORMAT:
         raise ShardlabError(f"analytic model '{path}': field 'format' must be '{FORMAT}'")
     kind = d["model"].get("kind")
-    cls = {"analytic_compute": AnalyticCompute, "analytic_comm": AnalyticComm}.get(kind)
+    from shardlab.costmodel.rowwise_comm import RowWiseComm
+
+    cls = {"analytic_compute": AnalyticCompute, "analytic_comm": AnalyticComm,
+           "analytic_rowwise_comm": RowWiseComm}.get(kind)
     if cls is None:
         raise ShardlabError(f"analytic model '{path}': field 'kind' {kind!r} is unknown")
     try:

@@ -29,23 +29,34 @@ from shardlab.tables import Task
 METHODS = ("size_greedy", "lookup_greedy", "neuroshard_tw", "neuroshard", "torchrec_free")
 
 
+def scaled_task(records: Sequence[Mapping[str, Any]], name: str, ngpu: int, mem_cap_gb: float, row_scale: int = 1,
+                batch_size: int = C.DEFAULT_BATCH_SIZE, assume_zipf: float = 1.05, seed: int = 0,
+                origin: str = "") -> Task:
+    """A task over table records (``name``, ``rows``, ``dim``, ``pooling_factor``, optional
+    ``fixed_bags``) on ``ngpu`` devices of ``mem_cap_gb`` GB, rows and cap divided by
+    ``row_scale`` (module docstring); lookups assumed Zipf(``assume_zipf``). One-line errors
+    name a bad field."""
+    if int(row_scale) < 1:
+        raise field_error("scaled task", "row_scale", row_scale, "must be an integer >= 1")
+    if not mem_cap_gb > 0:
+        raise field_error("scaled task", "mem_cap_gb", mem_cap_gb, "must be > 0")
+    scaled = f"; rows divided by {row_scale} (this machine's memory)" if row_scale > 1 else ""
+    recs = [{"name": r["name"], "rows": max(1, int(r["rows"]) // int(row_scale)), "dim": int(r["dim"]),
+             "pooling_factor": float(r.get("pooling_factor", 1.0)), "fixed_bags": bool(r.get("fixed_bags", False)),
+             "source": f"{origin}{scaled}; lookups assumed Zipf({assume_zipf:g})"} for r in records]
+    tables = tables_from_records(recs, batch_size, assume_zipf, seed)
+    suffix = f"-rows1of{row_scale}" if row_scale > 1 else ""
+    return Task(f"{name}-{ngpu}x{mem_cap_gb:g}gb{suffix}", ngpu, mem_cap_gb / row_scale, tuple(tables), batch_size)
+
+
 def criteo_task(ngpu: int = 8, mem_cap_gb: float = 16.0, row_scale: int = 1, batch_size: int = C.DEFAULT_BATCH_SIZE,
                 assume_zipf: float = 1.05, seed: int = 0) -> Task:
-    """The Criteo 1TB tables on ``ngpu`` devices of ``mem_cap_gb`` GB, rows and cap divided by
-    ``row_scale`` (module docstring). One-line errors name a bad field."""
-    if int(row_scale) < 1:
-        raise field_error("criteo task", "row_scale", row_scale, "must be an integer >= 1")
-    if not mem_cap_gb > 0:
-        raise field_error("criteo task", "mem_cap_gb", mem_cap_gb, "must be > 0")
+    """The Criteo 1TB tables (one-hot) as :func:`scaled_task` (module docstring)."""
     t = criteo_tables("criteo_1tb")
-    how = f"criteo_1tb ({t['source'].split(' ')[0]})"
-    scaled = f"; rows divided by {row_scale} (this machine's memory)" if row_scale > 1 else ""
-    records = [{"name": n, "rows": max(1, int(r) // int(row_scale)), "dim": int(d), "pooling_factor": float(p),
-                "fixed_bags": True, "source": f"{how}{scaled}; lookups assumed Zipf({assume_zipf:g})"}
+    records = [{"name": n, "rows": int(r), "dim": int(d), "pooling_factor": float(p), "fixed_bags": True}
                for n, r, d, p in zip(t["name"], t["rows"], t["dim"], t["pooling_factor"])]
-    tables = tables_from_records(records, batch_size, assume_zipf, seed)
-    suffix = f"-rows1of{row_scale}" if row_scale > 1 else ""
-    return Task(f"criteo1tb-{ngpu}x{mem_cap_gb:g}gb{suffix}", ngpu, mem_cap_gb / row_scale, tuple(tables), batch_size)
+    return scaled_task(records, "criteo1tb", ngpu, mem_cap_gb, row_scale, batch_size, assume_zipf, seed,
+                       origin=f"criteo_1tb ({t['source'].split(' ')[0]})")
 
 
 def criteo_plans(task: Task, methods: Sequence[str] = METHODS, seed: int = 0) -> dict[str, Plan | str]:
