@@ -36,6 +36,8 @@ def markdown(report: dict) -> list[str]:
              f"/{v['judged']} = {share}** (target >= 90%): faster {v['counts']['faster']}, within noise "
              f"{v['counts']['within noise']}, slower {v['counts']['slower']}; not judged (a method had no plan): "
              f"{', '.join(v['not_judged']) or 'none'}.", "",
+             "Measured (each task's plans in one sitting): " + "; ".join(
+                 f"{r['task']} {r.get('measured_at', '?')}" for r in report["tasks"]) + ".", "",
              "| task | G | oversized | method | median ms | 95% CI | x torchrec_free [CI] | verdict | row blocks (devices) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in report["tasks"]:
@@ -73,6 +75,8 @@ def main() -> int:
         if task.name in old:
             continue
         rec = run_task(spec, rounds=args.rounds, batch_size=args.batch_size, task=task)
+        rec["measured_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        rec["code"] = environment("cpu").get("git")
         records = [r for r in records if r["task"] != rec["task"]] + [rec]
         report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                   "environment": environment("cpu"), "rounds": args.rounds, "batch_size": args.batch_size,

@@ -57,6 +57,9 @@ DATASET_MOVED = {"cpu_broad": "cpu/broad"}
 #: The shipped cost-model bundle NeuroShard searches with by default (CLI, notebooks, sharders):
 #: trained on the pool campaign and the broad campaign together (``--dataset cpu+cpu/broad``).
 DEFAULT_NEUROSHARD_MODEL = "neuroshard_broad"
+#: The row-wise comm model's file name in ``datasets/<profile>/models/`` (analytic, fitted to
+#: measured row-wise comm: ``scripts/rowwise_comm_report.py``).
+ROWWISE_COMM_MODEL = "analytic_rowwise_comm"
 
 #: Quantile of log(measured / predicted) over measured split shards that NeuroShard's split
 #: guard charges every device holding a column split (``costmodel/calibration.py``): 0.75 asks a

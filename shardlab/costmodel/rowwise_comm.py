@@ -2,12 +2,15 @@
 
 Per rank, forward ms = the all-to-all regressors of
 :class:`~shardlab.costmodel.analytic.AnalyticComm` (1, G-1, send / receive / max-rank bytes,
-waiting) plus row-wise terms: the reduce-scatter's bytes (G x b x dim partial sums in, b x dim
-out, s bytes per value; b = ceil(B / G)) and the rank's index bytes sent and received (8 each);
-backward = the all-to-all's five plus the all-gather's bytes (the same volume as the
-reduce-scatter). Coefficients are non-negative least squares on relative error
-(:func:`~shardlab.costmodel.analytic.nnls_relative`), fitted on ``rowcomm:<G>`` samples
-(:mod:`shardlab.profile.rowwise_campaign`). Linear in bytes: it says so in its ``source``.
+waiting) plus six row-wise ones: whether the plan has a reduce-scatter (1, and G-1: a
+collective's fixed cost grows with the ranks it crosses), its bytes (G x b x dim partial sums in,
+b x dim out, s bytes per value; b = ceil(B / G)), whether it has an index all-to-all (G-1), and
+the rank's index bytes sent and received (8 each). Backward = the all-to-all's five plus the
+all-gather's fixed costs and bytes (the reduce-scatter's volume). Coefficients are non-negative
+least squares on relative error (:func:`~shardlab.costmodel.analytic.nnls_relative`), fitted on
+``rowcomm:<G>`` samples (:mod:`shardlab.profile.rowwise_campaign`; its wide space holds samples
+without row-wise traffic from the same sitting, so the fixed costs are told apart from the
+all-to-all's). Linear in bytes: it says so in its ``source``.
 """
 
 from __future__ import annotations
@@ -21,29 +24,39 @@ from shardlab.errors import ShardlabError
 
 #: Bytes per index sent in the input dist.
 INDEX_BYTES = 8
+#: Columns of the (G, 12) regressors the forward uses (all) and the backward uses (the
+#: all-to-all's first five, the all-gather's fixed costs and bytes).
+FW_COLS = list(range(12))
+BW_COLS = [0, 1, 2, 3, 4, 6, 7, 8]
+#: Where the row-wise regressors start.
+ROWWISE_START = 6
 
 
 def rowwise_terms(world_size: int, batch_size: int, bytes_per_value: int, rowwise: Mapping[str, Any] | None
                   ) -> np.ndarray:
-    """(G, 3) per-rank [collective bytes, index bytes sent, index bytes received] of a row-wise
-    pattern (``{"dim", "index_counts"}``; None or empty: zeros)."""
+    """(G, 6) per-rank row-wise regressors of a pattern (``{"dim", "index_counts"}``; None or
+    empty: zeros): [has reduce-scatter, its G-1, collective bytes, has index all-to-all x (G-1),
+    index bytes sent, index bytes received]."""
     g = world_size
-    out = np.zeros((g, 3))
+    out = np.zeros((g, 6))
     if not rowwise:
         return out
     b = -(-batch_size // g)
-    out[:, 0] = g * b * rowwise.get("dim", 0) * bytes_per_value
+    dim = rowwise.get("dim", 0)
+    if dim:
+        out[:, 0], out[:, 1], out[:, 2] = 1.0, g - 1, g * b * dim * bytes_per_value
     counts = np.asarray(rowwise.get("index_counts") or np.zeros((g, g)), dtype=float)
-    if counts.size:
+    if counts.size and counts.any():
         off = counts * (1 - np.eye(g))
-        out[:, 1] = off.sum(axis=1) * INDEX_BYTES
-        out[:, 2] = off.sum(axis=0) * INDEX_BYTES
+        out[:, 3] = g - 1
+        out[:, 4] = off.sum(axis=1) * INDEX_BYTES
+        out[:, 5] = off.sum(axis=0) * INDEX_BYTES
     return out
 
 
 class RowWiseComm(AnalyticComm):
     """All-to-all plus row-wise collectives per rank (module docstring). ``fit`` sets
-    ``coef_fw_`` (9,), ``coef_bw_`` (6,) and ``profile_``; ``predict(dim_sums, delays_ms,
+    ``coef_fw_`` (12,), ``coef_bw_`` (8,) and ``profile_``; ``predict(dim_sums, delays_ms,
     rowwise)`` -> (n, G, 2) ms with ``rowwise`` a list of n patterns (or None)."""
 
     KIND = "analytic_rowwise_comm"
@@ -68,8 +81,8 @@ class RowWiseComm(AnalyticComm):
         x = np.concatenate([self._rows(r["dim_sums"], r["delays_ms"], r.get("rowwise"), b, s) for r in rows])
         fw = np.concatenate([r["fw_comm_ms"] for r in rows])
         bw = np.concatenate([r["bw_comm_ms"] for r in rows])
-        self.coef_fw_ = nnls_relative(x, np.maximum(fw, 1e-3))
-        self.coef_bw_ = nnls_relative(x[:, [0, 1, 2, 3, 4, 6]], np.maximum(bw, 1e-3))
+        self.coef_fw_ = nnls_relative(x[:, FW_COLS], np.maximum(fw, 1e-3))
+        self.coef_bw_ = nnls_relative(x[:, BW_COLS], np.maximum(bw, 1e-3))
         return self
 
     def predict(self, dim_sums: Any, delays_ms: Any = None, rowwise: Sequence[Mapping[str, Any] | None] | None = None,
@@ -83,11 +96,38 @@ class RowWiseComm(AnalyticComm):
         out = np.empty(d.shape + (2,))
         for i in range(len(d)):
             x = self._rows(d[i], None if dl is None else dl[i], None if rowwise is None else rowwise[i], b, s)
-            out[i, :, 0] = x @ self.coef_fw_
-            out[i, :, 1] = x[:, [0, 1, 2, 3, 4, 6]] @ self.coef_bw_
+            out[i, :, 0] = x[:, FW_COLS] @ self.coef_fw_
+            out[i, :, 1] = x[:, BW_COLS] @ self.coef_bw_
         return out
+
+    def increment(self, world_size: int, rowwise: Mapping[str, Any] | None, batch_size: int | None = None
+                  ) -> np.ndarray:
+        """(G, 2) forward and backward ms per rank that ``rowwise``'s collectives add to an
+        all-to-all (the row-wise regressors' share of :meth:`predict`; zeros for none)."""
+        self.check_fitted()
+        assert self.coef_fw_ is not None and self.coef_bw_ is not None
+        t = rowwise_terms(world_size, self.setting("batch_size", batch_size), self.setting("bytes_per_value"), rowwise)
+        bw_rw = [i for i, c in enumerate(BW_COLS) if c >= ROWWISE_START]
+        return np.column_stack([t @ self.coef_fw_[ROWWISE_START:],
+                                t[:, [BW_COLS[i] - ROWWISE_START for i in bw_rw]] @ self.coef_bw_[bw_rw]])
 
     @property
     def source(self) -> str:
         """Evaluation label (analytic, linear in bytes, fitted to measured row-wise comm)."""
         return "analytic-rowwise(linear in bytes, fitted to measured row-wise comm):" + super().source
+
+
+class WithRowWise:
+    """A comm model (``base``: the all-to-all of any dim sums) plus ``rowwise``'s increment for
+    one plan's row-wise pattern (``{"dim", "index_counts"}``): ``predict(dim_sums, delays_ms)``
+    -> (n, G, 2) ms, the increment added to every row (same G)."""
+
+    def __init__(self, base: Any, rowwise: RowWiseComm, pattern: Mapping[str, Any]):
+        self.base = base
+        self.rowwise = rowwise
+        self.pattern = pattern
+
+    def predict(self, dim_sums: Any, delays_ms: Any = None) -> np.ndarray:
+        """(n, G, 2) forward and backward ms per rank."""
+        out = np.asarray(self.base.predict(dim_sums, delays_ms), dtype=float)
+        return out + self.rowwise.increment(out.shape[1], self.pattern)[None]

@@ -9,7 +9,7 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.evaluate.protocol import check_plans, compare_to_reference
-from shardlab.evaluate.values import DeviceCost, Evaluation, device_tables
+from shardlab.evaluate.values import DeviceCost, Evaluation, comm_pattern, device_tables
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.schedule import balanced_dims, lower_bound_ms
 from shardlab.tables import Task
@@ -18,18 +18,34 @@ from shardlab.tables import Task
 BOUND_CHUNK = 15
 
 
-def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True) -> Evaluation:
+def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True, rowwise_comm: Any = None
+                  ) -> Evaluation:
     """A plan's cost predicted by a cost-model bundle
     (:class:`~shardlab.costmodel.bundle.CostModelBundle`), labelled with the model's ``source``
     (``model:...`` or ``analytic:...``). The bound (:func:`~shardlab.schedule.lower_bound_ms`):
     the model's cost of all tables fused / G plus the comm of balanced dim sums. A model is only
     asked about shards of at most ``BOUND_CHUNK`` tables (the size the compute campaigns train
     on), so "all tables fused" is the sum over chunks of that size -- near-additive on the
-    measured data (datasets/cpu/NOTES.md); a model's bound is only as good as the model."""
+    measured data (datasets/cpu/NOTES.md); a model's bound is only as good as the model.
+
+    ``rowwise_comm``: a fitted :class:`~shardlab.costmodel.rowwise_comm.RowWiseComm`. Given, a
+    plan with row-wise traffic (:func:`~shardlab.evaluate.values.comm_pattern`: tables split by
+    rows) is costed with the pattern's all-to-all dim sums (a table split over every device
+    leaves them) plus the row-wise collectives' predicted increment, and the source says so.
+    Not given, or a plan without row blocks: every shard's columns on its device's all-to-all."""
     validate_plan(task, plan)
     per_dev = device_tables(task, plan)
     comm_model, comm_label = model.comm_for(plan.ngpu)
     sim = model.simulate(per_dev)
+    if rowwise_comm is not None and plan.ngpu > 1:
+        dims, rw = comm_pattern(task, plan, int(rowwise_comm.setting("batch_size")))
+        if not rw.empty:
+            from shardlab.costmodel.base import simulate_from
+            from shardlab.costmodel.rowwise_comm import WithRowWise
+
+            compute = np.column_stack([sim.fw_compute, sim.bw_compute])
+            sim = simulate_from(compute, dims, WithRowWise(comm_model, rowwise_comm, rw.to_dict()))
+            comm_label += "+" + rowwise_comm.source
     mem = [b / C.GB for b in device_memory_bytes(task, plan)]
     devices = tuple(DeviceCost(g, float(sim.fw_compute[g]), float(sim.bw_compute[g]), float(sim.fw_comm[g]),
                                float(sim.bw_comm[g]), mem[g]) for g in range(plan.ngpu))
@@ -49,14 +65,31 @@ class ModelEvaluator:
     ``profile``); ``lower_bound``: also predict the task's bound; ``reference``: the plan to
     compare against (default: the best baseline, see
     :func:`~shardlab.evaluate.protocol.resolve_reference`). Predictions carry no uncertainty,
-    so their comparisons have a ratio but no interval and no verdict."""
+    so their comparisons have a ratio but no interval and no verdict. ``rowwise_comm``: the
+    row-wise comm model for plans with row blocks (:func:`estimate_plan`): a fitted
+    :class:`~shardlab.costmodel.rowwise_comm.RowWiseComm`, a path, ``"shipped"`` (default: the
+    profile's ``datasets/<profile>/models/analytic_rowwise_comm.json`` where it exists) or None."""
 
     def __init__(self, model: Any = "analytic", profile: str = "cpu", lower_bound: bool = True,
-                 reference: str | None = None):
+                 reference: str | None = None, rowwise_comm: Any = "shipped"):
         self.model = model
         self.profile = profile
         self.lower_bound = lower_bound
         self.reference = reference
+        self.rowwise_comm = rowwise_comm
+
+    def rowwise_model(self) -> Any:
+        """The row-wise comm model (loaded from a path or the shipped file), or None."""
+        from shardlab.costmodel.analytic import load_analytic
+        from shardlab.costmodel.bundle import models_dir
+
+        rw = self.rowwise_comm
+        if rw == "shipped":
+            path = models_dir(self.profile) / f"{C.ROWWISE_COMM_MODEL}.json"
+            return load_analytic(str(path)) if path.exists() else None
+        if isinstance(rw, (str, bytes)) or hasattr(rw, "__fspath__"):
+            return load_analytic(str(rw))
+        return rw
 
     def bundle(self) -> Any:
         """The cost-model bundle (loaded when a name or path was given)."""
@@ -69,10 +102,10 @@ class ModelEvaluator:
     def evaluate(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, Evaluation]:
         """Predicted Evaluations of ``plans``, one shared predicted bound, compared to the reference."""
         check_plans(task, plans)
-        model = self.bundle()
+        model, rowwise = self.bundle(), self.rowwise_model()
         out, bound = {}, None
         for k, p in plans.items():
-            e = estimate_plan(task, p, model, lower_bound=self.lower_bound and bound is None)
+            e = estimate_plan(task, p, model, lower_bound=self.lower_bound and bound is None, rowwise_comm=rowwise)
             bound = e.lower_bound_ms if bound is None else bound
             out[k] = Evaluation(e.task, e.method, e.source, e.per_device, bound)
         return compare_to_reference(out, self.reference)

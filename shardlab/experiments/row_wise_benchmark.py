@@ -77,7 +77,8 @@ def run_task(spec: Spec, profile: str = "cpu", rounds: int = 5, batch_size: int 
             "no_plan": {m: why for m, why in outcome.items() if isinstance(why, str)},
             "row_layouts": {m: row_layouts(task, p) for m, p in plans.items()},
             "row_choice": {m: p.metadata.get("row_wise") for m, p in plans.items() if p.metadata.get("row_wise")},
-            "evaluations": {m: e.to_dict() for m, e in evs.items()}, "reference": reference}
+            "evaluations": {m: e.to_dict() for m, e in evs.items()}, "reference": reference,
+            "plans": {m: p.to_dict() for m, p in plans.items()}}
 
 
 def verdicts(records: Sequence[dict[str, Any]], method: str = "neuroshard") -> dict[str, Any]:
