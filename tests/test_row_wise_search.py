@@ -95,14 +95,15 @@ def test_coordinate_descent_takes_the_cheapest_layout():
     task = _task(ngpu=4, share=0.6)
     whole = whole_blocks(task)
 
-    def cost_many(states):                                        # pretend more blocks are cheaper
+    def cost_many(states, choices):                               # pretend more blocks are cheaper
+        assert len(choices) == len(states)
         return [100.0 - sum(1 for b in s if b.device >= 0) for s in states]
 
     for combos in (256, 1):                                       # every combination; coordinate descent
         _, choice, evaluated = choose_rows(task, whole, cost_many, Block, host_size=2, max_combos=combos)
         assert all(c == RowChoice(4, 0) for c in choice.values()) and evaluated > 1
 
-    def fewer_blocks_cheaper(states):
+    def fewer_blocks_cheaper(states, choices):
         return [float(sum(1 for b in s if b.device >= 0)) for s in states]
 
     _, choice, _ = choose_rows(task, whole, fewer_blocks_cheaper, Block, host_size=2)

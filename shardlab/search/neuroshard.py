@@ -26,6 +26,11 @@ state of a beam round runs through one lock-step greedy that shares identical hi
 decisions); other models through ``predict`` with a cache keyed by shard content (the multiset
 of (table, columns)).
 
+Row blocks (issue 18, ``search/row_wise.py``): tables that fit no device become pinned row
+blocks in TorchRec's layouts, the layout chosen by the model; ``rowwise_comm`` (a row-wise comm
+model, ``search/row_comm.py``; sharder ``neuroshard_rwcomm``) costs each layout's own
+collectives instead of counting row blocks' columns on their devices' all-to-all.
+
 Bounds: column-wise search refuses ``ngpu > constants.MAX_NEUROSHARD_GPUS`` at once (one line);
 table-wise (``neuroshard_tw``) answers up to ``constants.MAX_SEARCH_GPUS``.
 """
@@ -45,7 +50,8 @@ from shardlab import constants as C
 from shardlab.search.base import check_search_gpus, register_sharder
 from shardlab.search.blocks import Block, ShardCoster, split_block, whole_blocks
 from shardlab.search.greedy_grid import HeadCoster, greedy_grid
-from shardlab.search.row_wise import choose_rows, oversized, row_metadata
+from shardlab.search.row_comm import row_aware_comm
+from shardlab.search.row_wise import RowBlocks, choose_rows, oversized, row_metadata
 from shardlab.search.split_guard import Judge, State, guard_order
 from shardlab.tables import Table, Task
 
@@ -79,6 +85,7 @@ class NeuroShardSharder:
     batched: bool = True
     row_wise: bool = True
     host_size: int = C.DEFAULT_HOST_SIZE
+    rowwise_comm: Any = None
     _bundle: CostModelBundle | None = field(default=None, repr=False)
 
     def bundle(self) -> CostModelBundle:
@@ -87,15 +94,30 @@ class NeuroShardSharder:
             self._bundle = self.model if isinstance(self.model, CostModelBundle) else load_bundle(self.model, self.profile)
         return self._bundle
 
+    def rowwise_model(self) -> Any:
+        """The row-wise comm model the search costs row layouts with (``search/row_comm.py``):
+        None (default: row blocks' columns on their devices' all-to-all), a fitted
+        :class:`~shardlab.costmodel.rowwise_comm.RowWiseComm`, a path, or a name in the
+        profile's ``datasets/<profile>/models/`` (``"analytic_rowwise_comm"``)."""
+        rw = self.rowwise_comm
+        if rw is None or not isinstance(rw, (str, bytes)) and not hasattr(rw, "__fspath__"):
+            return rw
+        from shardlab.costmodel.analytic import load_analytic
+        from shardlab.costmodel.bundle import models_dir
+
+        named = models_dir(self.profile) / f"{rw}.json"
+        return load_analytic(str(named if named.exists() else rw))
+
     def table_wise_many(self, task: Task, states: Sequence[tuple[Block, ...]], coster: ShardCoster, comm: Any
                         ) -> list[tuple[list[int], Simulated] | None]:
         """:meth:`table_wise` of every state, all at once through :func:`greedy_grid` (the same
         decisions, work shared; ``search/greedy_grid.py``) where the model is incremental and
-        ``batched`` is on, else one by one."""
+        ``batched`` is on, else one by one. ``comm``: one comm model, or a list of one per state."""
         if not states:
             return []
+        comms = comm if isinstance(comm, list) else [comm] * len(states)
         if not (self.batched and coster.incremental):
-            return [self.table_wise(task, s, coster, comm) for s in states]
+            return [self.table_wise(task, s, coster, c) for s, c in zip(states, comms)]
         ids: dict[tuple, int] = {}
         distinct: list[Block] = []
         for blocks in states:
@@ -132,7 +154,7 @@ class NeuroShardSharder:
             width = np.array([b.cols for b in blocks])
             dsums = np.stack([np.bincount(row, weights=width, minlength=task.ngpu) for row in dev]).astype(int)
             best = None
-            for row, sim in zip(dev, simulate_many(grid.compute_ms[s, caps], dsums, comm)):
+            for row, sim in zip(dev, simulate_many(grid.compute_ms[s, caps], dsums, comms[s])):
                 if best is None or sim.cost_ms < best[1].cost_ms - 1e-12:
                     best = (row.tolist(), sim)
             out.append(best)
@@ -270,12 +292,18 @@ class NeuroShardSharder:
         blocks = whole_blocks(task)
         rows: dict[str, Any] = {}
         if self.row_wise and oversized(task):
-            def cost_many(states: list[tuple[Block, ...]]) -> list[float]:
-                return [float("inf") if got is None else got[1].cost_ms
-                        for got in self.table_wise_many(task, states, coster, comm)]
+            made, rw_model = RowBlocks(task, Block), self.rowwise_model()
 
-            blocks, choice, _ = choose_rows(task, blocks, cost_many, Block, self.host_size)
+            def comm_of(choice: dict) -> Any:
+                return comm if rw_model is None else row_aware_comm(comm, rw_model, made, choice)
+
+            def cost_many(states: list[tuple[Block, ...]], choices: list[dict]) -> list[float]:
+                return [float("inf") if got is None else got[1].cost_ms
+                        for got in self.table_wise_many(task, states, coster, [comm_of(c) for c in choices])]
+
+            blocks, choice, _ = choose_rows(task, blocks, cost_many, Block, self.host_size, rows=made)
             rows = row_metadata(task, choice)
+            comm = comm_of(choice)
         else:
             task.check_feasible(column_wise=self.column_wise)
         best = self.table_wise_many(task, [blocks], coster, comm)[0]
@@ -355,6 +383,8 @@ class NeuroShardSharder:
         metadata = {"split_guard": {**guard, "splits": s.splits, "predicted_ms": s.simulated.cost_ms,
                                     "guarded_ratios": state.ratios}} if guard else {}
         metadata.update(rows)
+        if rows and self.rowwise_comm is not None:
+            metadata["row_wise_comm"] = self.rowwise_model().source
         return Plan(task.name, self.name, task.ngpu, placements, seed, metadata=metadata)
 
 
@@ -366,3 +396,5 @@ register_sharder("neuroshard_broad", NeuroShardSharder, name="neuroshard_broad",
 #: Comparators for the split guard and the retrained model: the pool-only bundle, and no guard.
 register_sharder("neuroshard_pool", NeuroShardSharder, name="neuroshard_pool", model="neuroshard")
 register_sharder("neuroshard_unguarded", NeuroShardSharder, name="neuroshard_unguarded", split_guard=False)
+#: Row layouts costed with the shipped row-wise comm model (opt-in; ``reports/row_wise_comm_search.md``).
+register_sharder("neuroshard_rwcomm", NeuroShardSharder, name="neuroshard_rwcomm", rowwise_comm=C.ROWWISE_COMM_MODEL)

@@ -93,30 +93,34 @@ class RowBlocks:
         return tuple(out)
 
 
-def choose_rows(task: Task, whole: Sequence[Any], cost_many: Callable[[list[tuple[Any, ...]]], list[float]],
+def choose_rows(task: Task, whole: Sequence[Any],
+                cost_many: Callable[[list[tuple[Any, ...]], list[dict[int, RowChoice]]], list[float]],
                 block_type: Callable[..., Any], host_size: int = C.DEFAULT_HOST_SIZE,
-                rounds: int = 3, max_combos: int = 256) -> tuple[tuple[Any, ...], dict[int, RowChoice], int]:
+                rounds: int = 3, max_combos: int = 256, rows: RowBlocks | None = None
+                ) -> tuple[tuple[Any, ...], dict[int, RowChoice], int]:
     """Coordinate descent over the oversized tables' layouts (module docstring): (the chosen
-    state's blocks, the choice per table index, states costed). ``cost_many(states)``: the
-    simulated plan cost of each state (ms; inf when infeasible), all of a round's trials at once."""
+    state's blocks, the choice per table index, states costed). ``cost_many(states, choices)``:
+    the simulated plan cost of each state (ms; inf when infeasible), all of a round's trials at
+    once, with the layout choice each state was built from. ``rows``: the blocks made so far
+    (shared with the caller), else new."""
     big = oversized(task)
     options = {i: row_choices(task, i, host_size) for i in big}
-    rows = RowBlocks(task, block_type)
+    rows = RowBlocks(task, block_type) if rows is None else rows
     if math.prod(len(o) for o in options.values()) <= max_combos:
         combos = [dict(zip(big, c)) for c in itertools.product(*(options[i] for i in big))]
         states = [rows.state(whole, c) for c in combos]
-        costs = cost_many(states)
+        costs = cost_many(states, combos)
         # ties (all infeasible, say) to the combination whose row blocks crowd one device least
         k = min(range(len(combos)), key=lambda j: (costs[j], _crowding(task, states[j]), j))
         return rows.state(whole, combos[k]), combos[k], len(combos)
     choice = {i: RowChoice(task.ngpu, 0) for i in big}
-    best = cost_many([rows.state(whole, choice)])[0]
+    best = cost_many([rows.state(whole, choice)], [choice])[0]
     evaluated = 1
     for _ in range(rounds):
         trials = [{**choice, i: c} for i in big for c in options[i] if c != choice[i]]
         if not trials:
             break
-        costs = cost_many([rows.state(whole, t) for t in trials])
+        costs = cost_many([rows.state(whole, t) for t in trials], trials)
         evaluated += len(trials)
         k = min(range(len(trials)), key=lambda j: (costs[j], j))
         if not costs[k] < best - 1e-9:
