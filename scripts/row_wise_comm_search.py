@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Write reports/row_wise_comm_search.{json,md}: does costing row layouts with the row-wise comm
-model (neuroshard_rwcomm, search/row_comm.py) change NeuroShard's plans on issue 18's benchmark
-tasks, and where it does, is the plan measured faster? Plans that differ are measured in paired
+model (neuroshard's default since session 11, search/row_comm.py) change NeuroShard's plans on
+issue 18's benchmark tasks against the old accounting (neuroshard_rowcols), and where it does,
+is the plan measured faster? Plans that differ are measured in paired
 rounds on this machine (run it alone).
 
     .venv/bin/python scripts/row_wise_comm_search.py [--rounds 5]
@@ -22,7 +23,7 @@ from shardlab.experiments.row_wise_benchmark import SPECS, build_task  # noqa: E
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.profile.provenance import environment  # noqa: E402
 
-METHODS = ("neuroshard", "neuroshard_rwcomm")
+METHODS = ("neuroshard_rowcols", "neuroshard")
 
 
 def main() -> int:
@@ -40,12 +41,12 @@ def main() -> int:
                "row_layouts": {m: row_layouts(task, p) for m, p in plans.items()},
                "plans": {m: p.to_dict() for m, p in plans.items()}}
         if not rec["same_plan"]:
-            evs = MeasuredEvaluator("cpu", rounds=args.rounds, reference="neuroshard", lower_bound=False,
+            evs = MeasuredEvaluator("cpu", rounds=args.rounds, reference="neuroshard_rowcols", lower_bound=False,
                                     progress=False).evaluate(task, plans)
             rec["evaluations"] = {m: e.to_dict() for m, e in evs.items()}
             rec["measured_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         records.append(rec)
-        print(task.name, "same plan" if rec["same_plan"] else rec["evaluations"]["neuroshard_rwcomm"]["verdict"],
+        print(task.name, "same plan" if rec["same_plan"] else rec["evaluations"]["neuroshard"]["verdict"],
               flush=True)
     report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "environment": environment("cpu"),
               "rounds": args.rounds, "batch_size": args.batch_size, "tasks": records}
@@ -54,19 +55,19 @@ def main() -> int:
     differ = [r for r in records if not r["same_plan"]]
     lines = ["# NeuroShard's row layouts costed with the row-wise comm model", "",
              f"Made {report['date']} by `scripts/row_wise_comm_search.py` on {report['environment']['hardware']}. "
-             "`neuroshard_rwcomm` searches as `neuroshard` does, but charges each choice of row layouts its own "
-             "collectives (`search/row_comm.py`, the analytic model `analytic_rowwise_comm` fitted to "
-             "`datasets/cpu/rowcomm`). The tasks are `reports/row_wise.md`'s: tables that fit no device, held out "
+             "`neuroshard` (since session 11) charges each choice of row layouts its own collectives "
+             "(`search/row_comm.py`, the analytic model `analytic_rowwise_comm` fitted to `datasets/cpu/rowcomm`); "
+             "`neuroshard_rowcols` searches as before, with row blocks' columns on their devices' all-to-all. The tasks are `reports/row_wise.md`'s: tables that fit no device, held out "
              "from every training step. Plans that differ were **measured** in "
-             f"{args.rounds} paired, shuffled rounds (reference `neuroshard`).", "",
+             f"{args.rounds} paired, shuffled rounds (reference `neuroshard_rowcols`).", "",
              f"Same plan on {len(records) - len(differ)}/{len(records)} tasks; different on {len(differ)}.", "",
-             "| task | same plan | row layouts equal | neuroshard ms [95% CI] | neuroshard_rwcomm ms [95% CI] | "
+             "| task | same plan | row layouts equal | neuroshard_rowcols ms [95% CI] | neuroshard ms [95% CI] | "
              "ratio [95% CI] | verdict |", "|---|---|---|---|---|---|---|"]
     for r in records:
-        lay = r["row_layouts"]["neuroshard"] == r["row_layouts"]["neuroshard_rwcomm"]
+        lay = r["row_layouts"]["neuroshard_rowcols"] == r["row_layouts"]["neuroshard"]
         cells = ["", "", "", ""]
         if "evaluations" in r:
-            a, b = r["evaluations"]["neuroshard"], r["evaluations"]["neuroshard_rwcomm"]
+            a, b = (r["evaluations"][m] for m in METHODS)
             cells = [f"{a['cost_ms']:.2f} [{a['ci95_ms'][0]:.2f}, {a['ci95_ms'][1]:.2f}]",
                      f"{b['cost_ms']:.2f} [{b['ci95_ms'][0]:.2f}, {b['ci95_ms'][1]:.2f}]",
                      f"{b['ratio_to_reference']:.3f} [{b['ratio_ci95'][0]:.3f}, {b['ratio_ci95'][1]:.3f}]",

@@ -131,3 +131,20 @@ class WithRowWise:
         """(n, G, 2) forward and backward ms per rank."""
         out = np.asarray(self.base.predict(dim_sums, delays_ms), dtype=float)
         return out + self.rowwise.increment(out.shape[1], self.pattern)[None]
+
+
+def load_rowwise_comm(spec: Any, profile: str = "cpu") -> RowWiseComm | None:
+    """The row-wise comm model named by ``spec``: ``"shipped"`` (the profile's
+    ``datasets/<profile>/models/analytic_rowwise_comm.json`` where it exists, else None), None
+    (no row-wise model: row blocks' columns count on their devices' all-to-all), a fitted
+    :class:`RowWiseComm` (returned as is), a path, or a model name in the profile's models folder."""
+    if spec is None or not isinstance(spec, (str, bytes)) and not hasattr(spec, "__fspath__"):
+        return spec
+    from shardlab import constants as C
+    from shardlab.costmodel.analytic import load_analytic
+    from shardlab.costmodel.bundle import models_dir
+
+    named = models_dir(profile) / f"{C.ROWWISE_COMM_MODEL if spec == 'shipped' else spec}.json"
+    if spec == "shipped" and not named.exists():
+        return None
+    return load_analytic(str(named if named.exists() else spec))

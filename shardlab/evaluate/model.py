@@ -79,17 +79,10 @@ class ModelEvaluator:
         self.rowwise_comm = rowwise_comm
 
     def rowwise_model(self) -> Any:
-        """The row-wise comm model (loaded from a path or the shipped file), or None."""
-        from shardlab.costmodel.analytic import load_analytic
-        from shardlab.costmodel.bundle import models_dir
+        """The row-wise comm model (:func:`~shardlab.costmodel.rowwise_comm.load_rowwise_comm`), or None."""
+        from shardlab.costmodel.rowwise_comm import load_rowwise_comm
 
-        rw = self.rowwise_comm
-        if rw == "shipped":
-            path = models_dir(self.profile) / f"{C.ROWWISE_COMM_MODEL}.json"
-            return load_analytic(str(path)) if path.exists() else None
-        if isinstance(rw, (str, bytes)) or hasattr(rw, "__fspath__"):
-            return load_analytic(str(rw))
-        return rw
+        return load_rowwise_comm(self.rowwise_comm, self.profile)
 
     def bundle(self) -> Any:
         """The cost-model bundle (loaded when a name or path was given)."""

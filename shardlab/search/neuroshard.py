@@ -28,8 +28,9 @@ of (table, columns)).
 
 Row blocks (issue 18, ``search/row_wise.py``): tables that fit no device become pinned row
 blocks in TorchRec's layouts, the layout chosen by the model; ``rowwise_comm`` (a row-wise comm
-model, ``search/row_comm.py``; sharder ``neuroshard_rwcomm``) costs each layout's own
-collectives instead of counting row blocks' columns on their devices' all-to-all.
+model, ``search/row_comm.py``; default: the profile's shipped one) costs each layout's own
+collectives; ``rowwise_comm=None`` (sharder ``neuroshard_rowcols``) counts row blocks' columns on
+their devices' all-to-all instead, as before session 11.
 
 Bounds: column-wise search refuses ``ngpu > constants.MAX_NEUROSHARD_GPUS`` at once (one line);
 table-wise (``neuroshard_tw``) answers up to ``constants.MAX_SEARCH_GPUS``.
@@ -50,6 +51,7 @@ from shardlab import constants as C
 from shardlab.search.base import check_search_gpus, register_sharder
 from shardlab.search.blocks import Block, ShardCoster, split_block, whole_blocks
 from shardlab.search.greedy_grid import HeadCoster, greedy_grid
+from shardlab.costmodel.rowwise_comm import load_rowwise_comm
 from shardlab.search.row_comm import row_aware_comm
 from shardlab.search.row_wise import RowBlocks, choose_rows, oversized, row_metadata
 from shardlab.search.split_guard import Judge, State, guard_order
@@ -85,7 +87,7 @@ class NeuroShardSharder:
     batched: bool = True
     row_wise: bool = True
     host_size: int = C.DEFAULT_HOST_SIZE
-    rowwise_comm: Any = None
+    rowwise_comm: Any = "shipped"
     _bundle: CostModelBundle | None = field(default=None, repr=False)
 
     def bundle(self) -> CostModelBundle:
@@ -95,18 +97,8 @@ class NeuroShardSharder:
         return self._bundle
 
     def rowwise_model(self) -> Any:
-        """The row-wise comm model the search costs row layouts with (``search/row_comm.py``):
-        None (default: row blocks' columns on their devices' all-to-all), a fitted
-        :class:`~shardlab.costmodel.rowwise_comm.RowWiseComm`, a path, or a name in the
-        profile's ``datasets/<profile>/models/`` (``"analytic_rowwise_comm"``)."""
-        rw = self.rowwise_comm
-        if rw is None or not isinstance(rw, (str, bytes)) and not hasattr(rw, "__fspath__"):
-            return rw
-        from shardlab.costmodel.analytic import load_analytic
-        from shardlab.costmodel.bundle import models_dir
-
-        named = models_dir(self.profile) / f"{rw}.json"
-        return load_analytic(str(named if named.exists() else rw))
+        """The row-wise comm model row layouts are costed with (:func:`~shardlab.costmodel.rowwise_comm.load_rowwise_comm`)."""
+        return load_rowwise_comm(self.rowwise_comm, self.profile)
 
     def table_wise_many(self, task: Task, states: Sequence[tuple[Block, ...]], coster: ShardCoster, comm: Any
                         ) -> list[tuple[list[int], Simulated] | None]:
@@ -383,8 +375,9 @@ class NeuroShardSharder:
         metadata = {"split_guard": {**guard, "splits": s.splits, "predicted_ms": s.simulated.cost_ms,
                                     "guarded_ratios": state.ratios}} if guard else {}
         metadata.update(rows)
-        if rows and self.rowwise_comm is not None:
-            metadata["row_wise_comm"] = self.rowwise_model().source
+        model = self.rowwise_model() if rows else None
+        if model is not None:
+            metadata["row_wise_comm"] = model.source
         return Plan(task.name, self.name, task.ngpu, placements, seed, metadata=metadata)
 
 
@@ -396,5 +389,5 @@ register_sharder("neuroshard_broad", NeuroShardSharder, name="neuroshard_broad",
 #: Comparators for the split guard and the retrained model: the pool-only bundle, and no guard.
 register_sharder("neuroshard_pool", NeuroShardSharder, name="neuroshard_pool", model="neuroshard")
 register_sharder("neuroshard_unguarded", NeuroShardSharder, name="neuroshard_unguarded", split_guard=False)
-#: Row layouts costed with the shipped row-wise comm model (opt-in; ``reports/row_wise_comm_search.md``).
-register_sharder("neuroshard_rwcomm", NeuroShardSharder, name="neuroshard_rwcomm", rowwise_comm=C.ROWWISE_COMM_MODEL)
+#: Row layouts costed without the row-wise comm model (before session 11; ``reports/row_wise_comm_search.md``).
+register_sharder("neuroshard_rowcols", NeuroShardSharder, name="neuroshard_rowcols", rowwise_comm=None)

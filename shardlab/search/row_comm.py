@@ -68,3 +68,4 @@ def row_aware_comm(base: Any, rowwise_model: Any, rows: RowBlocks, choice: Mappi
     """The comm model of search states with ``choice``'s row layouts (module docstring)."""
     offset, pattern = row_pattern(rows, choice, int(rowwise_model.setting("batch_size")))
     return RowAwareComm(base, offset, rowwise_model.increment(rows.task.ngpu, pattern))
+
