@@ -5,19 +5,23 @@ issue 18's benchmark tasks against the old accounting (neuroshard_rowcols), and 
 is the plan measured faster? Plans that differ are measured in paired
 rounds on this machine (run it alone).
 
-    .venv/bin/python scripts/row_wise_comm_search.py [--rounds 5]
+    .venv/bin/python scripts/row_wise_comm_search.py [--rounds 5]   (again: another sitting, pooled)
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
+
 from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
+from shardlab.evaluate.stats import bootstrap_median_ci, paired_ratios, verdict  # noqa: E402
 from shardlab.experiments.criteo import criteo_plans, row_layouts  # noqa: E402
 from shardlab.experiments.row_wise_benchmark import SPECS, build_task  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
@@ -26,12 +30,23 @@ from shardlab.profile.provenance import environment  # noqa: E402
 METHODS = ("neuroshard_rowcols", "neuroshard")
 
 
+def pooled(sittings: list[dict]) -> dict:
+    """Every sitting's paired per-round ratios neuroshard / neuroshard_rowcols pooled: median,
+    bootstrap 95% interval, verdict (``evaluate/stats.py``)."""
+    ratios = np.concatenate([paired_ratios(s["rounds_ms"]["neuroshard"], s["rounds_ms"]["neuroshard_rowcols"])
+                             for s in sittings])
+    ci = bootstrap_median_ci(ratios)
+    return {"rounds": int(len(ratios)), "ratio": float(np.median(ratios)), "ratio_ci95": ci, "verdict": verdict(ci)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=4096)
     ap.add_argument("--out", default="reports")
     args = ap.parse_args()
+    path = Path(args.out) / "row_wise_comm_search.json"
+    old = {r["task"]: r for r in json.loads(path.read_text())["tasks"]} if path.exists() else {}
     records = []
     for spec in SPECS:
         task = build_task(spec, args.batch_size)
@@ -39,42 +54,54 @@ def main() -> int:
         a, b = (plans[m] for m in METHODS)
         rec = {"task": task.name, "same_plan": set(a.placements) == set(b.placements),
                "row_layouts": {m: row_layouts(task, p) for m, p in plans.items()},
-               "plans": {m: p.to_dict() for m, p in plans.items()}}
+               "plans": {m: p.to_dict() for m, p in plans.items()}, "sittings": []}
+        before = old.get(task.name, {})
+        if before.get("plans") == rec["plans"]:              # the same plans: earlier sittings count
+            rec["sittings"] = before.get("sittings", [])
         if not rec["same_plan"]:
             evs = MeasuredEvaluator("cpu", rounds=args.rounds, reference="neuroshard_rowcols", lower_bound=False,
                                     progress=False).evaluate(task, plans)
-            rec["evaluations"] = {m: e.to_dict() for m, e in evs.items()}
-            rec["measured_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+            rec["sittings"].append({"measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                                    "rounds_ms": {m: list(e.rounds_ms) for m, e in evs.items()},
+                                    "evaluations": {m: e.to_dict() for m, e in evs.items()}})
+            rec["pooled"] = pooled(rec["sittings"])
         records.append(rec)
-        print(task.name, "same plan" if rec["same_plan"] else rec["evaluations"]["neuroshard"]["verdict"],
+        print(task.name, "same plan" if rec["same_plan"] else
+              f"{rec['sittings'][-1]['evaluations']['neuroshard']['verdict']} (pooled: {rec['pooled']['verdict']})",
               flush=True)
-    report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "environment": environment("cpu"),
-              "rounds": args.rounds, "batch_size": args.batch_size, "tasks": records}
-    out = Path(args.out)
-    write_json_atomic(out / "row_wise_comm_search.json", report)
+        report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                  "environment": environment("cpu"), "batch_size": args.batch_size,
+                  "tasks": records + [r for n, r in old.items() if n not in {x["task"] for x in records}]}
+        write_json_atomic(path, report)                     # after every task: a crash loses one task
     differ = [r for r in records if not r["same_plan"]]
     lines = ["# NeuroShard's row layouts costed with the row-wise comm model", "",
              f"Made {report['date']} by `scripts/row_wise_comm_search.py` on {report['environment']['hardware']}. "
              "`neuroshard` (since session 11) charges each choice of row layouts its own collectives "
              "(`search/row_comm.py`, the analytic model `analytic_rowwise_comm` fitted to `datasets/cpu/rowcomm`); "
-             "`neuroshard_rowcols` searches as before, with row blocks' columns on their devices' all-to-all. The tasks are `reports/row_wise.md`'s: tables that fit no device, held out "
-             "from every training step. Plans that differ were **measured** in "
-             f"{args.rounds} paired, shuffled rounds (reference `neuroshard_rowcols`).", "",
+             "`neuroshard_rowcols` searches as before, with row blocks' columns on their devices' all-to-all. "
+             "The tasks are `reports/row_wise.md`'s: tables that fit no device, held out from every training step. "
+             "Plans that differ are **measured** in paired, shuffled rounds (reference `neuroshard_rowcols`), "
+             "in every sitting this script ran; the pooled verdict bootstraps the per-round ratios of all "
+             "sittings of the same plans.", "",
              f"Same plan on {len(records) - len(differ)}/{len(records)} tasks; different on {len(differ)}.", "",
-             "| task | same plan | row layouts equal | neuroshard_rowcols ms [95% CI] | neuroshard ms [95% CI] | "
-             "ratio [95% CI] | verdict |", "|---|---|---|---|---|---|---|"]
+             "| task | same plan | row layouts equal | sitting | neuroshard_rowcols ms [95% CI] | neuroshard ms [95% CI] "
+             "| ratio [95% CI] | verdict |", "|---|---|---|---|---|---|---|---|"]
     for r in records:
-        lay = r["row_layouts"]["neuroshard_rowcols"] == r["row_layouts"]["neuroshard"]
-        cells = ["", "", "", ""]
-        if "evaluations" in r:
-            a, b = (r["evaluations"][m] for m in METHODS)
-            cells = [f"{a['cost_ms']:.2f} [{a['ci95_ms'][0]:.2f}, {a['ci95_ms'][1]:.2f}]",
-                     f"{b['cost_ms']:.2f} [{b['ci95_ms'][0]:.2f}, {b['ci95_ms'][1]:.2f}]",
-                     f"{b['ratio_to_reference']:.3f} [{b['ratio_ci95'][0]:.3f}, {b['ratio_ci95'][1]:.3f}]",
-                     b["verdict"]]
-        lines.append(f"| {r['task']} | {'yes' if r['same_plan'] else 'no'} | {'yes' if lay else 'no'} | "
-                     + " | ".join(cells) + " |")
-    (out / "row_wise_comm_search.md").write_text("\n".join(lines) + "\n")
+        lay = "yes" if r["row_layouts"]["neuroshard_rowcols"] == r["row_layouts"]["neuroshard"] else "no"
+        if r["same_plan"]:
+            lines.append(f"| {r['task']} | yes | {lay} | | | | | |")
+            continue
+        for s in r["sittings"]:
+            a, b = (s["evaluations"][m] for m in METHODS)
+            lines.append(f"| {r['task']} | no | {lay} | {s['measured_at']} ({len(s['rounds_ms']['neuroshard'])} "
+                         f"rounds) | {a['cost_ms']:.2f} [{a['ci95_ms'][0]:.2f}, {a['ci95_ms'][1]:.2f}] | "
+                         f"{b['cost_ms']:.2f} [{b['ci95_ms'][0]:.2f}, {b['ci95_ms'][1]:.2f}] | "
+                         f"{b['ratio_to_reference']:.3f} [{b['ratio_ci95'][0]:.3f}, {b['ratio_ci95'][1]:.3f}] | "
+                         f"{b['verdict']} |")
+        p = r["pooled"]
+        lines.append(f"| {r['task']} | no | {lay} | **pooled** ({p['rounds']} rounds) | | | {p['ratio']:.3f} "
+                     f"[{p['ratio_ci95'][0]:.3f}, {p['ratio_ci95'][1]:.3f}] | **{p['verdict']}** |")
+    (Path(args.out) / "row_wise_comm_search.md").write_text("\n".join(lines) + "\n")
     return 0
 
 
