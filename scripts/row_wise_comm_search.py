@@ -1,8 +1,7 @@
 #!/usr/bin/env python
 """Write reports/row_wise_comm_search.{json,md}: does costing row layouts with the row-wise comm
-model (neuroshard's default since session 11, search/row_comm.py) change NeuroShard's plans on
-issue 18's benchmark tasks against the old accounting (neuroshard_rowcols), and where it does,
-is the plan measured faster? Plans that differ are measured in paired
+model (neuroshard_rwcomm, search/row_comm.py) change NeuroShard's plans on issue 18's benchmark
+tasks against the default accounting (neuroshard), and where it does, is the plan measured faster? Plans that differ are measured in paired
 rounds on this machine (run it alone).
 
     .venv/bin/python scripts/row_wise_comm_search.py [--rounds 5]   (again: another sitting, pooled)
@@ -27,13 +26,18 @@ from shardlab.experiments.row_wise_benchmark import SPECS, build_task  # noqa: E
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.profile.provenance import environment  # noqa: E402
 
-METHODS = ("neuroshard_rowcols", "neuroshard")
+METHODS = ("neuroshard", "neuroshard_rwcomm")
+
+
+def _placements(plan: dict) -> list:
+    """A plan's placements, comparable across runs (its metadata holds timings)."""
+    return sorted(json.dumps(p, sort_keys=True) for p in plan["placements"])
 
 
 def pooled(sittings: list[dict]) -> dict:
-    """Every sitting's paired per-round ratios neuroshard / neuroshard_rowcols pooled: median,
+    """Every sitting's paired per-round ratios neuroshard_rwcomm / neuroshard pooled: median,
     bootstrap 95% interval, verdict (``evaluate/stats.py``)."""
-    ratios = np.concatenate([paired_ratios(s["rounds_ms"]["neuroshard"], s["rounds_ms"]["neuroshard_rowcols"])
+    ratios = np.concatenate([paired_ratios(s["rounds_ms"]["neuroshard_rwcomm"], s["rounds_ms"]["neuroshard"])
                              for s in sittings])
     ci = bootstrap_median_ci(ratios)
     return {"rounds": int(len(ratios)), "ratio": float(np.median(ratios)), "ratio_ci95": ci, "verdict": verdict(ci)}
@@ -41,12 +45,13 @@ def pooled(sittings: list[dict]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of a new sitting; 0: no new sitting (report only)")
     ap.add_argument("--batch-size", type=int, default=4096)
     ap.add_argument("--out", default="reports")
     args = ap.parse_args()
     path = Path(args.out) / "row_wise_comm_search.json"
-    old = {r["task"]: r for r in json.loads(path.read_text())["tasks"]} if path.exists() else {}
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    old = {r["task"]: r for r in saved.get("tasks", [])}
     records = []
     for spec in SPECS:
         task = build_task(spec, args.batch_size)
@@ -56,38 +61,39 @@ def main() -> int:
                "row_layouts": {m: row_layouts(task, p) for m, p in plans.items()},
                "plans": {m: p.to_dict() for m, p in plans.items()}, "sittings": []}
         before = old.get(task.name, {})
-        if before.get("plans") == rec["plans"]:              # the same plans: earlier sittings count
-            rec["sittings"] = before.get("sittings", [])
-        if not rec["same_plan"]:
-            evs = MeasuredEvaluator("cpu", rounds=args.rounds, reference="neuroshard_rowcols", lower_bound=False,
+        if before and all(_placements(before["plans"][m]) == _placements(rec["plans"][m]) for m in METHODS):
+            rec["sittings"] = before.get("sittings", [])     # the same plans: earlier sittings count
+        if not rec["same_plan"] and args.rounds > 0:
+            evs = MeasuredEvaluator("cpu", rounds=args.rounds, reference="neuroshard", lower_bound=False,
                                     progress=False).evaluate(task, plans)
             rec["sittings"].append({"measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                     "rounds_ms": {m: list(e.rounds_ms) for m, e in evs.items()},
                                     "evaluations": {m: e.to_dict() for m, e in evs.items()}})
+        if rec["sittings"]:
             rec["pooled"] = pooled(rec["sittings"])
         records.append(rec)
         print(task.name, "same plan" if rec["same_plan"] else
-              f"{rec['sittings'][-1]['evaluations']['neuroshard']['verdict']} (pooled: {rec['pooled']['verdict']})",
-              flush=True)
+              f"{len(rec['sittings'])} sittings (pooled: {rec.get('pooled', {}).get('verdict')})", flush=True)
         report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                  "environment": environment("cpu"), "batch_size": args.batch_size,
+                  "environment": environment("cpu"), "batch_size": args.batch_size, "notes": saved.get("notes", []),
                   "tasks": records + [r for n, r in old.items() if n not in {x["task"] for x in records}]}
         write_json_atomic(path, report)                     # after every task: a crash loses one task
     differ = [r for r in records if not r["same_plan"]]
     lines = ["# NeuroShard's row layouts costed with the row-wise comm model", "",
              f"Made {report['date']} by `scripts/row_wise_comm_search.py` on {report['environment']['hardware']}. "
-             "`neuroshard` (since session 11) charges each choice of row layouts its own collectives "
+             "`neuroshard_rwcomm` charges each choice of row layouts its own collectives "
              "(`search/row_comm.py`, the analytic model `analytic_rowwise_comm` fitted to `datasets/cpu/rowcomm`); "
-             "`neuroshard_rowcols` searches as before, with row blocks' columns on their devices' all-to-all. "
+             "`neuroshard` (the default) counts row blocks' columns on their devices' all-to-all. "
              "The tasks are `reports/row_wise.md`'s: tables that fit no device, held out from every training step. "
-             "Plans that differ are **measured** in paired, shuffled rounds (reference `neuroshard_rowcols`), "
+             "Plans that differ are **measured** in paired, shuffled rounds (reference `neuroshard`), "
              "in every sitting this script ran; the pooled verdict bootstraps the per-round ratios of all "
              "sittings of the same plans.", "",
              f"Same plan on {len(records) - len(differ)}/{len(records)} tasks; different on {len(differ)}.", "",
-             "| task | same plan | row layouts equal | sitting | neuroshard_rowcols ms [95% CI] | neuroshard ms [95% CI] "
+             *[f"Note: {n}" for n in report["notes"]], *([""] if report["notes"] else []),
+             "| task | same plan | row layouts equal | sitting | neuroshard ms [95% CI] | neuroshard_rwcomm ms [95% CI] "
              "| ratio [95% CI] | verdict |", "|---|---|---|---|---|---|---|---|"]
     for r in records:
-        lay = "yes" if r["row_layouts"]["neuroshard_rowcols"] == r["row_layouts"]["neuroshard"] else "no"
+        lay = "yes" if r["row_layouts"]["neuroshard"] == r["row_layouts"]["neuroshard_rwcomm"] else "no"
         if r["same_plan"]:
             lines.append(f"| {r['task']} | yes | {lay} | | | | | |")
             continue
@@ -98,7 +104,9 @@ def main() -> int:
                          f"{b['cost_ms']:.2f} [{b['ci95_ms'][0]:.2f}, {b['ci95_ms'][1]:.2f}] | "
                          f"{b['ratio_to_reference']:.3f} [{b['ratio_ci95'][0]:.3f}, {b['ratio_ci95'][1]:.3f}] | "
                          f"{b['verdict']} |")
-        p = r["pooled"]
+        p = r.get("pooled")
+        if p is None:
+            continue
         lines.append(f"| {r['task']} | no | {lay} | **pooled** ({p['rounds']} rounds) | | | {p['ratio']:.3f} "
                      f"[{p['ratio_ci95'][0]:.3f}, {p['ratio_ci95'][1]:.3f}] | **{p['verdict']}** |")
     (Path(args.out) / "row_wise_comm_search.md").write_text("\n".join(lines) + "\n")

@@ -27,7 +27,7 @@ def test_slices_split_a_batch_as_the_profiler_does():
 
 def test_the_search_charges_the_pattern_the_evaluators_use():
     task = _task(ngpu=4, share=0.45)
-    plan = run_sharder(get_sharder("neuroshard"), task)           # the shipped row-wise comm model: default
+    plan = run_sharder(get_sharder("neuroshard_rwcomm"), task)    # the shipped row-wise comm model
     validate_plan(task, plan)
     assert plan.metadata["row_wise_comm"].startswith("analytic-rowwise")
     rows = RowBlocks(task, Block)
@@ -60,10 +60,11 @@ def test_a_table_over_every_device_leaves_the_all_to_all_and_adds_the_collective
                        base.predict([[0, 0, 0, 0]], None))              # dim sums floored at 0
 
 
-def test_without_a_row_wise_model_row_blocks_count_on_their_devices_all_to_all():
+def test_by_default_row_blocks_count_on_their_devices_all_to_all():
     task = _task(ngpu=4, share=0.45)
-    old = run_sharder(get_sharder("neuroshard_rowcols"), task)
-    assert "row_wise_comm" not in old.metadata and old.metadata["row_wise"]
-    assert get_sharder("neuroshard", profile="h100").rowwise_model() is None     # no model shipped for it
+    plain = run_sharder(get_sharder("neuroshard"), task)
+    assert "row_wise_comm" not in plain.metadata and plain.metadata["row_wise"]
+    assert get_sharder("neuroshard").rowwise_model() is None
+    assert get_sharder("neuroshard_rwcomm", profile="h100").rowwise_model() is None   # no model shipped for it
     fitted = _shipped()
     assert get_sharder("neuroshard", rowwise_comm=fitted).rowwise_model() is fitted

@@ -28,9 +28,10 @@ of (table, columns)).
 
 Row blocks (issue 18, ``search/row_wise.py``): tables that fit no device become pinned row
 blocks in TorchRec's layouts, the layout chosen by the model; ``rowwise_comm`` (a row-wise comm
-model, ``search/row_comm.py``; default: the profile's shipped one) costs each layout's own
-collectives; ``rowwise_comm=None`` (sharder ``neuroshard_rowcols``) counts row blocks' columns on
-their devices' all-to-all instead, as before session 11.
+model, ``search/row_comm.py``; ``"shipped"``: the profile's, sharder ``neuroshard_rwcomm``)
+costs each layout's own collectives; by default (None) a row block's columns count on its
+device's all-to-all. Measured on issue 18's tasks the two choose plans within noise of each
+other (``reports/row_wise_comm_search.md``), so the default stayed.
 
 Bounds: column-wise search refuses ``ngpu > constants.MAX_NEUROSHARD_GPUS`` at once (one line);
 table-wise (``neuroshard_tw``) answers up to ``constants.MAX_SEARCH_GPUS``.
@@ -87,7 +88,7 @@ class NeuroShardSharder:
     batched: bool = True
     row_wise: bool = True
     host_size: int = C.DEFAULT_HOST_SIZE
-    rowwise_comm: Any = "shipped"
+    rowwise_comm: Any = None
     _bundle: CostModelBundle | None = field(default=None, repr=False)
 
     def bundle(self) -> CostModelBundle:
@@ -389,5 +390,5 @@ register_sharder("neuroshard_broad", NeuroShardSharder, name="neuroshard_broad",
 #: Comparators for the split guard and the retrained model: the pool-only bundle, and no guard.
 register_sharder("neuroshard_pool", NeuroShardSharder, name="neuroshard_pool", model="neuroshard")
 register_sharder("neuroshard_unguarded", NeuroShardSharder, name="neuroshard_unguarded", split_guard=False)
-#: Row layouts costed without the row-wise comm model (before session 11; ``reports/row_wise_comm_search.md``).
-register_sharder("neuroshard_rowcols", NeuroShardSharder, name="neuroshard_rowcols", rowwise_comm=None)
+#: Row layouts costed with the shipped row-wise comm model (opt-in; ``reports/row_wise_comm_search.md``).
+register_sharder("neuroshard_rwcomm", NeuroShardSharder, name="neuroshard_rwcomm", rowwise_comm="shipped")
