@@ -22,26 +22,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from shardlab.costmodel.analytic import save_analytic  # noqa: E402
 from shardlab.costmodel.bundle import load_bundle  # noqa: E402
-from shardlab.costmodel.metrics import errors, split_of  # noqa: E402
+from shardlab.costmodel.metrics import split_of  # noqa: E402
 from shardlab.costmodel.rowwise_comm import RowWiseComm  # noqa: E402
+from shardlab.experiments.rowwise_comm_check import judge_rows  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.profile.provenance import environment  # noqa: E402
 from shardlab.profile.rowwise_campaign import run_rowwise_comm_campaign  # noqa: E402
 from shardlab.profile.store import SampleStore  # noqa: E402
 
 
-def judge(name: str, pred: np.ndarray, rows: list[dict]) -> dict:
-    """Per-rank forward and backward errors of (n, G, 2) predictions."""
-    fw = np.concatenate([r["fw_comm_ms"] for r in rows])
-    bw = np.concatenate([r["bw_comm_ms"] for r in rows])
-    return {"model": name, "fw": errors(pred[:, :, 0].ravel(), fw), "bw": errors(pred[:, :, 1].ravel(), bw)}
-
-
 def heldout_plans(model: RowWiseComm, path: str) -> dict | None:
     """The models on the measured plans with row-wise traffic of the row-wise benchmark's
     held-out tasks (``reports/row_wise.json``; shardlab/experiments/rowwise_comm_check.py)."""
     from shardlab.costmodel.rowwise_comm import WithRowWise
-    from shardlab.experiments.rowwise_comm_check import judge_rows, measured_comm_rows
+    from shardlab.experiments.rowwise_comm_check import measured_comm_rows
 
     if not Path(path).exists():
         return None
@@ -54,7 +48,8 @@ def heldout_plans(model: RowWiseComm, path: str) -> dict | None:
     for name in ("neuroshard_broad", "analytic"):
         comm_for = load_bundle(name).comm_for
         preds[f"{name} all-to-all + row-wise increment (model evaluator now)"] = (
-            lambda r, c=comm_for: WithRowWise(c(len(r["dim_sums"]))[0], model, r["rowwise"])
+            lambda r, c=comm_for: WithRowWise(c(len(r["dim_sums"]))[0],
+                                              model.increment(len(r["dim_sums"]), r["rowwise"]))
             .predict([r["dim_sums"]], [r["delays_ms"]])[0])
         preds[f"{name}, row blocks as all-to-all columns (before)"] = (
             lambda r, c=comm_for: np.asarray(c(len(r["dim_sums"]))[0].predict([r["shard_dim_sums"]],
@@ -95,13 +90,14 @@ def main() -> int:
         test = [r for r in rows[g] if split_of(r["key"]) == "test" and (":wide:" in r["key"]) == (space == "wide")]
         if not test:
             continue
-        d = np.array([r["dim_sums"] for r in test])
-        dl = np.array([r["delays_ms"] for r in test])
-        res = [judge("analytic_rowwise_comm (fitted here)", model.predict(d, dl, [r["rowwise"] for r in test]), test)]
+        preds = {"analytic_rowwise_comm (fitted here)":
+                 lambda r: model.predict([r["dim_sums"]], [r["delays_ms"]], [r["rowwise"]])[0]}
         for name in ("analytic", "neuroshard_broad"):
             comm = load_bundle(name).comm_for(g)[0]
-            res.append(judge(f"{name} (shipped; no row-wise terms)", np.asarray(comm.predict(d, dl)), test))
-        results[f"G={g} {space}"] = {"test_samples": len(test), "models": res}
+            preds[f"{name} (shipped; no row-wise terms)"] = (
+                lambda r, c=comm: np.asarray(c.predict([r["dim_sums"]], [r["delays_ms"]]))[0])
+        results[f"G={g} {space}"] = {"test_samples": len(test),
+                                     "models": [{"model": k, **v} for k, v in judge_rows(test, preds).items()]}
     heldout = heldout_plans(model, args.benchmark)
     if heldout:
         results["held-out plans"] = heldout

@@ -17,7 +17,9 @@ sums (the cheapest rank's forward + backward, no delays).
 
 The measured evaluator (:mod:`shardlab.evaluate.measured`) and the cost-model simulation
 (:func:`shardlab.costmodel.base.simulate_many`) both call :func:`forward_delays` and
-:func:`lower_bound_ms`; nothing else computes either. Plain numpy, no timing, no model.
+:func:`lower_bound_ms`; nothing else computes either. How a step's batch is split over the ranks
+(:func:`batch_rows`) and the index traffic of a row-split table (:func:`owner_counts`) live here
+too, for the profilers, the evaluators and the search alike. Plain numpy, no timing, no model.
 """
 
 from __future__ import annotations
@@ -54,3 +56,20 @@ def lower_bound_ms(fused_all_ms: float, ngpu: int, comm_ms: np.ndarray | Sequenc
         c = np.asarray(comm_ms, dtype=float).reshape(ngpu, 2)
         comm = float((c[:, 0] + c[:, 1]).min())
     return float(fused_all_ms) / ngpu + comm
+
+
+def batch_rows(batch_size: int, world_size: int) -> list[int]:
+    """Rows of each rank's batch slice: B // G each, one more for the first B % G ranks."""
+    base, extra = divmod(batch_size, world_size)
+    return [base + (1 if g < extra else 0) for g in range(world_size)]
+
+
+def owner_counts(world_size: int, slice_rows: Sequence[int], owners: Sequence[tuple[int, float]]) -> list[list[int]]:
+    """The index matrix of one row-split table: rank r sends ``round(pooling * slice_rows[r])``
+    indices to each owner o of a row block with pooling factor ``pooling`` (lookups per sample
+    that fall in o's rows), for ``owners`` = [(o, pooling), ...]."""
+    out = [[0] * world_size for _ in range(world_size)]
+    for o, pooling in owners:
+        for r in range(world_size):
+            out[r][o] += int(round(pooling * slice_rows[r]))
+    return out

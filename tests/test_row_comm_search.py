@@ -9,7 +9,8 @@ from shardlab.evaluate.values import comm_pattern
 from shardlab.plan import validate_plan
 from shardlab.search.base import get_sharder, run_sharder
 from shardlab.search.blocks import Block
-from shardlab.search.row_comm import RowAwareComm, row_aware_comm, row_pattern, slice_rows
+from shardlab.costmodel.rowwise_comm import WithRowWise
+from shardlab.search.row_comm import batch_rows, row_aware_comm, row_pattern
 from shardlab.search.row_wise import RowBlocks, RowChoice, oversized
 from tests.test_row_wise_search import _task
 
@@ -19,10 +20,10 @@ def _shipped():
 
 
 def test_slices_split_a_batch_as_the_profiler_does():
-    from shardlab.profile.comm import batch_rows
+    from shardlab.profile.comm import batch_rows as profiler_rows
 
     for b, g in ((4096, 4), (4097, 8), (10, 3)):
-        assert slice_rows(b, g) == batch_rows(b, g)
+        assert batch_rows(b, g) == profiler_rows(b, g)
 
 
 def test_the_search_charges_the_pattern_the_evaluators_use():
@@ -56,7 +57,7 @@ def test_a_table_over_every_device_leaves_the_all_to_all_and_adds_the_collective
     d = [[200, 180, 190, 210]]
     want = np.asarray(base.predict(np.array(d) - offset, None)) + model.increment(4, pattern)[None]
     assert np.allclose(comm.predict(d, None), want)
-    assert np.allclose(RowAwareComm(base, np.full(4, 1000), np.zeros((4, 2))).predict(d, None),
+    assert np.allclose(WithRowWise(base, np.zeros((4, 2)), np.full(4, 1000)).predict(d, None),
                        base.predict([[0, 0, 0, 0]], None))              # dim sums floored at 0
 
 

@@ -108,7 +108,7 @@ def test_the_increment_is_what_row_wise_traffic_adds_to_a_prediction():
     assert np.allclose(m.predict([d], [dl], [rw])[0] - m.predict([d], [dl], None)[0], inc)
     assert not m.increment(4, None).any()
     base = load_bundle("analytic").comm_for(4)[0]
-    both = WithRowWise(base, m, rw).predict([d, d], [dl, dl])
+    both = WithRowWise(base, m.increment(4, rw)).predict([d, d], [dl, dl])
     assert both.shape == (2, 4, 2) and np.allclose(both[1], base.predict([d], [dl])[0] + inc)
 
 

@@ -118,19 +118,21 @@ class RowWiseComm(AnalyticComm):
 
 
 class WithRowWise:
-    """A comm model (``base``: the all-to-all of any dim sums) plus ``rowwise``'s increment for
-    one plan's row-wise pattern (``{"dim", "index_counts"}``): ``predict(dim_sums, delays_ms)``
-    -> (n, G, 2) ms, the increment added to every row (same G)."""
+    """A comm model for one plan's row-wise pattern: ``base`` (the all-to-all of any dim sums)
+    asked about the dim sums less ``offset`` (G,: the columns of tables split over every device,
+    which leave the all-to-all; floored at 0; default none), plus ``increment`` (G, 2: fw/bw ms,
+    :meth:`RowWiseComm.increment`) on every rank. ``predict(dim_sums, delays_ms)`` -> (n, G, 2) ms."""
 
-    def __init__(self, base: Any, rowwise: RowWiseComm, pattern: Mapping[str, Any]):
+    def __init__(self, base: Any, increment: np.ndarray, offset: np.ndarray | None = None):
         self.base = base
-        self.rowwise = rowwise
-        self.pattern = pattern
+        self.increment = np.asarray(increment, dtype=float)
+        self.offset = None if offset is None else np.asarray(offset, dtype=float)
 
     def predict(self, dim_sums: Any, delays_ms: Any = None) -> np.ndarray:
         """(n, G, 2) forward and backward ms per rank."""
-        out = np.asarray(self.base.predict(dim_sums, delays_ms), dtype=float)
-        return out + self.rowwise.increment(out.shape[1], self.pattern)[None]
+        d = dim_sums if self.offset is None else np.maximum(
+            np.atleast_2d(np.asarray(dim_sums, dtype=float)) - self.offset[None], 0.0)
+        return np.asarray(self.base.predict(d, delays_ms), dtype=float) + self.increment[None]
 
 
 def load_rowwise_comm(spec: Any, profile: str = "cpu") -> RowWiseComm | None:

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from shardlab import constants as C
+from shardlab.costmodel.base import simulate
 from shardlab.evaluate.protocol import check_plans, compare_to_reference
 from shardlab.evaluate.values import DeviceCost, Evaluation, comm_pattern, device_tables
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
@@ -36,16 +37,16 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True, 
     validate_plan(task, plan)
     per_dev = device_tables(task, plan)
     comm_model, comm_label = model.comm_for(plan.ngpu)
-    sim = model.simulate(per_dev)
+    comm = comm_model
     if rowwise_comm is not None and plan.ngpu > 1:
         dims, rw = comm_pattern(task, plan, int(rowwise_comm.setting("batch_size")))
         if not rw.empty:
-            from shardlab.costmodel.base import simulate_from
             from shardlab.costmodel.rowwise_comm import WithRowWise
 
-            compute = np.column_stack([sim.fw_compute, sim.bw_compute])
-            sim = simulate_from(compute, dims, WithRowWise(comm_model, rowwise_comm, rw.to_dict()))
+            shard_dims = np.array([sum(t.dim for t in ts) for ts in per_dev])
+            comm = WithRowWise(comm_model, rowwise_comm.increment(plan.ngpu, rw.to_dict()), shard_dims - dims)
             comm_label += "+" + rowwise_comm.source
+    sim = simulate(per_dev, model.compute, comm)
     mem = [b / C.GB for b in device_memory_bytes(task, plan)]
     devices = tuple(DeviceCost(g, float(sim.fw_compute[g]), float(sim.bw_compute[g]), float(sim.fw_comm[g]),
                                float(sim.bw_comm[g]), mem[g]) for g in range(plan.ngpu))

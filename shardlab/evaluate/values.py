@@ -10,7 +10,8 @@ import numpy as np
 
 from shardlab.data.lookups import row_block
 from shardlab.errors import ShardlabError, check_fields
-from shardlab.profile.rowwise_comm import RowWise, owner_counts
+from shardlab.profile.rowwise_comm import RowWise
+from shardlab.schedule import batch_rows, owner_counts
 from shardlab.plan import Plan
 from shardlab.tables import Table, Task
 
@@ -174,8 +175,6 @@ def comm_pattern(task: Task, plan: Plan, batch_size: int) -> tuple[list[int], Ro
       (``RowWise.index_counts``, from the block's measured pooling factor). Whole tables' index
       traffic is not measured here (nor in any sample before issue 18).
     """
-    from shardlab.profile.comm import batch_rows
-
     g = plan.ngpu
     dims, rw_dim = [0] * g, 0
     counts = [[0] * g for _ in range(g)]

@@ -42,6 +42,7 @@ from shardlab.errors import ShardlabError, field_error
 from shardlab.profile.affinity import allowed_cores, core_for, pin_to
 from shardlab.profile.rowwise_comm import RowWise, RowWiseExchange, check_rowwise
 from shardlab.profile.timing import spread_ms
+from shardlab.schedule import batch_rows  # noqa: F401  (the ranks' batch slices; imported from here too)
 
 #: Backend and device pairs the bench supports.
 BACKENDS = {"gloo": "cpu", "nccl": "cuda"}
@@ -92,12 +93,6 @@ class CommSample:
 def _nested(kind: type, value: Any) -> Any:
     """``value`` with every list or tuple in it made a ``kind``."""
     return kind(_nested(kind, x) for x in value) if isinstance(value, (list, tuple)) else value
-
-
-def batch_rows(batch_size: int, world_size: int) -> list[int]:
-    """Rows of each rank's batch slice: B // G each, one more for the first B % G ranks."""
-    base, extra = divmod(batch_size, world_size)
-    return [base + (1 if g < extra else 0) for g in range(world_size)]
 
 
 def randomized_dim_assignment(dims: Sequence[int], world_size: int, rng: np.random.Generator,

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from shardlab.errors import field_error
+from shardlab.schedule import owner_counts  # noqa: F401  (imported from here too)
 
 #: The collectives under their current names (torch 2.13 deprecates ``reduce_scatter_tensor`` and
 #: ``all_gather_into_tensor``; the device image's torch 2.11 may only have the old ones).
@@ -129,14 +130,3 @@ def rowwise_of(value: RowWise | dict[str, Any] | None) -> RowWise:
     if isinstance(value, RowWise):
         return value
     return RowWise(int(value.get("dim", 0)), tuple(tuple(r) for r in value.get("index_counts", ())))
-
-
-def owner_counts(world_size: int, slice_rows: Sequence[int], owners: Sequence[tuple[int, float]]) -> list[list[int]]:
-    """The index matrix of one row-split table: rank r sends ``round(pooling * slice_rows[r])``
-    indices to each owner o of a row block with pooling factor ``pooling`` (lookups per sample
-    that fall in o's rows), for ``owners`` = [(o, pooling), ...]."""
-    out = [[0] * world_size for _ in range(world_size)]
-    for o, pooling in owners:
-        for r in range(world_size):
-            out[r][o] += int(round(pooling * slice_rows[r]))
-    return out
