@@ -1,0 +1,68 @@
+"""Saved plans: every sharder's plan on the benchmark tasks, written once before the package was
+redesigned, so a test can check that the redesign changed no plan.
+
+``python -m tests.saved_plans`` (re)writes ``tests/data/saved_plans.json``: the tasks as Task
+JSON and, per task, each method's placements, plus NeuroShard's one-state-at-a-time search
+(``batched=False``, the greedy path since removed) under the key ``neuroshard@one-by-one``.
+Only run it to record a new reference; ``tests/test_saved_plans.py`` reads the file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+PATH = Path(__file__).parent / "data" / "saved_plans.json"
+
+#: Method name at the time of saving -> how the redesigned package spells the same sharder.
+METHODS = {
+    "random": "random", "size": "size", "dim": "dim", "lookup": "lookup", "size_lookup": "size_lookup",
+    "torchrec": "torchrec", "torchrec_free": "torchrec_free",
+    "neuroshard": "neuroshard", "neuroshard_tw": "neuroshard[columns=false]",
+    "neuroshard_pool": "neuroshard[model=neuroshard]",
+    "neuroshard_unguarded": "neuroshard[split_guard=false]",
+    "neuroshard_rwcomm": "neuroshard[rowwise_comm=shipped]",
+    "dreamshard": "dreamshard", "autoshard": "autoshard",
+}
+
+
+def placements(plan) -> list[list]:
+    """A plan's placements as sorted [table, row_offset, rows, col_offset, cols, device] lists."""
+    return sorted([p.table, p.row_offset, p.rows, p.col_offset, p.cols, p.device] for p in plan.placements)
+
+
+def tasks() -> list:
+    """The benchmark's first task of each setting, and three row-wise benchmark tasks with
+    tables that fit no device."""
+    from shardlab.experiments.benchmark import benchmark_tasks
+    from shardlab.experiments.row_wise_benchmark import SPECS, build_task
+
+    out = [t for _, t in benchmark_tasks(("4x10-60", "4x50", "8x80"), 1)]
+    out += [build_task(SPECS[i], 4096) for i in (2, 3, 6)]
+    return out
+
+
+def main() -> None:
+    from shardlab.search import get_sharder, run_sharder
+
+    record = {"tasks": [], "plans": {}}
+    for task in tasks():
+        record["tasks"].append(task.to_dict())
+        got = {}
+        for old in METHODS:
+            try:
+                got[old] = placements(run_sharder(get_sharder(old), task))
+            except Exception as exc:   # noqa: BLE001 -- the one-line error is part of the record
+                got[old] = {"error": type(exc).__name__}
+            print(task.name, old, "error" if isinstance(got[old], dict) else "ok", file=sys.stderr)
+        try:
+            got["neuroshard@one-by-one"] = placements(run_sharder(get_sharder("neuroshard", batched=False), task))
+        except Exception as exc:   # noqa: BLE001
+            got["neuroshard@one-by-one"] = {"error": type(exc).__name__}
+        record["plans"][task.name] = got
+    PATH.write_text(json.dumps(record, indent=0))
+
+
+if __name__ == "__main__":
+    main()
