@@ -17,7 +17,8 @@ PATH = Path(__file__).parent / "data" / "saved_plans.json"
 
 #: Method name at the time of saving -> how the redesigned package spells the same sharder.
 METHODS = {
-    "random": "random", "size": "size", "dim": "dim", "lookup": "lookup", "size_lookup": "size_lookup",
+    "random": "random", "size_greedy": "size_greedy", "dim_greedy": "dim_greedy", "lookup_greedy": "lookup_greedy",
+    "size_lookup_greedy": "size_lookup_greedy",
     "torchrec": "torchrec", "torchrec_free": "torchrec_free",
     "neuroshard": "neuroshard", "neuroshard_tw": "neuroshard[columns=false]",
     "neuroshard_pool": "neuroshard[model=neuroshard]",
