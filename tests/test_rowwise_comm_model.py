@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from shardlab.costmodel.analytic import load_analytic, save_analytic
+from shardlab.costmodel.analytic import save_analytic
 from shardlab.costmodel.rowwise_comm import BW_COLS, FW_COLS, INDEX_BYTES, RowWiseComm, rowwise_terms
 from shardlab.profile.rowwise_campaign import rowwise_spec
 
@@ -87,7 +87,7 @@ def test_the_model_recovers_a_linear_truth_and_round_trips(tmp_path):
     assert np.allclose(m.coef_fw_[6:8], FW_TRUE[6:8], rtol=1e-4)       # the collectives' fixed costs
     assert np.allclose(m.coef_bw_[5:7], BW_TRUE[5:7], rtol=1e-4)
     save_analytic(m, str(tmp_path / "m.json"))
-    back = load_analytic(str(tmp_path / "m.json"))
+    back = RowWiseComm.load(str(tmp_path / "m.json"))
     assert isinstance(back, RowWiseComm) and np.allclose(back.coef_fw_, m.coef_fw_)
     assert "analytic" in back.source
 

@@ -136,10 +136,20 @@ class AnalyticModel(Estimator):
 
     @classmethod
     def load(cls, path: str) -> Any:
-        """See :func:`load_analytic`; the file must hold this class's model."""
-        m = load_analytic(path)
-        if not isinstance(m, cls):
-            raise ShardlabError(f"analytic model '{path}': holds a {m.target} model, not a {cls.target} model")
+        """Read a file written by :meth:`save`; it must hold a model of this class's ``KIND``
+        (one-line error naming the field otherwise)."""
+        d = read_json(path)
+        if d.get("format") != FORMAT:
+            raise ShardlabError(f"analytic model '{path}': field 'format' must be '{FORMAT}'")
+        kind = d["model"].get("kind") if isinstance(d.get("model"), Mapping) else None
+        if kind != cls.KIND:
+            raise ShardlabError(f"analytic model '{path}': field 'kind' = {kind!r}, but {cls.__name__} "
+                                f"reads '{cls.KIND}'")
+        try:
+            m = cls.from_dict(d["model"])
+        except ShardlabError as e:
+            raise ShardlabError(f"analytic model '{path}': {e}") from None
+        m.provenance_, m.metrics_ = d.get("provenance", {}), d.get("metrics", {})
         return m
 
 
@@ -291,23 +301,3 @@ def save_analytic(model: AnalyticModel, path: str) -> None:
     """Write an analytic model as JSON (parameters, provenance, held-out metrics), atomically."""
     write_json_atomic(path, {"format": FORMAT, "model": model.to_dict(), "provenance": model.provenance_,
                              "metrics": model.metrics_})
-
-
-def load_analytic(path: str) -> Any:
-    """Read a file written by :func:`save_analytic`."""
-    d = read_json(path)
-    if d.get("format") != FORMAT:
-        raise ShardlabError(f"analytic model '{path}': field 'format' must be '{FORMAT}'")
-    kind = d["model"].get("kind")
-    from shardlab.costmodel.rowwise_comm import RowWiseComm
-
-    cls = {"analytic_compute": AnalyticCompute, "analytic_comm": AnalyticComm,
-           "analytic_rowwise_comm": RowWiseComm}.get(kind)
-    if cls is None:
-        raise ShardlabError(f"analytic model '{path}': field 'kind' {kind!r} is unknown")
-    try:
-        m = cls.from_dict(d["model"])
-    except ShardlabError as e:
-        raise ShardlabError(f"analytic model '{path}': {e}") from None
-    m.provenance_, m.metrics_ = d.get("provenance", {}), d.get("metrics", {})
-    return m

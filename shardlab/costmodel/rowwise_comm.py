@@ -1,4 +1,4 @@
-"""Row-wise comm cost, an **analytic** model fitted to measured samples (issue 18, must-show 2).
+"""Row-wise comm cost, an **analytic** model fitted to measured samples.
 
 Per rank, forward ms = the all-to-all regressors of
 :class:`~shardlab.costmodel.analytic.AnalyticComm` (1, G-1, send / receive / max-rank bytes,
@@ -19,7 +19,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from shardlab import constants as C
 from shardlab.costmodel.analytic import AnalyticComm, nnls_relative
+from shardlab.costmodel.bundle import models_dir
 from shardlab.errors import ShardlabError
 
 #: Bytes per index sent in the input dist.
@@ -142,11 +144,7 @@ def load_rowwise_comm(spec: Any, profile: str = "cpu") -> RowWiseComm | None:
     :class:`RowWiseComm` (returned as is), a path, or a model name in the profile's models folder."""
     if spec is None or not isinstance(spec, (str, bytes)) and not hasattr(spec, "__fspath__"):
         return spec
-    from shardlab import constants as C
-    from shardlab.costmodel.analytic import load_analytic
-    from shardlab.costmodel.bundle import models_dir
-
     named = models_dir(profile) / f"{C.ROWWISE_COMM_MODEL if spec == 'shipped' else spec}.json"
     if spec == "shipped" and not named.exists():
         return None
-    return load_analytic(str(named if named.exists() else spec))
+    return RowWiseComm.load(str(named if named.exists() else spec))
