@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from shardlab.errors import ShardlabError
-from shardlab.profile.comm import (CommBench, CommBenchError, CommSample, batch_rows,
+from shardlab.profile.comm import (CommBench, CommBenchError, batch_rows,
                                    measure_all_to_all, randomized_dim_assignment)
+from shardlab.profile.records import CommRecord
 
 BATCH = 4096
 
@@ -84,7 +85,7 @@ def test_sample_records_settings(bench2):
     assert (s.world_size, s.batch_size, s.dim_sums, s.delays_ms) == (2, BATCH, (16, 48), (1.5, 0.0))
     assert (s.repeats, s.warmup, s.backend, s.device, s.dtype) == (2, 1, "gloo", "cpu", "float32")
     assert all(len(x) == 4 for x in s.fw_spread_ms + s.bw_spread_ms)
-    assert CommSample.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    assert CommRecord.from_dict(json.loads(json.dumps(s.to_dict()))) == s
 
 
 @pytest.mark.parametrize("call, field", [

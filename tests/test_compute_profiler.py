@@ -6,8 +6,9 @@ import pytest
 
 from shardlab.data.generator import generate_tables
 from shardlab.errors import ShardlabError
-from shardlab.profile.compute import ComputeSample, fused_inputs, measure_compute
+from shardlab.profile.compute import fused_inputs, measure_compute
 from shardlab.profile.hardware import PROFILES, HardwareProfile, get_profile
+from shardlab.profile.records import ComputeRecord
 from tests.conftest import make_table
 
 FAST = HardwareProfile("test-fast", "cpu", batch_size=512, warmup=1, repeats=5, input_batches=2)
@@ -26,8 +27,8 @@ def test_sample_is_measured_and_consistent(tables):
     p25, p75, lo, hi = s.total_spread_ms
     assert lo <= p25 <= s.total_ms <= p75 <= hi
     assert s.profile["name"] == "test-fast" and s.profile["repeats"] == 5
-    assert ComputeSample.from_dict(s.to_dict()) == s
-    assert [t["name"] for t in s.tables] == [t.name for t in tables[:2]]
+    assert ComputeRecord.from_dict(s.to_dict()) == s
+    assert s.tables == tuple(tables[:2]) and s.key == ""
 
 
 def test_more_tables_cost_more(tables):

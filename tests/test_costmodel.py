@@ -227,7 +227,7 @@ def test_fit_takes_records_or_rows_alike_and_refuses_another_kind(compute_sample
 
 
 def test_records_round_trip_through_their_rows(compute_samples, comm_samples, plan_samples):
-    from shardlab.data.samples import as_record
+    from shardlab.profile.records import as_record
 
     for r in (compute_samples[0], comm_samples[0], plan_samples[0]):
         assert as_record(r.to_dict()) == r and as_record(r) is r

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from shardlab import ShardlabError
-from shardlab.profile.comm import CommBench, CommSample, check_rowwise_exchange
+from shardlab.profile.comm import CommBench, check_rowwise_exchange
+from shardlab.profile.records import CommRecord
 from shardlab.profile.rowwise_comm import RowWise, owner_counts, rowwise_of
 
 
@@ -37,7 +38,7 @@ def test_rowwise_collectives_move_what_they_should_and_are_timed():
         plain = bench.measure([8, 8], None, repeats=3, warmup=1)
     assert s.rowwise == rw.to_dict() and plain.rowwise is None
     assert all(x > 0 for x in s.fw_comm_ms + s.bw_comm_ms)
-    assert CommSample.from_dict(s.to_dict()) == s
+    assert CommRecord.from_dict(s.to_dict()) == s
 
 
 def test_comm_pattern_of_table_row_and_table_row_wise_plans():

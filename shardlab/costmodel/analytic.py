@@ -31,7 +31,7 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.costmodel.estimator import Estimator
-from shardlab.data.samples import CommRecord, ComputeRecord, as_comm_records, as_compute_records
+from shardlab.profile.records import CommRecord, ComputeRecord, as_comm_records, as_compute_records
 from shardlab.errors import NotFittedError, ShardlabError
 from shardlab.io import read_json, write_json_atomic
 from shardlab.tables import Table

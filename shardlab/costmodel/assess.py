@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from shardlab.costmodel.metrics import errors, split_samples
-from shardlab.data.samples import ComputeRecord, as_compute_records
+from shardlab.profile.records import ComputeRecord, as_compute_records
 from shardlab.profile.campaign import singles_of
 
 #: Bins of tables per shard for the error breakdown.

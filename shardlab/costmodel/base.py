@@ -5,7 +5,7 @@ backward time (ms) of one fused TBE op; a *comm model* predicts each rank's forw
 backward all-to-all time (ms) from the ranks' dim sums and forward start delays (ms).
 Every cost model follows one convention (:class:`~shardlab.costmodel.estimator.Estimator`):
 configuration in ``__init__``, never changed by ``fit``; learned state ending in ``_``;
-``fit(samples, val_samples=None)`` on typed sample records (:mod:`shardlab.data.samples`)
+``fit(samples, val_samples=None)`` on typed sample records (:mod:`shardlab.profile.records`)
 returns ``self``; ``predict`` is pure and raises :class:`~shardlab.errors.NotFittedError`
 before ``fit``. A compute model whose shard cost is a function of the SUM of per-table rows
 also satisfies :class:`IncrementalComputeModel`, which search uses to cost a device's shard

@@ -16,7 +16,7 @@ from shardlab.costmodel.calibration import SplitCalibration
 from shardlab.costmodel.base import CommModel, ComputeModel, Simulated, simulate
 from shardlab.costmodel.metrics import errors
 from shardlab.data.pool import datasets_dir
-from shardlab.data.samples import CommRecord, ComputeRecord, as_comm_records, as_compute_records
+from shardlab.profile.records import CommRecord, ComputeRecord, as_comm_records, as_compute_records
 from shardlab.errors import ShardlabError
 from shardlab.io import read_json, write_json_atomic
 from shardlab.tables import Table

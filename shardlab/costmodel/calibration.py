@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from shardlab import constants as C
-from shardlab.data.samples import ComputeRecord, as_compute_records
+from shardlab.profile.records import ComputeRecord, as_compute_records
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table
 

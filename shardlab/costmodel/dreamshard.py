@@ -6,9 +6,9 @@ communication (fw + bw all-to-all) ms; an overall head (32 -> 64 -> 1) reads the
 sums, takes their MAX over devices, and predicts the plan cost (ms). Sum and max make it
 independent of the numbers of tables and devices.
 
-Training data (``fit(samples)``, one list): measured plans (:class:`~shardlab.data.samples.PlanRecord`:
+Training data (``fit(samples)``, one list): measured plans (:class:`~shardlab.profile.records.PlanRecord`:
 each device's tables and measured fw/bw compute and fw/bw comm, and the plan cost), optionally
-mixed with measured compute samples (:class:`~shardlab.data.samples.ComputeRecord`), which
+mixed with measured compute samples (:class:`~shardlab.profile.records.ComputeRecord`), which
 supervise the two compute heads alone. Loss: the sum of the four MSEs on log(1 + ms /
 scale) (see :mod:`shardlab.costmodel.neural` for why log), with two scales: the compute heads'
 is the median shard compute (as NeuroShard's), comm's and overall's the median plan cost. With
@@ -34,7 +34,7 @@ from shardlab.costmodel.metrics import split_samples
 from shardlab.costmodel.neural import NeuroShardCompute, ShardNet
 from shardlab.costmodel.neural_base import mlp, seeded
 from shardlab.data.features import FeatureScaler
-from shardlab.data.samples import ComputeRecord, PlanRecord, as_records
+from shardlab.profile.records import ComputeRecord, PlanRecord, as_records
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table
 

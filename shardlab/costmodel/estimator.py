@@ -7,7 +7,7 @@
   ``fit`` or ``load``; ``profile_`` is the hardware profile of the training data (at least its
   ``name`` and ``batch_size``), ``provenance_`` and ``metrics_`` what the trainer records;
 - ``fit(samples, val_samples=None) -> self`` is the one signature: typed records of
-  :mod:`shardlab.data.samples` (JSON rows are accepted too and parsed once, at the top of fit);
+  :mod:`shardlab.profile.records` (JSON rows are accepted too and parsed once, at the top of fit);
 - ``predict`` (and ``embed`` / ``predict_sums`` where a model costs incrementally) raise
   :class:`~shardlab.errors.NotFittedError` before ``fit``;
 - ``save(path)`` / ``load(path)`` and the ``source`` label of Evaluations.

@@ -11,7 +11,7 @@ from typing import Sequence, TypeVar
 
 import numpy as np
 
-from shardlab.data.samples import sample_key
+from shardlab.profile.records import sample_key
 
 S = TypeVar("S")
 

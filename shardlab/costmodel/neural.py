@@ -16,7 +16,7 @@ leave open; both are available). Same seed -> same weights (CPU, deterministic a
 Model files are ``torch.save`` dicts with config, weights, feature normalisation, training
 history, provenance and metrics. The training loop, target scaling and model file are shared
 with the other neural models in :mod:`shardlab.costmodel.neural_base`; ``fit`` takes the typed
-records of :mod:`shardlab.data.samples` (or their JSON rows).
+records of :mod:`shardlab.profile.records` (or their JSON rows).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from shardlab import constants as C
 from shardlab.costmodel.metrics import split_samples
 from shardlab.costmodel.neural_base import NeuralEstimator, mlp, seeded
 from shardlab.data.features import FeatureScaler
-from shardlab.data.samples import ComputeRecord, as_compute_records
+from shardlab.profile.records import ComputeRecord, as_compute_records
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from shardlab.costmodel.metrics import split_samples
 from shardlab.costmodel.neural_base import NeuralEstimator, mlp, seeded
-from shardlab.data.samples import CommRecord, as_comm_records
+from shardlab.profile.records import CommRecord, as_comm_records
 from shardlab.errors import ShardlabError
 
 HIDDEN = (128, 64, 32, 16)

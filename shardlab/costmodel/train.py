@@ -20,7 +20,7 @@ from shardlab.costmodel.bundle import CostModelBundle, heldout_errors
 from shardlab import constants as C
 from shardlab.costmodel.calibration import MIN_SPLIT_SHARDS, SplitCalibration, calibrate_splits, split_shards
 from shardlab.costmodel.metrics import errors, split_samples
-from shardlab.data.samples import (CommRecord, ComputeRecord, PlanRecord, Record, as_comm_records,
+from shardlab.profile.records import (CommRecord, ComputeRecord, PlanRecord, Record, as_comm_records,
                                    as_compute_records, as_plan_records, as_records)
 from shardlab.errors import ShardlabError
 from shardlab.profile.dataset import load_measured
@@ -65,9 +65,9 @@ def load_samples(kind: str, store: str | None = None, dataset: str = "cpu",
 
 
 def load_records(kind: str, store: str | None = None, dataset: str = "cpu", profile: str | None = None) -> list[Any]:
-    """:func:`load_samples` parsed once into typed records (:mod:`shardlab.data.samples`):
-    :class:`~shardlab.data.samples.ComputeRecord` for ``compute`` and ``single``,
-    :class:`~shardlab.data.samples.CommRecord` for ``comm``, :class:`~shardlab.data.samples.PlanRecord`
+    """:func:`load_samples` parsed once into typed records (:mod:`shardlab.profile.records`):
+    :class:`~shardlab.profile.records.ComputeRecord` for ``compute`` and ``single``,
+    :class:`~shardlab.profile.records.CommRecord` for ``comm``, :class:`~shardlab.profile.records.PlanRecord`
     for ``plan``: what every cost model's ``fit`` takes."""
     return as_records(load_samples(kind, store, dataset, profile))
 

@@ -61,7 +61,7 @@ def _measure(job: tuple[str, list[dict[str, Any]], dict[str, Any]]) -> tuple[str
 
     key, tables, profile = job
     sample = measure_compute([Table.from_dict(t) for t in tables], HardwareProfile(**profile))
-    return key, sample.to_dict()
+    return key, sample.payload()
 
 
 def run_jobs(store: SampleStore, kind: str, jobs: Iterable[tuple[str, list[dict[str, Any]], dict[str, Any]]],
@@ -249,5 +249,5 @@ def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
             spec = comm_sample_spec(world_size, i, seed, max_delay_ms=max_delay_ms)
             sample = bench.measure(spec["dim_sums"], spec["delays_ms"], repeats=prof.repeats, warmup=prof.warmup)
             if lead:
-                added += store.add(kind, f"{prefix}{i}", {**sample.to_dict(), **spec}, provenance)
+                added += store.add(kind, f"{prefix}{i}", {**sample.payload(), **spec}, provenance)
     return added

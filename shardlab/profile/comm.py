@@ -30,7 +30,6 @@ import os
 import queue
 import time
 import traceback
-from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -40,8 +39,8 @@ import torch.distributed as dist
 from shardlab import constants as C
 from shardlab.errors import ShardlabError, field_error
 from shardlab.profile.affinity import allowed_cores, core_for, pin_to
+from shardlab.profile.records import CommRecord, spread_ms
 from shardlab.profile.rowwise_comm import RowWise, RowWiseExchange, check_rowwise
-from shardlab.profile.timing import spread_ms
 from shardlab.schedule import batch_rows  # noqa: F401  (the ranks' batch slices; imported from here too)
 
 #: Backend and device pairs the bench supports.
@@ -55,44 +54,6 @@ class CommBenchError(RuntimeError):
     def __init__(self, message: str, details: str = ""):
         super().__init__(message)
         self.details = details
-
-
-@dataclass(frozen=True)
-class CommSample:
-    """One measured all-to-all setting. Per-rank tuples are indexed by rank. ``fw_comm_ms`` and
-    ``bw_comm_ms`` are medians over ``repeats`` timed runs (ms; forward includes waiting for
-    slower ranks); ``*_spread_ms[g]`` is (p25, p75, min, max) of rank g's runs (ms)."""
-
-    world_size: int
-    batch_size: int
-    dim_sums: tuple[int, ...]
-    delays_ms: tuple[float, ...]
-    fw_comm_ms: tuple[float, ...]
-    bw_comm_ms: tuple[float, ...]
-    fw_spread_ms: tuple[tuple[float, float, float, float], ...]
-    bw_spread_ms: tuple[tuple[float, float, float, float], ...]
-    repeats: int
-    warmup: int
-    backend: str
-    device: str
-    dtype: str
-    #: Row-wise traffic measured with the all-to-all (``RowWise.to_dict``; None: none, as in every
-    #: sample before issue 18).
-    rowwise: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form: tuples become lists."""
-        return {k: _nested(list, v) for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CommSample":
-        """Inverse of :meth:`to_dict`."""
-        return cls(**{k: _nested(tuple, v) for k, v in data.items()})
-
-
-def _nested(kind: type, value: Any) -> Any:
-    """``value`` with every list or tuple in it made a ``kind``."""
-    return kind(_nested(kind, x) for x in value) if isinstance(value, (list, tuple)) else value
 
 
 def randomized_dim_assignment(dims: Sequence[int], world_size: int, rng: np.random.Generator,
@@ -136,17 +97,18 @@ def check_sample_args(world_size: int, dim_sums: Sequence[int], delays_ms: Seque
     return [int(d) for d in dim_sums], delays
 
 
-def comm_sample(world_size: int, batch_size: int, dims: Sequence[int], delays: Sequence[float],
+def comm_record(world_size: int, batch_size: int, dims: Sequence[int], delays: Sequence[float],
                 times: Sequence[tuple[Sequence[float], Sequence[float]]], repeats: int, warmup: int,
-                backend: str, device: str, dtype: torch.dtype, rowwise: RowWise | None = None) -> CommSample:
-    """The :class:`CommSample` of every rank's timed (forward, backward) ms lists, in rank order:
-    medians and spreads per rank."""
+                backend: str, device: str, dtype: torch.dtype, rowwise: RowWise | None = None) -> CommRecord:
+    """The :class:`~shardlab.profile.records.CommRecord` (not yet stored: key ``""``) of every
+    rank's timed (forward, backward) ms lists, in rank order: medians and spreads per rank."""
     fw, bw = [t[0] for t in times], [t[1] for t in times]
-    return CommSample(world_size, batch_size, tuple(dims), tuple(delays),
+    return CommRecord("", world_size, batch_size, tuple(dims), tuple(delays),
                       tuple(float(np.median(t)) for t in fw), tuple(float(np.median(t)) for t in bw),
-                      tuple(spread_ms(t) for t in fw), tuple(spread_ms(t) for t in bw),
-                      repeats, warmup, backend, device, str(dtype).replace("torch.", ""),
-                      None if rowwise is None or rowwise.empty else rowwise.to_dict())
+                      str(dtype).replace("torch.", ""), fw_spread_ms=tuple(spread_ms(t) for t in fw),
+                      bw_spread_ms=tuple(spread_ms(t) for t in bw), repeats=repeats, warmup=warmup,
+                      backend=backend, device=device,
+                      rowwise=None if rowwise is None or rowwise.empty else rowwise.to_dict())
 
 
 # ----------------------------------------------------------------------------- rank side
@@ -406,7 +368,7 @@ class CommBench:
         return [got[r] for r in range(self.world_size)]
 
     def measure(self, dim_sums: Sequence[int], delays_ms: Sequence[float] | None = None,
-                repeats: int = 10, warmup: int = 3, rowwise: RowWise | None = None) -> CommSample:
+                repeats: int = 10, warmup: int = 3, rowwise: RowWise | None = None) -> CommRecord:
         """Measure forward and backward all-to-all for ``dim_sums[g]`` (embedding columns owned
         by rank g) with rank g delayed ``delays_ms[g]`` (ms, default 0) before the forward; with
         ``rowwise``, its index all-to-all, reduce-scatter and all-gather inside the same timings
@@ -416,7 +378,7 @@ class CommBench:
         budget = self.timeout_s + (warmup + repeats) * max(delays) / 1000.0
         times = self._request("measure", budget, dim_sums=dims, delays_ms=delays,
                               repeats=repeats, warmup=warmup, rowwise=rw)
-        return comm_sample(self.world_size, self.batch_size, dims, delays, times, repeats, warmup,
+        return comm_record(self.world_size, self.batch_size, dims, delays, times, repeats, warmup,
                            self.backend, self.device, self.dtype, rw)
 
     def check_exchange(self, dim_sums: Sequence[int]) -> list[dict[str, list[np.ndarray]]]:
@@ -435,7 +397,7 @@ def check_rowwise_exchange(bench: CommBench, rowwise: RowWise) -> list[dict[str,
 def measure_all_to_all(dim_sums: Sequence[int], batch_size: int, delays_ms: Sequence[float] | None = None,
                        backend: str = "gloo", repeats: int = 10, warmup: int = 3, device: str = "cpu",
                        dtype: torch.dtype = torch.float32, threads_per_rank: int = 1,
-                       timeout_s: float = 120.0) -> CommSample:
+                       timeout_s: float = 120.0) -> CommRecord:
     """One-shot :meth:`CommBench.measure` on ``len(dim_sums)`` ranks (starts and stops a bench)."""
     with CommBench(len(dim_sums), batch_size, backend, device, dtype, threads_per_rank, timeout_s) as bench:
         return bench.measure(dim_sums, delays_ms, repeats, warmup)

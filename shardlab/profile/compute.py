@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -25,42 +24,12 @@ import torch
 from shardlab import constants as C
 from shardlab.data.lookups import table_lookups
 from shardlab.errors import ShardlabError
-from shardlab.profile.timing import spread_ms
 from shardlab.profile.hardware import HardwareProfile, get_profile
+from shardlab.profile.records import ComputeRecord, spread_ms
 from shardlab.tables import Table
 
 #: Refuse to allocate more than this for one fused op on CPU (GB); the machine has 24.
 DEFAULT_MAX_GB = 8.0
-
-
-@dataclass(frozen=True)
-class ComputeSample:
-    """One measurement of one fused op. Times in ms: ``fw_ms``, ``bw_ms`` and ``total_ms`` are
-    medians over ``repeats`` runs of forward, backward (+ optimizer) and both (the median of
-    the per-run sums); ``*_spread_ms`` are (p25, p75, min, max). ``tables`` are the Task JSON
-    dicts of the op's tables; ``profile`` the hardware profile's dict."""
-
-    tables: tuple[dict[str, Any], ...]
-    fw_ms: float
-    bw_ms: float
-    total_ms: float
-    fw_spread_ms: tuple[float, float, float, float]
-    bw_spread_ms: tuple[float, float, float, float]
-    total_spread_ms: tuple[float, float, float, float]
-    profile: dict[str, Any] = field(repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (the store's payload)."""
-        return {"tables": list(self.tables), "fw_ms": self.fw_ms, "bw_ms": self.bw_ms,
-                "total_ms": self.total_ms, "fw_spread_ms": list(self.fw_spread_ms),
-                "bw_spread_ms": list(self.bw_spread_ms), "total_spread_ms": list(self.total_spread_ms),
-                "profile": self.profile}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ComputeSample":
-        """Inverse of :meth:`to_dict`."""
-        return cls(tuple(d["tables"]), d["fw_ms"], d["bw_ms"], d["total_ms"], tuple(d["fw_spread_ms"]),
-                   tuple(d["bw_spread_ms"]), tuple(d["total_spread_ms"]), d["profile"])
 
 
 @contextmanager
@@ -110,7 +79,7 @@ def fused_inputs(tables: Sequence[Table], batch_size: int, batch_index: int) -> 
 
 def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "cpu",
                     max_gb: float = DEFAULT_MAX_GB, first_batch: int = 0,
-                    inputs: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None) -> ComputeSample:
+                    inputs: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None) -> ComputeRecord:
     """Measure one fused op holding ``tables`` (module docstring). Refuses ops whose weights
     and optimizer state exceed ``max_gb`` GB, naming the largest table. The inputs are lookup
     batches ``first_batch`` .. ``first_batch + profile.input_batches - 1`` of every table (the
@@ -152,5 +121,5 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
                 bw.append((t2 - t1) * 1e3)
                 tot.append((t2 - t0) * 1e3)
         del op
-    return ComputeSample(tuple(t.to_dict() for t in tables), float(np.median(fw)), float(np.median(bw)),
-                         float(np.median(tot)), spread_ms(fw), spread_ms(bw), spread_ms(tot), profile.to_dict())
+    return ComputeRecord("", tuple(tables), float(np.median(fw)), float(np.median(bw)), float(np.median(tot)),
+                         profile.to_dict(), {}, spread_ms(fw), spread_ms(bw), spread_ms(tot))

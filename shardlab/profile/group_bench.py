@@ -4,7 +4,7 @@ spawned on this host by :class:`~shardlab.profile.comm.CommBench`.
 
 :class:`GroupBench` measures exactly what a ``CommBench`` measures (the same buffers, barriers,
 forward delays and timing: :mod:`shardlab.profile.comm`), and returns the same
-:class:`~shardlab.profile.comm.CommSample`, but *every rank calls it*, in the same order with the
+:class:`~shardlab.profile.records.CommRecord`, but *every rank calls it*, in the same order with the
 same arguments (the callers are deterministic, so they do). Besides measuring it lets ranks share
 values: :meth:`GroupBench.gather` (every rank's value, on every rank) and :meth:`GroupBench.share`
 (rank 0's value, on every rank), so that one rank (0) can own a file and the others follow it.
@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 
 from shardlab.errors import ShardlabError
-from shardlab.profile.comm import BACKENDS, CommSample, check_sample_args, comm_sample, measure_rank
+from shardlab.profile.comm import BACKENDS, check_sample_args, comm_record, measure_rank
+from shardlab.profile.records import CommRecord
 from shardlab.profile.rowwise_comm import RowWise
 
 
@@ -77,7 +78,7 @@ class GroupBench:
         return box[0]
 
     def measure(self, dim_sums: Sequence[int], delays_ms: Sequence[float] | None = None,
-                repeats: int = 10, warmup: int = 3, rowwise: RowWise | None = None) -> CommSample:
+                repeats: int = 10, warmup: int = 3, rowwise: RowWise | None = None) -> CommRecord:
         """Forward and backward all-to-all for ``dim_sums[g]`` columns on rank g, rank g delayed
         ``delays_ms[g]`` ms before the forward, with ``rowwise``'s collectives if any (as
         :meth:`CommBench.measure`); every rank gets the whole sample."""
@@ -85,5 +86,5 @@ class GroupBench:
         rw = None if rowwise is None or rowwise.empty else rowwise.check(self.world_size)
         mine = measure_rank(self.rank, self._cfg, dims, delays, repeats, warmup, rw)
         times = self.gather(mine)
-        return comm_sample(self.world_size, self.batch_size, dims, delays, times, repeats, warmup,
+        return comm_record(self.world_size, self.batch_size, dims, delays, times, repeats, warmup,
                            self.backend, self.device, self.dtype, rw)

@@ -95,7 +95,7 @@ def run_jobs_prefetched(store: SampleStore, kind: str, jobs: Iterable[Job], prof
                 break
             sample = measure_compute([Table.from_dict(t) for t in tables], profile,
                                      max_gb=DEFAULT_MAX_GB if max_gb is None else max_gb, inputs=batches)
-            payload = sample.to_dict()
+            payload = sample.payload()
             if store.add(kind, key, payload, provenance):
                 added += 1
             if on_sample:

@@ -81,5 +81,5 @@ def run_rowwise_comm_campaign(store_path: str, n_samples: int, world_size: int,
                 rw = RowWise(spec["rowwise"]["dim"], tuple(tuple(r) for r in spec["rowwise"]["index_counts"]))
                 sample = bench.measure(spec["dim_sums"], spec["delays_ms"], repeats=prof.repeats,
                                        warmup=prof.warmup, rowwise=rw)
-                added += store.add(kind, f"{prefix}{i}", {**sample.to_dict(), **spec}, provenance)
+                added += store.add(kind, f"{prefix}{i}", {**sample.payload(), **spec}, provenance)
     return added

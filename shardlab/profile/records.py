@@ -1,34 +1,42 @@
-"""Typed records of measured samples, parsed once where the samples are loaded.
-
-The store (:class:`~shardlab.profile.store.SampleStore`) and the shipped datasets hold samples
-as JSON rows; the profilers write them (:class:`~shardlab.profile.compute.ComputeSample`,
-:class:`~shardlab.profile.comm.CommSample`, the plan campaign's plan rows). Cost models train
-on the typed records here, read back with their key, profile and provenance, tables parsed into
-:class:`~shardlab.tables.Table` values (validated once, hashable):
+"""Measured samples as typed records: what the profilers return, the store holds (as JSON rows)
+and the cost models train on. One record type per kind of measurement:
 
 - :class:`ComputeRecord`: one fused op (kinds ``compute`` and ``single``): its tables and
-  forward / backward ms;
-- :class:`CommRecord`: one all-to-all setting (kind ``comm:<G>``): per-rank dim sums, delays and
-  forward / backward ms;
+  forward / backward ms (:func:`~shardlab.profile.compute.measure_compute`);
+- :class:`CommRecord`: one all-to-all setting (kinds ``comm:<G>`` and ``rowcomm:<G>``): per-rank
+  dim sums, delays and forward / backward ms (:meth:`~shardlab.profile.comm.CommBench.measure`);
 - :class:`PlanRecord`: one measured plan (kind ``plan:<G>``): each device's tables and measured
   compute and comm ms, and the plan cost.
 
-They live in the data layer so that every layer above (profile, costmodel, evaluate, search,
-experiments) can use them. :func:`as_record` and the ``as_*_records`` helpers accept records or
-JSON rows alike (a row is parsed, a record passed through), so code that still holds rows keeps
-working; ``to_dict`` gives a record's row back.
+A record fresh from a profiler has ``key`` ``""`` and no provenance; the campaigns store its
+:meth:`payload` under a key with a provenance record, and a stored row (``{"key", "provenance",
+**payload}``) parses back with ``from_dict``. Tables are parsed once into
+:class:`~shardlab.tables.Table` values (validated, hashable). :func:`as_record` and the
+``as_*_records`` helpers accept records or JSON rows alike (a row is parsed, a record passed
+through); ``to_dict`` gives a record's row back.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Iterable, Mapping, Sequence, Union
+
+import numpy as np
 
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table
 
 #: Bytes per value of the all-to-all element types the comm profiler records.
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+#: (p25, p75, min, max) of repeated timings, ms.
+Spread = tuple[float, float, float, float]
+
+
+def spread_ms(ms: Sequence[float]) -> Spread:
+    """(p25, p75, min, max) of repeated timings in ms."""
+    p25, p75 = np.percentile(ms, [25, 75])
+    return (float(p25), float(p75), float(min(ms)), float(max(ms)))
 
 
 def _tables(rows: Iterable[Mapping[str, Any]]) -> tuple[Table, ...]:
@@ -37,6 +45,10 @@ def _tables(rows: Iterable[Mapping[str, Any]]) -> tuple[Table, ...]:
 
 def _floats(values: Iterable[Any]) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
+
+
+def _spread(value: Any) -> Spread | None:
+    return None if value is None else tuple(float(v) for v in value)  # type: ignore[return-value]
 
 
 def _require(row: Mapping[str, Any], kind: str, fields: tuple[str, ...]) -> None:
@@ -48,10 +60,12 @@ def _require(row: Mapping[str, Any], kind: str, fields: tuple[str, ...]) -> None
 @dataclass(frozen=True)
 class ComputeRecord:
     """One measured fused TBE op. ``tables``: its (sub)tables; ``fw_ms``, ``bw_ms``,
-    ``total_ms``: median forward, backward (+ optimizer) and total time (ms; ``total_ms`` is
-    ``fw_ms + bw_ms`` where the row has none, e.g. a device shard of a measured plan);
-    ``profile``: the hardware profile's dict (``name``, ``batch_size``, ``weights_precision``,
-    ...); ``provenance``: the measurement's provenance record (empty if the row had none)."""
+    ``total_ms``: median forward, backward (+ optimizer) and total time over the timed runs (ms;
+    ``total_ms`` is the median of the per-run sums, ``fw_ms + bw_ms`` where the row has none, e.g.
+    a device shard of a measured plan); ``profile``: the hardware profile's dict (``name``,
+    ``batch_size``, ``weights_precision``, ...); ``provenance``: the measurement's provenance
+    record (empty until stored); ``*_spread_ms``: (p25, p75, min, max) of the timed runs (ms;
+    None where the row has none)."""
 
     key: str
     tables: tuple[Table, ...]
@@ -60,6 +74,9 @@ class ComputeRecord:
     total_ms: float
     profile: Mapping[str, Any] = field(hash=False)
     provenance: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
+    fw_spread_ms: Spread | None = None
+    bw_spread_ms: Spread | None = None
+    total_spread_ms: Spread | None = None
 
     @classmethod
     def from_dict(cls, row: Mapping[str, Any]) -> "ComputeRecord":
@@ -68,13 +85,19 @@ class ComputeRecord:
         _require(row, "compute", ("key", "tables", "fw_ms", "bw_ms", "profile"))
         fw, bw = float(row["fw_ms"]), float(row["bw_ms"])
         return cls(str(row["key"]), _tables(row["tables"]), fw, bw, float(row.get("total_ms", fw + bw)),
-                   dict(row["profile"]), dict(row.get("provenance") or {}))
+                   dict(row["profile"]), dict(row.get("provenance") or {}), _spread(row.get("fw_spread_ms")),
+                   _spread(row.get("bw_spread_ms")), _spread(row.get("total_spread_ms")))
+
+    def payload(self) -> dict[str, Any]:
+        """What the store keeps under the key (tables as Task JSON; spreads where measured)."""
+        spreads = {k: list(v) for k, v in (("fw_spread_ms", self.fw_spread_ms), ("bw_spread_ms", self.bw_spread_ms),
+                                            ("total_spread_ms", self.total_spread_ms)) if v is not None}
+        return {"tables": [t.to_dict() for t in self.tables], "fw_ms": self.fw_ms, "bw_ms": self.bw_ms,
+                "total_ms": self.total_ms, **spreads, "profile": dict(self.profile)}
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON row (tables as Task JSON)."""
-        return {"key": self.key, "tables": [t.to_dict() for t in self.tables], "fw_ms": self.fw_ms,
-                "bw_ms": self.bw_ms, "total_ms": self.total_ms, "profile": dict(self.profile),
-                "provenance": dict(self.provenance)}
+        """The JSON row: key, :meth:`payload` and provenance."""
+        return {"key": self.key, **self.payload(), "provenance": dict(self.provenance)}
 
 
 @dataclass(frozen=True)
@@ -82,9 +105,13 @@ class CommRecord:
     """One measured all-to-all setting over ``world_size`` ranks at global batch ``batch_size``.
     Per-rank tuples (length G, indexed by rank): ``dim_sums`` (the rank's summed table dims),
     ``delays_ms`` (when the rank entered the forward collective, ms), ``fw_comm_ms`` and
-    ``bw_comm_ms`` (median forward, waiting included, and backward all-to-all ms). ``dtype``:
-    element type of the exchanged values; ``profile``: the hardware profile's dict from the
-    provenance (empty if the row had none)."""
+    ``bw_comm_ms`` (median forward, waiting included, and backward all-to-all ms over the timed
+    runs), ``fw_spread_ms`` / ``bw_spread_ms`` ((p25, p75, min, max) of each rank's runs, ms;
+    empty where the row has none). ``dtype``: element type of the exchanged values;
+    ``profile``: the hardware profile's dict from the provenance (empty if the row had none);
+    ``repeats`` / ``warmup``: timed and untimed runs; ``backend`` / ``device``: gloo on cpu or
+    nccl on cuda; ``rowwise``: the row-wise traffic measured with the all-to-all
+    (:meth:`~shardlab.profile.rowwise_comm.RowWise.to_dict`; None: none)."""
 
     key: str
     world_size: int
@@ -96,6 +123,13 @@ class CommRecord:
     dtype: str = "float32"
     profile: Mapping[str, Any] = field(default_factory=dict, hash=False)
     provenance: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
+    fw_spread_ms: tuple[Spread, ...] = ()
+    bw_spread_ms: tuple[Spread, ...] = ()
+    repeats: int | None = None
+    warmup: int | None = None
+    backend: str | None = None
+    device: str | None = None
+    rowwise: Mapping[str, Any] | None = field(default=None, hash=False)
 
     @property
     def bytes_per_value(self) -> int:
@@ -107,21 +141,34 @@ class CommRecord:
 
     @classmethod
     def from_dict(cls, row: Mapping[str, Any]) -> "CommRecord":
-        """Parse a stored ``comm:<G>`` row."""
+        """Parse a stored ``comm:<G>`` / ``rowcomm:<G>`` row (fields beyond the record's, such as a
+        campaign's drawn spec, are ignored)."""
         _require(row, "comm", ("key", "world_size", "batch_size", "dim_sums", "delays_ms", "fw_comm_ms",
                                "bw_comm_ms"))
         prov = dict(row.get("provenance") or {})
+        opt = {k: row[k] for k in ("repeats", "warmup", "backend", "device") if row.get(k) is not None}
         return cls(str(row["key"]), int(row["world_size"]), int(row["batch_size"]),
                    tuple(int(d) for d in row["dim_sums"]), _floats(row["delays_ms"]), _floats(row["fw_comm_ms"]),
                    _floats(row["bw_comm_ms"]), str(row.get("dtype", "float32")), dict(prov.get("profile") or {}),
-                   prov)
+                   prov, tuple(_spread(s) for s in row.get("fw_spread_ms") or ()),
+                   tuple(_spread(s) for s in row.get("bw_spread_ms") or ()),
+                   rowwise=row.get("rowwise"), **opt)
+
+    def payload(self) -> dict[str, Any]:
+        """What the store keeps under the key (the profile travels in the provenance): the
+        fields above, tuples as lists; the timing settings where known."""
+        out: dict[str, Any] = {"world_size": self.world_size, "batch_size": self.batch_size,
+                               "dim_sums": list(self.dim_sums), "delays_ms": list(self.delays_ms),
+                               "fw_comm_ms": list(self.fw_comm_ms), "bw_comm_ms": list(self.bw_comm_ms)}
+        if self.fw_spread_ms or self.bw_spread_ms:
+            out |= {"fw_spread_ms": [list(s) for s in self.fw_spread_ms],
+                    "bw_spread_ms": [list(s) for s in self.bw_spread_ms]}
+        out |= {k: getattr(self, k) for k in ("repeats", "warmup", "backend", "device") if getattr(self, k) is not None}
+        return {**out, "dtype": self.dtype, "rowwise": None if self.rowwise is None else dict(self.rowwise)}
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON row (the fields above; the profile travels in the provenance)."""
-        return {"key": self.key, "world_size": self.world_size, "batch_size": self.batch_size,
-                "dim_sums": list(self.dim_sums), "delays_ms": list(self.delays_ms),
-                "fw_comm_ms": list(self.fw_comm_ms), "bw_comm_ms": list(self.bw_comm_ms), "dtype": self.dtype,
-                "provenance": dict(self.provenance)}
+        """The JSON row: key, :meth:`payload` and provenance."""
+        return {"key": self.key, **self.payload(), "provenance": dict(self.provenance)}
 
 
 @dataclass(frozen=True)
