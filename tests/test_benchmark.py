@@ -21,9 +21,9 @@ from shardlab.experiments.benchmark import SETTINGS, as_settings, benchmark_task
 from shardlab.report.benchmark import ratio, summarise, summary_rows
 from shardlab.report.benchmark_figures import (benchmark_widget, ratio_figure, win_matrix, win_rate_figure,
                                               write_benchmark)
-from shardlab.search import base
+from shardlab.search import registry as base
 
-METHODS = ["random", "size_greedy", "lookup_greedy", "neuroshard_tw", "always_fails"]
+METHODS = ["random", "size_greedy", "lookup_greedy", "neuroshard[columns=false]", "always_fails"]
 
 
 class AlwaysFails:
@@ -244,7 +244,7 @@ def test_measured_costs_come_from_the_evaluator(model, tmp_path):
     from tests.rounds_fakes import FakeMeasuredEvaluator
 
     fake = FakeMeasuredEvaluator(rounds=5, seed=2)
-    methods = ["random", "size_greedy", "lookup_greedy", "neuroshard_tw"]
+    methods = ["random", "size_greedy", "lookup_greedy", "neuroshard[columns=false]"]
     tasks = benchmark_tasks(["2x6"], 2, seed=3)
     rows = run_benchmark(tasks, methods, model, progress=False, evaluator=fake, seed=2)
     assert fake.calls == len(tasks) and all(len(r["measured_rounds_ms"]) == 5 for r in rows)
@@ -260,13 +260,13 @@ def test_measured_costs_come_from_the_evaluator(model, tmp_path):
                     assert r["measured_vs"][b]["verdict"] == want[m].comparison.verdict
                     assert r["measured_vs"][b]["ratio_ci95"] == pytest.approx(want[m].comparison.ratio_ci95)
     sm = summarise(rows, methods, "measured_ms", ["random"])
-    for m in ("size_greedy", "lookup_greedy", "neuroshard_tw"):
+    for m in ("size_greedy", "lookup_greedy", "neuroshard[columns=false]"):
         mine = [r for r in rows if r["method"] == m]
         assert sm[("2x6", m)]["wins"]["random"] == np.mean([r["measured_vs"]["random"]["verdict"] == "faster"
                                                            for r in mine])
     fig = ratio_figure(rows, methods, "measured_ms")
-    points = [t for t in fig.data if t.type == "scatter" and t.name == "neuroshard_tw"][0]
-    mine = [r for r in rows if r["method"] == "neuroshard_tw"]
+    points = [t for t in fig.data if t.type == "scatter" and t.name == "neuroshard[columns=false]"][0]
+    mine = [r for r in rows if r["method"] == "neuroshard[columns=false]"]
     assert [y + u for y, u in zip(points.y, points.error_y.array)] == pytest.approx(
         [r["measured_ci95_ms"][1] / r["measured_bound_ms"] for r in mine])
     assert [y - d for y, d in zip(points.y, points.error_y.arrayminus)] == pytest.approx(

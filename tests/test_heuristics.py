@@ -14,7 +14,7 @@ from shardlab import InfeasibleError, Table, Task, validate_plan
 from shardlab.constants import HEURISTIC_METHODS
 from shardlab.loads import device_loads
 from shardlab.export import export_torchrec, sharding_plan_from_export
-from shardlab.search import base, get_sharder, heuristics, run_sharder, run_sharders, sharder_names
+from shardlab.search import get_sharder, registry as base, heuristics, run_sharder, run_sharders, sharder_names
 from shardlab.search.heuristics import WEIGHTS
 from shardlab.errors import ShardlabError
 from tests.conftest import UNIFORM_BINS, make_table

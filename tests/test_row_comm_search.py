@@ -3,20 +3,20 @@ the search charges is the one the evaluators measure and predict for the finishe
 
 import numpy as np
 
-from shardlab.costmodel.analytic import load_analytic
+from shardlab.costmodel.rowwise_comm import RowWiseComm
 from shardlab.costmodel.bundle import load_bundle, models_dir
 from shardlab.evaluate.values import comm_pattern
 from shardlab.plan import validate_plan
-from shardlab.search.base import get_sharder, run_sharder
+from shardlab.search import get_sharder, run_sharder
 from shardlab.search.blocks import Block
 from shardlab.costmodel.rowwise_comm import WithRowWise
-from shardlab.search.row_comm import batch_rows, row_aware_comm, row_pattern
+from shardlab.search.neuroshard import batch_rows, row_aware_comm, row_pattern
 from shardlab.search.row_wise import RowBlocks, RowChoice, oversized
 from tests.test_row_wise_search import _task
 
 
 def _shipped():
-    return load_analytic(str(models_dir("cpu") / "analytic_rowwise_comm.json"))
+    return RowWiseComm.load(str(models_dir("cpu") / "analytic_rowwise_comm.json"))
 
 
 def test_slices_split_a_batch_as_the_profiler_does():
@@ -28,7 +28,7 @@ def test_slices_split_a_batch_as_the_profiler_does():
 
 def test_the_search_charges_the_pattern_the_evaluators_use():
     task = _task(ngpu=4, share=0.45)
-    plan = run_sharder(get_sharder("neuroshard_rwcomm"), task)    # the shipped row-wise comm model
+    plan = run_sharder(get_sharder("neuroshard[rowwise_comm=shipped]"), task)    # the shipped row-wise comm model
     validate_plan(task, plan)
     assert plan.metadata["row_wise_comm"].startswith("analytic-rowwise")
     rows = RowBlocks(task, Block)
@@ -66,6 +66,6 @@ def test_by_default_row_blocks_count_on_their_devices_all_to_all():
     plain = run_sharder(get_sharder("neuroshard"), task)
     assert "row_wise_comm" not in plain.metadata and plain.metadata["row_wise"]
     assert get_sharder("neuroshard").rowwise_model() is None
-    assert get_sharder("neuroshard_rwcomm", profile="h100").rowwise_model() is None   # no model shipped for it
+    assert get_sharder("neuroshard[rowwise_comm=shipped]", profile="h100").rowwise_model() is None   # no model shipped for it
     fitted = _shipped()
     assert get_sharder("neuroshard", rowwise_comm=fitted).rowwise_model() is fitted

@@ -10,7 +10,7 @@ from shardlab.data.tasks import pool_tables
 from shardlab.errors import InfeasibleError
 from shardlab.export import export_torchrec, sharding_plan_from_export
 from shardlab.plan import Placement, Plan, validate_plan
-from shardlab.search.base import get_sharder, run_sharder
+from shardlab.search import get_sharder, run_sharder
 from shardlab.search.blocks import Block, whole_blocks
 from shardlab.search.row_wise import RowBlocks, RowChoice, choose_rows, oversized, row_choices, row_metadata
 from shardlab.tables import Task
@@ -31,7 +31,7 @@ def _row_placements(task, plan):
             for name in split}
 
 
-@pytest.mark.parametrize("method", ["neuroshard_tw", "neuroshard"])
+@pytest.mark.parametrize("method", ["neuroshard[columns=false]", "neuroshard"])
 def test_neuroshard_row_splits_the_tables_that_fit_no_device(method):
     task = _task()
     big = [task.tables[i].name for i in oversized(task)]
@@ -52,18 +52,11 @@ def test_neuroshard_row_splits_the_tables_that_fit_no_device(method):
     assert set(rebuilt) == {t.name for t in task.tables}
 
 
-def test_batched_and_one_by_one_search_agree_with_row_blocks():
-    task = _task()
-    a = run_sharder(get_sharder("neuroshard", batched=True), task)
-    b = run_sharder(get_sharder("neuroshard", batched=False), task)
-    assert set(a.placements) == set(b.placements)
-
-
 def test_tasks_without_oversized_tables_are_untouched():
     task = _task(share=1.5)
     assert not oversized(task)
-    a = run_sharder(get_sharder("neuroshard_tw"), task)
-    b = run_sharder(get_sharder("neuroshard_tw", row_wise=False), task)
+    a = run_sharder(get_sharder("neuroshard[columns=false]"), task)
+    b = run_sharder(get_sharder("neuroshard[columns=false]", row_wise=False), task)
     assert set(a.placements) == set(b.placements) and "row_wise" not in a.metadata
 
 
@@ -113,7 +106,7 @@ def test_coordinate_descent_takes_the_cheapest_layout():
 def test_a_table_that_fits_no_device_in_any_split_is_named():
     task = _task(ngpu=2, share=0.3)
     with pytest.raises(InfeasibleError, match="fits no device even in 2 row blocks"):
-        run_sharder(get_sharder("neuroshard_tw"), task)
+        run_sharder(get_sharder("neuroshard[columns=false]"), task)
 
 
 def test_a_neuroshard_row_wise_plan_trains_in_torchrec():
@@ -125,10 +118,10 @@ def test_a_neuroshard_row_wise_plan_trains_in_torchrec():
     small = tuple(t.with_dim(16) for t in [by_rows[-1], *by_rows[:3]])     # one big table, three tiny ones
     probe = Task("probe", 2, 1.0, small, 64)
     task = Task("rw-torchrec", 2, probe.table_bytes(small[0]) * 0.6 / 2**30, small, 64)
-    plan = run_sharder(get_sharder("neuroshard_tw"), task)
+    plan = run_sharder(get_sharder("neuroshard[columns=false]"), task)
     assert plan.metadata["row_wise"]
-    ev = torchrec_plans(task, {"neuroshard_tw": plan}, profile_with("cpu", batch_size=64), rounds=3, steps=1,
+    ev = torchrec_plans(task, {"neuroshard[columns=false]": plan}, profile_with("cpu", batch_size=64), rounds=3, steps=1,
                         warmup_steps=1)
-    e = ev["neuroshard_tw"]
+    e = ev["neuroshard[columns=false]"]
     assert e.source.startswith("measured:torchrec-cpu") and len(e.rounds_ms) == 3
     assert all(d.fw_compute_ms > 0 for d in e.per_device)

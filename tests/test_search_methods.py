@@ -41,10 +41,10 @@ def test_split_block_halves_columns(task):
 
 @pytest.mark.parametrize("column_wise", [False, True])
 def test_neuroshard_beats_heuristics_under_its_model(analytic, task, column_wise):
-    sharder = NeuroShardSharder(model=analytic, column_wise=column_wise, max_splits=3)
+    sharder = NeuroShardSharder(model=analytic, columns=column_wise, max_splits=3)
     plan = run_sharder(sharder, task, seed=0)
     validate_plan(task, plan)
-    again = run_sharder(NeuroShardSharder(model=analytic, column_wise=column_wise, max_splits=3), task, seed=0)
+    again = run_sharder(NeuroShardSharder(model=analytic, columns=column_wise, max_splits=3), task, seed=0)
     assert again.placements == plan.placements
     cost = estimate_plan(task, plan, analytic, lower_bound=False).cost_ms
     for name in ("size_greedy", "dim_greedy", "lookup_greedy", "random"):
@@ -55,8 +55,8 @@ def test_neuroshard_beats_heuristics_under_its_model(analytic, task, column_wise
 def test_neuroshard_column_wise_can_split(analytic):
     # one huge-lookup table dominates: splitting it is the only way to balance
     task = generate_task(ntables=6, ngpu=4, mem_cap_gb=4.0, batch_size=4096, seed=11)
-    tw = run_sharder(NeuroShardSharder(model=analytic, column_wise=False), task)
-    cw = run_sharder(NeuroShardSharder(model=analytic, column_wise=True, max_splits=4), task)
+    tw = run_sharder(NeuroShardSharder(model=analytic, columns=False), task)
+    cw = run_sharder(NeuroShardSharder(model=analytic, columns=True, max_splits=4), task)
     validate_plan(task, cw)
     assert estimate_plan(task, cw, analytic, False).cost_ms <= estimate_plan(task, tw, analytic, False).cost_ms + 1e-9
 
@@ -117,21 +117,22 @@ def test_dreamshard_reinforce_lowers_predicted_cost(task):
     validate_plan(big, agent.plan(big))   # other numbers of tables and devices, unchanged
 
 
-def test_neuroshard_generic_path_matches_incremental(analytic, task):
-    """A model with only ``predict`` (no embed/predict_sums) takes the cached generic path and,
-    for the additive analytic model, must find the same plan as the incremental path."""
+def test_neuroshard_refuses_a_model_without_incremental_sums(analytic, task):
+    """A model with only ``predict`` (no embed/predict_sums) is refused in one line naming the
+    field: the search has one greedy path, which adds tables to devices as summed rows."""
     from shardlab.costmodel.bundle import CostModelBundle
+    from shardlab.errors import ShardlabError
 
     class PredictOnly:
-        source, target = analytic.compute.source, "compute"
+        source, target = "predict-only", "compute"
 
         def predict(self, shards):
             return analytic.compute.predict(shards)
 
     generic = CostModelBundle(PredictOnly(), analytic.comm)
-    a = NeuroShardSharder(model=analytic, column_wise=False).shard(task)
-    b = NeuroShardSharder(model=generic, column_wise=False).shard(task)
-    assert a.placements == b.placements
+    with pytest.raises(ShardlabError, match="field 'model' .predict-only. has no embed/predict_sums") as e:
+        NeuroShardSharder(model=generic, columns=False).shard(task)
+    assert "\n" not in str(e.value)
 
 
 def test_method_list_reads_papermill_strings():

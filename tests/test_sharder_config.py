@@ -12,10 +12,10 @@ from shardlab.search import get_sharder, sharder_names, sharder_options
 
 
 def test_config_overrides_the_registration_defaults_once():
-    tw = get_sharder("neuroshard_tw", model="analytic", beam_width=5)
-    assert (tw.name, tw.column_wise, tw.model, tw.beam_width) == ("neuroshard_tw", False, "analytic", 5)
-    fresh = get_sharder("neuroshard_tw")          # the registration itself is unchanged
-    assert (fresh.model, fresh.beam_width, fresh.column_wise) == (C.DEFAULT_NEUROSHARD_MODEL, 3, False)
+    tw = get_sharder("neuroshard[columns=false]", model="analytic", beam_width=5)
+    assert (tw.name, tw.columns, tw.model, tw.beam_width) == ("neuroshard[columns=false]", False, "analytic", 5)
+    fresh = get_sharder("neuroshard[columns=false]")          # the registration itself is unchanged
+    assert (fresh.model, fresh.beam_width, fresh.columns) == (C.DEFAULT_NEUROSHARD_MODEL, 3, False)
     assert get_sharder("torchrec_free").sharding_types != get_sharder("torchrec").sharding_types
 
 
@@ -45,3 +45,36 @@ def test_policy_sharders_are_imported_only_when_asked_for():
 def test_every_registered_sharder_builds_with_no_config():
     for name in sharder_names():
         assert get_sharder(name).name == name
+
+
+def test_a_variant_is_a_spec_of_options_not_a_name():
+    from shardlab.search import method_list, parse_method
+
+    assert parse_method("neuroshard[columns=false, max_splits=4,model=analytic]") == (
+        "neuroshard", {"columns": False, "max_splits": 4, "model": "analytic"})
+    assert parse_method("neuroshard_unguarded") == ("neuroshard", {"split_guard": False})
+    s = get_sharder("neuroshard[split_guard=False,beam_width=2]")
+    assert (s.name, s.split_guard, s.beam_width, s.columns) == ("neuroshard[split_guard=False,beam_width=2]", False, 2, True)
+    assert method_list("random, neuroshard[columns=false,top_n=5],torchrec") == [
+        "random", "neuroshard[columns=false,top_n=5]", "torchrec"]
+    assert method_list(["neuroshard[columns=false]"]) == ["neuroshard[columns=false]"]
+
+
+@pytest.mark.parametrize("spec,needle", [("neuroshard[colums=false]", "option 'colums'"),
+                                         ("neuroshard[columns]", "option 'columns' must look like key=value"),
+                                         ("neuro shard", "must look like 'name'"),
+                                         ("nope[x=1]", "'nope' is not a sharder")])
+def test_a_bad_spec_is_one_line_naming_what_is_wrong(spec, needle):
+    with pytest.raises(ShardlabError) as e:
+        get_sharder(spec)
+    assert "\n" not in str(e.value) and needle in str(e.value)
+
+
+def test_at_most_eleven_names_and_every_old_name_still_builds():
+    from shardlab.search import ALIASES, parse_method
+
+    names = sharder_names()
+    assert len(names) <= 11 and names.count("neuroshard") == 1
+    assert not [n for n in names if n.startswith("neuroshard_")]
+    for old, spec in ALIASES.items():
+        assert get_sharder(old).name == old and parse_method(old) == parse_method(spec)

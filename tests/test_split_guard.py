@@ -103,7 +103,7 @@ def test_an_over_rewarding_model_splits_unguarded_and_the_guard_overrules_it(tas
     assert all(p.cols == task.table(p.table).dim for p in plan.placements)
     g = plan.metadata["split_guard"]
     assert g["overruled"] and g["splits"] == 0 and g["judges"]["guard#1"]["factor"] == pytest.approx(10.0)
-    tw = get_sharder("neuroshard_tw", model=search).shard(task)
+    tw = get_sharder("neuroshard[columns=false]", model=search).shard(task)
     assert set(plan.placements) == set(tw.placements)
 
 

@@ -77,7 +77,7 @@ def test_the_measured_best_is_returned_with_its_verdicts(analytic, task):
 
 
 def test_a_slow_model_choice_and_fast_heuristic_gives_the_heuristic(analytic, task):
-    base = get_sharder("neuroshard_tw", model=analytic)
+    base = get_sharder("neuroshard[columns=false]", model=analytic)
     heur = f"heuristic:{best_heuristic(task, analytic).method}"
     scale = {f"model#{i}": 2.0 for i in range(1, 4)}
     plan = VerifiedSharder(base, ScaledEvaluator(scale), k=3).shard(task, 0)
@@ -96,11 +96,11 @@ def test_cli_verify_measures_and_records_the_choice(tmp_path, capsys):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(small.to_dict()))
     out = tmp_path / "p.json"
-    assert main(["shard", str(path), "--method", "neuroshard_tw", "--model", "analytic", "--verify", "2",
+    assert main(["shard", str(path), "--method", "neuroshard[columns=false]", "--model", "analytic", "--verify", "2",
                  "--rounds", "3", "--out", str(out)]) == 0
     plan = Plan.from_dict(json.loads(out.read_text()))
     v = plan.metadata["verification"]
-    assert plan.method == "neuroshard_tw+verify2" and v["source"].startswith("measured:")
+    assert plan.method == "neuroshard[columns=false]+verify2" and v["source"].startswith("measured:")
     assert all(e["rounds"] == 3 for e in v["plans"].values())
     assert "measured best of" in capsys.readouterr().out
     assert main(["shard", str(path), "--method", "random", "--rounds", "3"]) == 2       # --rounds needs --verify

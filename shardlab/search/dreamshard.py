@@ -30,7 +30,7 @@ from shardlab import constants as C
 from shardlab.costmodel.dreamshard import DreamShardCost
 from shardlab.costmodel.neural_base import mlp
 from shardlab.plan import Plan
-from shardlab.search.base import PolicyAgent, PolicySharder
+from shardlab.search.policies import PolicyAgent, PolicySharder
 from shardlab.search.episode import Episodes, PlacementState, play_episodes
 from shardlab.tables import Task
 

@@ -31,6 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from shardlab.errors import InfeasibleError
+from shardlab.search.heuristics import GreedySharder
 from shardlab.tables import Task
 
 #: Heuristics whose plans seed the witness, in the order tried.
@@ -60,8 +61,6 @@ def witness_devices(task: Task, order: Sequence[int]) -> np.ndarray:
     """(T,) a device for each step's table (``order[t]`` is its task index) from the first
     heuristic of :data:`WITNESS_SHARDERS` that finds a plan; the first heuristic's
     :class:`InfeasibleError` (table and GB short) when none does."""
-    from shardlab.search.heuristics import GreedySharder
-
     first: InfeasibleError | None = None
     for name in WITNESS_SHARDERS:
         try:

@@ -23,7 +23,8 @@ from typing import Callable
 import numpy as np
 
 from shardlab.plan import Placement, Plan
-from shardlab.search.base import DeviceState, register_sharder
+from shardlab.search.greedy_state import DeviceState
+from shardlab.search.registry import register_sharder
 from shardlab.search.row_split import row_split
 from shardlab.tables import Table, Task
 

@@ -11,50 +11,51 @@ the union of the top-``top_n`` blocks by size and by predicted single cost whose
 multiples of 4; each is halved, the table-wise search re-run and the plan simulated; the best
 ``beam_width`` states are kept for up to ``max_splits`` rounds; the best plan seen is returned.
 
-Split guard (issue 14, ``search/split_guard.py``): a model may over-reward splits, so a guarded
+Split guard (``search/split_guard.py``): a model may over-reward splits, so a guarded
 column-wise search returns a split plan only if every judge -- the search's own bundle and
 ``guard_models`` (default ``constants.SPLIT_GUARD_JUDGES``: the analytic model fitted to the same
 measurements) -- predicts it faster than the table-wise plan with every device holding a split
 charged the judge's split-calibration factor. ``metadata["split_guard"]`` says what happened
 (``overruled``: the unguarded best was set aside); ``split_guard=False`` turns it off.
 
-Shard costs: models that are an :class:`~shardlab.costmodel.base.IncrementalComputeModel`
-(``embed``/``predict_sums``; every shipped one: per-table encodings are summed, so adding a
-table to a device adds a row) are evaluated incrementally, and with ``batched`` (default) every
+Shard costs: the compute model must be an
+:class:`~shardlab.costmodel.base.IncrementalComputeModel` (``embed``/``predict_sums``; every
+shipped one is: per-table encodings are summed, so adding a table to a device adds a row). Every
 state of a beam round runs through one lock-step greedy that shares identical histories
-(``search/greedy_grid.py``, issue 17; ``batched=False``: one state at a time, the same
-decisions); other models through ``predict`` with a cache keyed by shard content (the multiset
-of (table, columns)).
+(``search/greedy_grid.py``); the table-wise search is the one-state case of the same call.
 
-Row blocks (issue 18, ``search/row_wise.py``): tables that fit no device become pinned row
-blocks in TorchRec's layouts, the layout chosen by the model; ``rowwise_comm`` (a row-wise comm
-model, ``search/row_comm.py``; ``"shipped"``: the profile's, sharder ``neuroshard_rwcomm``)
-costs each layout's own collectives; by default (None) a row block's columns count on its
-device's all-to-all. Measured on issue 18's tasks the two choose plans within noise of each
-other (``reports/row_wise_comm_search.md``), so the default stayed.
+Row blocks (``search/row_wise.py``): tables that fit no device become pinned row blocks in
+TorchRec's layouts, the layout chosen by the model. ``rowwise_comm`` (a row-wise comm model;
+``"shipped"``: the profile's) costs each layout's own collectives (:func:`row_aware_comm`); by
+default (None) a row block's columns count on its device's all-to-all. Measured, the two choose
+plans within noise of each other (``studies/row_wise``), so the default is None.
+
+Options (``neuroshard[key=value,...]``): ``columns`` (column-wise splits; false: table-wise
+only), ``model``, ``split_guard``, ``rowwise_comm``, ``beam_width``, ``max_splits``, ``top_n``,
+``caps``, ``row_wise``, ``host_size``, ``profile`` (the dataclass fields below).
 
 Bounds: column-wise search refuses ``ngpu > constants.MAX_NEUROSHARD_GPUS`` at once (one line);
-table-wise (``neuroshard_tw``) answers up to ``constants.MAX_SEARCH_GPUS``.
+table-wise (``neuroshard[columns=false]``) answers up to ``constants.MAX_SEARCH_GPUS``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from shardlab import constants as C
 from shardlab.costmodel.base import Simulated, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
+from shardlab.costmodel.rowwise_comm import WithRowWise, load_rowwise_comm
 from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.plan import Placement, Plan
-from shardlab import constants as C
-from shardlab.search.base import check_search_gpus, register_sharder
+from shardlab.schedule import batch_rows, owner_counts
 from shardlab.search.blocks import Block, ShardCoster, split_block, whole_blocks
 from shardlab.search.greedy_grid import HeadCoster, greedy_grid
-from shardlab.costmodel.rowwise_comm import load_rowwise_comm
-from shardlab.search.row_comm import row_aware_comm
-from shardlab.search.row_wise import RowBlocks, choose_rows, oversized, row_metadata
+from shardlab.search.registry import check_search_gpus, register_sharder
+from shardlab.search.row_wise import RowBlocks, RowChoice, choose_rows, oversized, row_metadata
 from shardlab.search.split_guard import Judge, State, guard_order
 from shardlab.tables import Table, Task
 
@@ -77,7 +78,7 @@ class NeuroShardSharder:
 
     name: str = "neuroshard"
     model: str | CostModelBundle = C.DEFAULT_NEUROSHARD_MODEL
-    column_wise: bool = True
+    columns: bool = True
     caps: tuple[float, ...] = DEFAULT_CAPS
     beam_width: int = 3
     max_splits: int = 10
@@ -85,7 +86,6 @@ class NeuroShardSharder:
     profile: str = "cpu"
     split_guard: bool = True
     guard_models: tuple[str | CostModelBundle, ...] = C.SPLIT_GUARD_JUDGES
-    batched: bool = True
     row_wise: bool = True
     host_size: int = C.DEFAULT_HOST_SIZE
     rowwise_comm: Any = None
@@ -97,20 +97,28 @@ class NeuroShardSharder:
             self._bundle = self.model if isinstance(self.model, CostModelBundle) else load_bundle(self.model, self.profile)
         return self._bundle
 
+    def coster(self) -> ShardCoster:
+        """The shard coster of the bundle's compute model; a one-line :class:`ShardlabError` for a
+        model without ``embed``/``predict_sums`` (the search adds tables to devices as rows)."""
+        coster = ShardCoster(self.bundle().compute)
+        if not coster.incremental:
+            raise ShardlabError(f"method '{self.name}': field 'model' ({getattr(coster.model, 'source', 'given model')}) "
+                                "has no embed/predict_sums; NeuroShard searches with an incremental compute model")
+        return coster
+
     def rowwise_model(self) -> Any:
         """The row-wise comm model row layouts are costed with (:func:`~shardlab.costmodel.rowwise_comm.load_rowwise_comm`)."""
         return load_rowwise_comm(self.rowwise_comm, self.profile)
 
     def table_wise_many(self, task: Task, states: Sequence[tuple[Block, ...]], coster: ShardCoster, comm: Any
                         ) -> list[tuple[list[int], Simulated] | None]:
-        """:meth:`table_wise` of every state, all at once through :func:`greedy_grid` (the same
-        decisions, work shared; ``search/greedy_grid.py``) where the model is incremental and
-        ``batched`` is on, else one by one. ``comm``: one comm model, or a list of one per state."""
+        """The best greedy assignment over the caps of every state -- (device of each block,
+        simulated cost), or None where no cap gives a memory-feasible assignment -- all at once
+        through :func:`greedy_grid` (work shared between states, the same decisions as one state
+        at a time). ``comm``: one comm model, or a list of one per state."""
         if not states:
             return []
         comms = comm if isinstance(comm, list) else [comm] * len(states)
-        if not (self.batched and coster.incremental):
-            return [self.table_wise(task, s, coster, c) for s, c in zip(states, comms)]
         ids: dict[tuple, int] = {}
         distinct: list[Block] = []
         for blocks in states:
@@ -153,108 +161,6 @@ class NeuroShardSharder:
             out.append(best)
         return out
 
-    def table_wise(self, task: Task, blocks: tuple[Block, ...], coster: ShardCoster, comm: Any
-                   ) -> tuple[list[int], Simulated] | None:
-        """Best greedy assignment over the caps: (device of each block, simulated cost), or None
-        when no cap gives a memory-feasible assignment."""
-        g = task.ngpu
-        mem_need = np.array([task.block_bytes(b.table.rows, b.cols) for b in blocks], dtype=np.int64)
-        dims = np.array([b.cols for b in blocks])
-        if coster.incremental:
-            emb = coster.embed(blocks)
-            single = coster.model.predict_sums(emb, np.ones(len(blocks))).sum(axis=1)
-        else:
-            emb = None
-            single = coster.shards([[b.table] for b in blocks]).sum(axis=1)
-        pinned = np.array([b.device for b in blocks])
-        order = sorted(range(len(blocks)), key=lambda i: (pinned[i] < 0, -single[i], i))   # pinned blocks first
-        mean_dim = dims.sum() / g
-        best: tuple[list[int], Simulated] | None = None
-        dim_caps = np.array(self.caps) * mean_dim
-        if emb is not None:
-            results = self._greedy_caps(task, order, emb, mem_need, dims, dim_caps, coster.model, pinned)
-        else:
-            results = [self._greedy(task, blocks, order, mem_need, dims, c, coster, pinned) for c in dim_caps]
-        done = [got for got in results if got is not None]
-        if not done:
-            return None
-        dev = np.array([got[0] for got in done])
-        dsums = np.stack([np.bincount(row, weights=dims, minlength=g) for row in dev]).astype(int)
-        sims = simulate_many(np.stack([got[1] for got in done]), dsums, comm)
-        for (devices, _), sim in zip(done, sims):
-            if best is None or sim.cost_ms < best[1].cost_ms - 1e-12:
-                best = (devices, sim)
-        return best
-
-    @staticmethod
-    def _greedy_caps(task: Task, order: list[int], emb: np.ndarray, mem_need: np.ndarray, dims: np.ndarray,
-                     dim_caps: np.ndarray, model: Any, pinned: np.ndarray | None = None
-                     ) -> list[tuple[list[int], np.ndarray] | None]:
-        """The greedy placement for every cap at once (caps are a batch dimension: one model
-        call per block for all caps and devices). Ties: less memory, then the lower device.
-        ``pinned[i]`` >= 0: block i goes there (if it fits)."""
-        c, g = len(dim_caps), task.ngpu
-        mem = np.zeros((c, g), dtype=np.int64)
-        dsum = np.zeros((c, g))
-        counts = np.zeros((c, g))
-        cost = np.zeros((c, g, 2))
-        sums = np.zeros((c, g, emb.shape[1]))
-        alive = np.ones(c, dtype=bool)
-        devices = np.zeros((c, len(mem_need)), dtype=int)
-        rows = np.arange(c)
-        for i in order:
-            fits = mem + mem_need[i] <= task.mem_cap_bytes
-            ok = fits & (dsum + dims[i] <= dim_caps[:, None] + 1e-9)
-            ok = np.where(ok.any(axis=1, keepdims=True), ok, fits)
-            if pinned is not None and pinned[i] >= 0:
-                ok = fits & (np.arange(g) == pinned[i])[None, :]
-            alive &= ok.any(axis=1)
-            pred = model.predict_sums((sums + emb[i]).reshape(c * g, -1), (counts + 1).reshape(-1)).reshape(c, g, 2)
-            total = np.where(ok, np.round(pred.sum(axis=2), 9), np.inf)
-            # lexicographic (total, memory, device) per cap: memory breaks exact ties of total
-            best_total = total.min(axis=1, keepdims=True)
-            tied_mem = np.where(total == best_total, mem, np.iinfo(np.int64).max)
-            d = np.argmin(tied_mem, axis=1)
-            devices[:, i] = d
-            mem[rows, d] += mem_need[i]
-            dsum[rows, d] += dims[i]
-            counts[rows, d] += 1
-            cost[rows, d] = pred[rows, d]
-            sums[rows, d] += emb[i]
-        return [(devices[k].tolist(), cost[k]) if alive[k] else None for k in range(c)]
-
-    def _greedy(self, task: Task, blocks: tuple[Block, ...], order: list[int], mem_need: np.ndarray,
-                dims: np.ndarray, dim_cap: float, coster: ShardCoster, pinned: np.ndarray | None = None
-                ) -> tuple[list[int], np.ndarray] | None:
-        """One cap's greedy placement through ``predict`` (models without incremental sums);
-        ``pinned`` as in :meth:`_greedy_caps`."""
-        g = task.ngpu
-        mem = np.zeros(g, dtype=np.int64)
-        dsum = np.zeros(g)
-        cost = np.zeros((g, 2))
-        members: list[list[Table]] = [[] for _ in range(g)]
-        devices = [0] * len(blocks)
-        for i in order:
-            fits = mem + mem_need[i] <= task.mem_cap_bytes
-            ok = fits & (dsum + dims[i] <= dim_cap + 1e-9)
-            if not ok.any():
-                ok = fits
-            if pinned is not None and pinned[i] >= 0:
-                ok = fits & (np.arange(g) == pinned[i])
-            if not ok.any():
-                return None
-            cand = np.flatnonzero(ok)
-            pred = coster.shards([members[d] + [blocks[i].table] for d in cand])
-            total = pred.sum(axis=1)
-            j = min(range(len(cand)), key=lambda k: (round(float(total[k]), 9), mem[cand[k]], cand[k]))
-            d = int(cand[j])
-            devices[i] = d
-            mem[d] += mem_need[i]
-            dsum[d] += dims[i]
-            cost[d] = pred[j]
-            members[d].append(blocks[i].table)
-        return devices, cost
-
     def shard(self, task: Task, seed: int = 0) -> Plan:
         """Search a plan (deterministic: the seed is recorded, nothing here is random)."""
         ranked, guard, rows = self._search(task)
@@ -278,9 +184,9 @@ class NeuroShardSharder:
         """Every evaluated state, cheapest guarded cost first (ties: the order evaluated, the
         table-wise plan first), what the split guard did (JSON-ready), and the row layouts
         chosen for tables that fit no device (``search/row_wise.py``; plan metadata)."""
-        if self.column_wise:
+        if self.columns:
             check_search_gpus(task, C.MAX_NEUROSHARD_GPUS, "column-wise neuroshard")
-        coster = ShardCoster(self.bundle().compute)
+        coster = self.coster()
         comm = self.bundle().comm_for(task.ngpu)[0]
         blocks = whole_blocks(task)
         rows: dict[str, Any] = {}
@@ -298,10 +204,10 @@ class NeuroShardSharder:
             rows = row_metadata(task, choice)
             comm = comm_of(choice)
         else:
-            task.check_feasible(column_wise=self.column_wise)
+            task.check_feasible(column_wise=self.columns)
         best = self.table_wise_many(task, [blocks], coster, comm)[0]
         evaluated = [] if best is None else [State(blocks, best[0], best[1])]
-        if self.column_wise:
+        if self.columns:
             beam = [(best[1].cost_ms if best else float("inf"), blocks)]
             seen = {self._key(blocks)}
             for _ in range(self.max_splits):
@@ -329,7 +235,7 @@ class NeuroShardSharder:
     def _guard(self, task: Task, evaluated: list[State]) -> tuple[list[Ranked], dict[str, Any]]:
         """Rank the evaluated states: by the split guard (``search/split_guard.py``) for a guarded
         column-wise search, else by predicted cost (ties: the order evaluated)."""
-        if not (self.column_wise and self.split_guard):
+        if not (self.columns and self.split_guard):
             order = sorted(range(len(evaluated)), key=lambda k: (round(evaluated[k].simulated.cost_ms, 9), k))
             return [Ranked(evaluated[k], {}) for k in order], {}
         judges = [Judge(str(self.model) if isinstance(self.model, str) else "search model", self.bundle(), own=True)]
@@ -359,10 +265,7 @@ class NeuroShardSharder:
         if not ok:
             return []
         by_size = sorted(ok, key=lambda i: (-blocks[i].table.size, i))[: self.top_n]
-        if coster.incremental:
-            single = coster.model.predict_sums(coster.embed([blocks[i] for i in ok]), np.ones(len(ok))).sum(axis=1)
-        else:
-            single = coster.shards([[blocks[i].table] for i in ok]).sum(axis=1)
+        single = coster.model.predict_sums(coster.embed([blocks[i] for i in ok]), np.ones(len(ok))).sum(axis=1)
         by_cost = [ok[j] for j in sorted(range(len(ok)), key=lambda j: (-single[j], ok[j]))[: self.top_n]]
         return sorted(set(by_size) | set(by_cost))
 
@@ -382,13 +285,34 @@ class NeuroShardSharder:
         return Plan(task.name, self.name, task.ngpu, placements, seed, metadata=metadata)
 
 
+def row_pattern(rows: RowBlocks, choice: Mapping[int, RowChoice], batch_size: int) -> tuple[np.ndarray, dict]:
+    """The all-to-all offset (G,) and the row-wise pattern (``{"dim", "index_counts"}``) of one
+    choice of row layouts, at ``batch_size`` samples per step, counted as the model evaluator
+    counts a finished plan: a table split over every device (row-wise, k = G) leaves the
+    all-to-all (its columns come off every device's dim sum and are reduce-scattered forward,
+    all-gathered backward); every row-split table's blocks receive their rows' lookups from
+    every rank's batch slice (``index_counts[r][o]`` += round(block pooling x slice rows of r)).
+    Batch slices and index counts are :mod:`shardlab.schedule`'s, as the profilers count them."""
+    task = rows.task
+    g = task.ngpu
+    offset = np.zeros(g)
+    counts = np.zeros((g, g), dtype=np.int64)
+    slices = batch_rows(batch_size, g)
+    dim = 0
+    for i, c in choice.items():
+        t = task.tables[i]
+        if c.k == g and g > 1:
+            offset += t.dim
+            dim += t.dim
+        counts += np.array(owner_counts(g, slices, [(b.device, b.table.pooling_factor) for b in rows.blocks(i, c)]))
+    return offset, {"dim": int(dim), "index_counts": counts.tolist() if counts.any() else []}
+
+
+def row_aware_comm(base: Any, rowwise_model: Any, rows: RowBlocks, choice: Mapping[int, RowChoice]) -> WithRowWise:
+    """The comm model of search states with ``choice``'s row layouts: ``base`` with the pattern's
+    all-to-all offset and the row-wise model's increment (:func:`row_pattern`)."""
+    offset, pattern = row_pattern(rows, choice, int(rowwise_model.setting("batch_size")))
+    return WithRowWise(base, rowwise_model.increment(rows.task.ngpu, pattern), offset)
+
+
 register_sharder("neuroshard", NeuroShardSharder)
-register_sharder("neuroshard_tw", NeuroShardSharder, name="neuroshard_tw", column_wise=False)
-#: NeuroShard searching with the model retrained on the broad campaign (``datasets/cpu/broad``):
-#: the default since issue 14; the name stays so earlier reports' methods resolve.
-register_sharder("neuroshard_broad", NeuroShardSharder, name="neuroshard_broad", model="neuroshard_broad")
-#: Comparators for the split guard and the retrained model: the pool-only bundle, and no guard.
-register_sharder("neuroshard_pool", NeuroShardSharder, name="neuroshard_pool", model="neuroshard")
-register_sharder("neuroshard_unguarded", NeuroShardSharder, name="neuroshard_unguarded", split_guard=False)
-#: Row layouts costed with the shipped row-wise comm model (opt-in; ``reports/row_wise_comm_search.md``).
-register_sharder("neuroshard_rwcomm", NeuroShardSharder, name="neuroshard_rwcomm", rowwise_comm="shipped")

@@ -1,4 +1,4 @@
-"""TorchRec's EmbeddingShardingPlanner as a baseline sharder (TORCHREC_PLANNER.md).
+"""TorchRec's EmbeddingShardingPlanner as a baseline sharder (``docs/methods.md``).
 
 The task's tables become an ``EmbeddingBagCollection`` on the meta device (no memory, no
 process group); the planner is built with a ``Topology`` of G ranks whose HBM is the task's
@@ -10,16 +10,20 @@ partitioner; its ``ShardingPlan`` becomes our Plan (one placement per shard).
 Modes: ``torchrec`` constrains sharding types to table-wise and column-wise (comparable with the
 seeds); ``torchrec_free`` also allows row-wise and table-row-wise (data-parallel is left out:
 a replicated table is not a placement of each row once). The default proposers take minutes past
-~200 tables (STACK_NOTES.md); above ``fast_above`` tables the greedy and uniform proposers are
+~200 tables on this stack; above ``fast_above`` tables the greedy and uniform proposers are
 used instead, and the plan's method name says which (``torchrec[greedy+uniform]``).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from types import SimpleNamespace
 
+from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.plan import Placement, Plan
+from shardlab.search.registry import check_search_gpus
 from shardlab.tables import Task
 
 CONSTRAINED = ("table_wise", "column_wise")
@@ -28,9 +32,28 @@ OPTIMIZERS = {"exact_sgd": "EXACT_SGD", "exact_rowwise_adagrad": "EXACT_ROWWISE_
               "exact_adagrad": "EXACT_ADAGRAD"}
 
 
-def _torchrec():
+#: The planner API this sharder uses: class name -> module (torch, fbgemm_gpu and torchrec are
+#: imported on first use: they are optional and slow to import).
+_API = {
+    "EmbOptimType": "fbgemm_gpu.split_embedding_configs",
+    "EmbeddingBagCollectionSharder": "torchrec.distributed.embeddingbag",
+    "EmbeddingShardingPlanner": "torchrec.distributed.planner", "ParameterConstraints": "torchrec.distributed.planner",
+    "HardwareConfig": "torchrec.distributed.planner.types", "KernelConfig": "torchrec.distributed.planner.types",
+    "TopologyFactory": "torchrec.distributed.planner.types", "TrainerConfig": "torchrec.distributed.planner.types",
+    "GreedyProposer": "torchrec.distributed.planner.proposers", "UniformProposer": "torchrec.distributed.planner.proposers",
+    "FixedPercentageStorageReservation": "torchrec.distributed.planner.storage_reservations",
+    "EmbeddingEnumerator": "torchrec.distributed.planner.enumerators",
+    "EmbeddingBagConfig": "torchrec.modules.embedding_configs",
+    "EmbeddingBagCollection": "torchrec.modules.embedding_modules",
+    "device": "torch",
+}
+
+
+def torchrec_api() -> SimpleNamespace:
+    """The classes of :data:`_API` as attributes; a one-line :class:`ShardlabError` when torchrec
+    (or fbgemm_gpu) is not importable."""
     try:
-        import torchrec  # noqa: F401
+        return SimpleNamespace(**{name: getattr(importlib.import_module(mod), name) for name, mod in _API.items()})
     except Exception as e:  # pragma: no cover - depends on the install
         raise ShardlabError(f"torchrec planner: torchrec is not importable ({type(e).__name__}: {e}); "
                             "install it with scripts/setup.sh (SHARDLAB_TORCHREC=1)") from e
@@ -48,40 +71,28 @@ class TorchRecSharder:
     def shard(self, task: Task, seed: int = 0) -> Plan:
         """Plan with TorchRec's planner (deterministic; ``seed`` is recorded). Refuses at once
         ``ngpu > constants.MAX_TORCHREC_GPUS`` (the planner fails above it)."""
-        from shardlab import constants as C
-        from shardlab.search.base import check_search_gpus
-
         check_search_gpus(task, C.MAX_TORCHREC_GPUS, "torchrec planner")
-        _torchrec()
-        import torch
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType
-        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-        from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
-        from torchrec.distributed.planner.types import HardwareConfig, KernelConfig, TopologyFactory, TrainerConfig
-        from torchrec.distributed.planner.proposers import GreedyProposer, UniformProposer
-        from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
-        from torchrec.modules.embedding_configs import EmbeddingBagConfig
-        from torchrec.modules.embedding_modules import EmbeddingBagCollection
+        tr = torchrec_api()
 
         task.check_feasible(column_wise="column_wise" in self.sharding_types)
-        configs = [EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,
+        configs = [tr.EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,
                                       feature_names=[f"f_{t.name}"]) for t in task.tables]
-        module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
-        topology = TopologyFactory.create_topology(
-            trainer_config=TrainerConfig(world_size=task.ngpu, local_world_size=task.ngpu),
-            hardware_config=HardwareConfig(hbm_cap_bytes=task.mem_cap_bytes),
-            kernel_config=KernelConfig(compute_device=self.compute_device))
-        constraints = {t.name: ParameterConstraints(sharding_types=list(self.sharding_types),
+        module = tr.EmbeddingBagCollection(tables=configs, device=tr.device("meta"))
+        topology = tr.TopologyFactory.create_topology(
+            trainer_config=tr.TrainerConfig(world_size=task.ngpu, local_world_size=task.ngpu),
+            hardware_config=tr.HardwareConfig(hbm_cap_bytes=task.mem_cap_bytes),
+            kernel_config=tr.KernelConfig(compute_device=self.compute_device))
+        constraints = {t.name: tr.ParameterConstraints(sharding_types=list(self.sharding_types),
                                                     compute_kernels=["fused"], pooling_factors=[t.pooling_factor])
                        for t in task.tables}
         fast = len(task.tables) > self.fast_above
-        kwargs = {"proposer": [GreedyProposer(), UniformProposer()]} if fast else {}
+        kwargs = {"proposer": [tr.GreedyProposer(), tr.UniformProposer()]} if fast else {}
         batch = max(1, task.batch_size // task.ngpu)
-        planner = EmbeddingShardingPlanner(topology=topology, batch_size=batch, constraints=constraints,
-                                           enumerator=_ordered_enumerator(topology, batch, constraints),
-                                           storage_reservation=FixedPercentageStorageReservation(0.0), **kwargs)
-        sharder = EmbeddingBagCollectionSharder(fused_params={
-            "optimizer": getattr(EmbOptimType, OPTIMIZERS[task.optimizer]), "learning_rate": 0.01})
+        planner = tr.EmbeddingShardingPlanner(topology=topology, batch_size=batch, constraints=constraints,
+                                           enumerator=_ordered_enumerator(tr, topology, batch, constraints),
+                                           storage_reservation=tr.FixedPercentageStorageReservation(0.0), **kwargs)
+        sharder = tr.EmbeddingBagCollectionSharder(fused_params={
+            "optimizer": getattr(tr.EmbOptimType, OPTIMIZERS[task.optimizer]), "learning_rate": 0.01})
         try:
             sharding_plan = planner.plan(module, [sharder])
         except Exception as e:
@@ -90,14 +101,12 @@ class TorchRecSharder:
         return plan_from_sharding_plan(task, sharding_plan, method, seed)
 
 
-def _ordered_enumerator(topology, batch_size: int, constraints):
+def _ordered_enumerator(tr: SimpleNamespace, topology, batch_size: int, constraints):
     """TorchRec's default enumerator, but listing each table's allowed sharding types in the
     constraints' order: TorchRec 1.8 intersects them as Python sets, so which of two equally
     costed options (row-wise and table-row-wise on one host) it keeps followed the process's
     string-hash seed, and the same task gave a different plan from run to run."""
-    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
-
-    class OrderedEnumerator(EmbeddingEnumerator):
+    class OrderedEnumerator(tr.EmbeddingEnumerator):
         def _filter_sharding_types(self, name, allowed_sharding_types, sharder_key=""):
             kept = super()._filter_sharding_types(name, allowed_sharding_types, sharder_key)
             order = list(constraints[name].sharding_types) if name in constraints else list(allowed_sharding_types)

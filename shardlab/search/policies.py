@@ -1,0 +1,85 @@
+"""RL policies as sharders: :class:`PolicySharder` decodes a trained policy greedily, and
+:class:`PolicyAgent` holds what DreamShard's and AutoShard's agents share (cost model, policy
+network, table order, one atomic torch file for both networks)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from shardlab.costmodel.bundle import models_dir
+from shardlab.costmodel.neural_base import one_torch_thread
+from shardlab.errors import ShardlabError
+from shardlab.io import torch_load_safe, torch_save_atomic
+from shardlab.plan import Plan
+from shardlab.tables import Task
+
+
+@dataclass
+class PolicySharder:
+    """A sharder that decodes a trained RL policy (``agent_class.load``) greedily: ``model`` is
+    a shipped policy's name (``datasets/<profile>/models/<name>.pt``) or a path."""
+
+    name: str = ""
+    model: str = ""
+    profile: str = "cpu"
+    _agent: Any = field(default=None, repr=False)
+    agent_class: ClassVar[Any] = None
+
+    def agent(self) -> Any:
+        """The policy (loaded once)."""
+        if self._agent is None:
+            path = self.model if os.path.exists(self.model) else str(models_dir(self.profile) / f"{self.model}.pt")
+            self._agent = self.agent_class.load(path)
+        return self._agent
+
+    def shard(self, task: Task, seed: int = 0) -> Plan:
+        """Table-wise plan by greedy decoding (deterministic), on one torch thread."""
+        task.check_feasible()
+        with one_torch_thread():
+            return self.agent().plan(task, seed, self.name)
+
+
+class PolicyAgent:
+    """Shared parts of the RL agents: a cost model (``cost``), a policy network (``policy``),
+    the seeds' table order, and one atomic torch file holding both networks. Subclasses set
+    ``FORMAT``, ``POLICY`` (the policy network class) and ``COST`` (the cost model class)."""
+
+    FORMAT = ""
+    POLICY: ClassVar[Any] = None
+    COST: ClassVar[Any] = None
+
+    def __init__(self, cost: Any, policy: Any = None, seed: int = 0):
+        self.cost = cost
+        self.policy = policy or self.POLICY()
+        self.seed = seed
+        self.history_: list[dict[str, Any]] = []
+        self.provenance_: dict[str, Any] = {}
+
+    def order(self, task: Task) -> list[int]:
+        """Table indices by predicted single-table compute cost, descending (ties: task order)."""
+        single = self.cost.predict([[t] for t in task.tables]).sum(axis=1)
+        return sorted(range(len(task.tables)), key=lambda i: (-single[i], i))
+
+    def save(self, path: str) -> None:
+        """Policy + cost model (+ history, and the provenance its trainer recorded in
+        ``provenance_``) in one torch file, written atomically."""
+        torch_save_atomic({"format": self.FORMAT, "policy": self.policy.state_dict(), "cost": self.cost.state(),
+                           "seed": self.seed, "history": self.history_, "provenance": self.provenance_},
+                          path)
+
+    @classmethod
+    def load(cls, path: str) -> Any:
+        """Inverse of :meth:`save`; one-line errors for a missing, foreign or code-carrying file
+        (nothing in it runs: :func:`~shardlab.io.torch_load_safe`)."""
+        d = torch_load_safe(path, "policy")
+        if not isinstance(d, dict) or d.get("format") != cls.FORMAT:
+            raise ShardlabError(f"policy '{path}': field 'format' must be '{cls.FORMAT}'")
+        cost = cls.COST.from_state(cls.COST.check_state(d["cost"], path))
+        policy = cls.POLICY()
+        policy.load_state_dict(d["policy"])
+        agent = cls(cost, policy, d["seed"])
+        agent.history_ = d.get("history", [])
+        agent.provenance_ = d.get("provenance", {})
+        return agent

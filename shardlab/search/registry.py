@@ -1,0 +1,235 @@
+"""The :class:`Sharder` protocol, the registry of sharders, and running one on a task.
+
+A sharder maps a :class:`~shardlab.tables.Task` to a valid :class:`~shardlab.plan.Plan`; the same
+task and seed always give the same plan. A method is named by a *spec*: a registered name,
+optionally with options in brackets, ``name[key=value,key=value]`` -- e.g.
+``neuroshard[columns=false]`` (table-wise NeuroShard) or ``neuroshard[model=analytic,max_splits=4]``.
+A variant is configuration, never a new name. Register a new sharder with
+:func:`register_sharder` (``docs/extending.md``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+from shardlab import constants as C
+from shardlab.errors import ShardlabError
+from shardlab.io import names_list
+from shardlab.plan import Plan, validate_plan
+from shardlab.tables import Task
+
+
+@runtime_checkable
+class Sharder(Protocol):
+    """Anything with a ``name`` and ``shard(task, seed) -> Plan``."""
+
+    name: str
+
+    def shard(self, task: Task, seed: int = 0) -> Plan:
+        """Return a memory-feasible plan for ``task``; deterministic for a given ``seed``."""
+        ...
+
+
+@runtime_checkable
+class CandidateSharder(Sharder, Protocol):
+    """A model-based sharder that can also return its ``k`` best distinct plans under its own
+    cost model, best first (what verification measures)."""
+
+    def candidates(self, task: Task, seed: int = 0, k: int = 3) -> list[Plan]:
+        """Up to ``k`` distinct memory-feasible plans, by predicted cost ascending."""
+        ...
+
+
+@dataclass(frozen=True)
+class Registration:
+    """How ``get_sharder`` builds one sharder: ``factory(**defaults, **options)``. ``factory`` is
+    a sharder class or any callable returning a sharder; ``module`` + ``attr`` instead name a
+    class imported only when the sharder is asked for (sharders that import torch)."""
+
+    factory: Callable[..., Sharder] | None = None
+    defaults: tuple[tuple[str, Any], ...] = ()
+    module: str = ""
+    attr: str = ""
+
+    def resolve(self) -> Callable[..., Sharder]:
+        """The factory (importing ``module`` first for a lazy registration)."""
+        if self.factory is not None:
+            return self.factory
+        return getattr(importlib.import_module(self.module), self.attr)
+
+
+_REGISTRY: dict[str, Registration] = {}
+
+#: Names of earlier releases -> the spec that builds the same sharder. Still accepted, with a
+#: one-line deprecation note on stderr; plans keep the old name as their method label.
+ALIASES = {
+    "neuroshard_tw": "neuroshard[columns=false]",
+    "neuroshard_broad": "neuroshard",
+    "neuroshard_pool": "neuroshard[model=neuroshard]",
+    "neuroshard_unguarded": "neuroshard[split_guard=false]",
+    "neuroshard_rwcomm": "neuroshard[rowwise_comm=shipped]",
+}
+_WARNED: set[str] = set()
+
+_SPEC = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\[(.*)\])?\s*", re.S)
+
+
+def register_sharder(name: str, factory: Callable[..., Sharder] | str, /, **defaults: Any) -> None:
+    """Make ``factory(**defaults)`` available as ``get_sharder(name)`` and on the command line.
+
+    ``factory``: a sharder class (or callable); or ``"package.module:Class"`` to import it only
+    when first asked for. ``defaults``: constructor arguments of this registration, which a
+    spec's options or ``get_sharder(name, **config)`` may override."""
+    if isinstance(factory, str):
+        module, _, attr = factory.partition(":")
+        _REGISTRY[name] = Registration(None, tuple(defaults.items()), module, attr)
+    else:
+        _REGISTRY[name] = Registration(factory, tuple(defaults.items()))
+
+
+def sharder_names() -> list[str]:
+    """Names of the registered sharders, in registration order (aliases not included)."""
+    return list(_REGISTRY)
+
+
+def option_value(text: str) -> Any:
+    """A spec or ``--set`` value: JSON where it parses (``4``, ``0.5``, ``true``, ``[1,2]``),
+    ``True``/``False`` in any case, else the text itself (``analytic``)."""
+    text = text.strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_method(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"neuroshard[columns=false,max_splits=4]"`` -> ``("neuroshard", {"columns": False,
+    "max_splits": 4})``; an alias resolves to its spec (its options first). One-line
+    :class:`ShardlabError` for a spec that is not ``name`` or ``name[key=value,...]``."""
+    m = _SPEC.fullmatch(str(spec))
+    if not m:
+        raise ShardlabError(f"method '{spec}' must look like 'name' or 'name[key=value,...]'")
+    name, body = m.group(1), m.group(2)
+    options: dict[str, Any] = {}
+    if name in ALIASES:
+        name, options = parse_method(ALIASES[name])
+    for item in _split_top(body or ""):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip().isidentifier():
+            raise ShardlabError(f"method '{spec}': option '{item.strip()}' must look like key=value")
+        options[key.strip()] = option_value(value)
+    return name, options
+
+
+def _split_top(text: str) -> list[str]:
+    """Comma-separated items of ``text``, commas inside brackets kept (empty items dropped)."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch in "[(") - (ch in "])")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return [s for s in (x.strip() for x in out) if s]
+
+
+def _registration(name: str) -> Registration:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ShardlabError(f"method '{name}' is not a sharder; known: {', '.join(_REGISTRY)}") from None
+
+
+def _parameters(factory: Callable[..., Any]) -> list[str] | None:
+    """Keyword parameters of ``factory`` (None: it takes any keyword)."""
+    params = inspect.signature(factory).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and not p.name.startswith("_")]
+
+
+def sharder_options(spec: str) -> list[str]:
+    """The options a method takes (its constructor arguments but ``name``)."""
+    name, _ = parse_method(spec)
+    return [p for p in _parameters(_registration(name).resolve()) or [] if p != "name"]
+
+
+def get_sharder(spec: str, /, **config: Any) -> Sharder:
+    """A new sharder for the method ``spec`` (``name`` or ``name[key=value,...]``), built once
+    with its registration's defaults overridden by the spec's options and then by ``config``
+    (e.g. ``get_sharder("neuroshard", model="my_bundle")``); nothing is set on it afterwards.
+    Its plans carry ``spec`` as their method. One-line errors for an unknown method or an
+    option it does not take."""
+    name, options = parse_method(spec)
+    label = re.sub(r"\s+", "", str(spec))
+    if label in ALIASES and label not in _WARNED:
+        _WARNED.add(label)
+        print(f"shardlab: method '{label}' is deprecated; spell it '{ALIASES[label]}'", file=sys.stderr)
+    reg = _registration(name)
+    factory = reg.resolve()
+    accepted = _parameters(factory)
+    options = {**options, **config}
+    if accepted is not None:
+        for key in options:
+            if key not in accepted or key == "name":
+                takes = [p for p in accepted if p != "name"]
+                raise ShardlabError(f"method '{label}': option '{key}' does not apply (it takes "
+                                    f"{', '.join(takes) if takes else 'no options'})")
+    named = {"name": label} if accepted is None or "name" in accepted else {}
+    return factory(**{**dict(reg.defaults), **named, **options})
+
+
+def method_list(methods: str | Sequence[str]) -> list[str]:
+    """Method specs from a list, or from a string as papermill's ``-p methods ...`` passes it:
+    comma-separated (``random,neuroshard[columns=false]``: commas inside brackets belong to
+    the spec) or a JSON/Python-style list (``["random"]``). Every method must be registered
+    (one-line error naming the bad one)."""
+    if isinstance(methods, str) and not methods.strip().startswith(("[", "(")):
+        names = _split_top(methods)
+    else:
+        names = names_list(methods)
+    if not names:
+        raise ShardlabError("field 'methods' is empty: name at least one sharder")
+    for spec in names:
+        try:
+            _registration(parse_method(spec)[0])
+        except ShardlabError:
+            raise ShardlabError(f"field 'methods': '{spec}' is not a sharder; known: {', '.join(_REGISTRY)}") from None
+    return names
+
+
+def check_search_gpus(task: Task, bound: int = C.MAX_SEARCH_GPUS, method: str = "search") -> None:
+    """Raise a one-line :class:`ShardlabError` naming 'ngpu' and ``bound`` if ``task.ngpu > bound``."""
+    if task.ngpu > bound:
+        raise ShardlabError(f"task '{task.name}': field 'ngpu' = {task.ngpu} is over the {method} "
+                            f"bound of {bound} devices")
+
+
+def run_sharder(sharder: Sharder, task: Task, seed: int = 0) -> Plan:
+    """Run ``sharder`` on ``task``, time it (``Plan.search_seconds``, s) and validate the plan.
+
+    Refuses at once (one line naming 'ngpu') a task over ``constants.MAX_SEARCH_GPUS`` devices.
+    """
+    check_search_gpus(task)
+    start = time.perf_counter()
+    plan = sharder.shard(task, seed)
+    plan = replace(plan, search_seconds=time.perf_counter() - start)
+    validate_plan(task, plan)
+    return plan
+
+
+def run_sharders(task: Task, methods: Sequence[str], seed: int = 0) -> dict[str, Plan]:
+    """Run each method spec on ``task``; returns spec -> validated plan."""
+    return {m: run_sharder(get_sharder(m), task, seed) for m in methods}

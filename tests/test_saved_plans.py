@@ -1,0 +1,56 @@
+"""The redesign changed no plan: every sharder, spelled as the package spells it now, gives the
+placements saved before it (``tests/saved_plans.py``) on three benchmark tasks and three tasks
+with tables that fit no device -- and fails where it failed then, with the same error type.
+
+NeuroShard's one-state-at-a-time greedy (removed; the search has one greedy path, the batched
+one) was saved too: the batched search must give exactly its plans."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+
+from shardlab.errors import ShardlabError
+from shardlab.search import get_sharder, registry, run_sharder
+from shardlab.tables import Task
+from tests.saved_plans import METHODS, PATH, placements
+
+SAVED = json.loads(PATH.read_text())
+TASKS = {t["name"]: Task.from_dict(t) for t in SAVED["tasks"]}
+
+
+@functools.lru_cache(maxsize=None)
+def _outcome_of(spec: str, name: str):
+    return json.dumps(_outcome(spec, TASKS[name]))
+
+
+def _outcome(spec: str, task: Task):
+    try:
+        return placements(run_sharder(get_sharder(spec), task))
+    except ShardlabError as e:
+        return {"error": type(e).__name__}
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_every_method_gives_its_saved_plan(name):
+    task, saved = TASKS[name], SAVED["plans"][name]
+    for old, spec in METHODS.items():
+        assert json.loads(_outcome_of(spec, name)) == saved[old], (name, old, spec)
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_one_greedy_path_gives_the_removed_paths_plans(name):
+    saved = SAVED["plans"][name]["neuroshard@one-by-one"]
+    assert json.loads(_outcome_of("neuroshard", name)) == saved
+
+
+def test_old_names_are_aliases_of_the_same_sharders(capsys, monkeypatch):
+    monkeypatch.setattr(registry, "_WARNED", set())
+    task = TASKS["dlrm-synth-test-50x4-seed1000"]
+    for old in ("neuroshard_tw", "neuroshard_unguarded"):
+        plan = run_sharder(get_sharder(old), task)
+        assert plan.method == old
+        assert placements(plan) == SAVED["plans"][task.name][old]
+    assert "deprecated; spell it 'neuroshard[columns=false]'" in capsys.readouterr().err
