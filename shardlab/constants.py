@@ -9,11 +9,11 @@ from __future__ import annotations
 #: Bytes in one "GB" (2**30, the convention of the seeds and TorchRec).
 GB = 1024**3
 
-#: Number of reuse-factor bins (ALGORITHMS.md section 1): bin i holds unique rows accessed
+#: Number of reuse-factor bins (docs/methods.md): bin i holds unique rows accessed
 #: (2**(i-1), 2**i] times in one batch; bin 0 = exactly once, bin 16 = more than 32768 times.
 N_REUSE_BINS = 17
 
-#: Features per table (ALGORITHMS.md section 2): dim, rows, pooling_factor, size, 17 reuse bins.
+#: Features per table (docs/methods.md): dim, rows, pooling_factor, size, 17 reuse bins.
 N_TABLE_FEATURES = 4 + N_REUSE_BINS
 FEATURE_NAMES = ("dim", "rows", "pooling_factor", "size") + tuple(
     f"reuse_bin_{i}" for i in range(N_REUSE_BINS)
@@ -25,7 +25,7 @@ DIM_MULTIPLE = 4
 #: Bytes per stored weight for the supported training precisions.
 BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2}
 
-#: Optimizers TBE trains with on CPU and CUDA (STACK_NOTES.md).
+#: Optimizers TBE trains with on CPU and CUDA (measured on this stack).
 OPTIMIZERS = ("exact_sgd", "exact_rowwise_adagrad", "exact_adagrad")
 
 #: Optimizer state in bytes, as (bytes per row, bytes per weight). Row-wise Adagrad keeps one
@@ -51,7 +51,7 @@ COLUMN_SLICE_MARK = "[cols "
 
 #: Old names of shipped measured datasets that moved, and where they live now (relative to
 #: ``datasets/``), so commands recorded in older provenance still run. ``cpu_broad`` moved inside
-#: ``datasets/cpu/`` (issue 14: new measured data ships next to the old).
+#: ``datasets/cpu/`` (new measured data ships next to the old).
 DATASET_MOVED = {"cpu_broad": "cpu/broad"}
 
 #: The shipped cost-model bundle NeuroShard searches with by default (CLI, notebooks, sharders):
@@ -82,14 +82,14 @@ DEFAULT_POOL = "dlrm-synth"
 DEFAULT_HOST_SIZE = 8
 
 #: The five heuristic sharders of the seed papers, in the order ``search/heuristics.py`` registers
-#: them (ALGORITHMS.md section 3). The one list of them: benchmarks, plan campaigns and tests use it.
+#: them (docs/methods.md). The one list of them: benchmarks, plan campaigns and tests use it.
 HEURISTIC_METHODS = ("random", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 
 #: The comparators every learned sharder must beat: the five heuristics and TorchRec's planner.
 #: A paired comparison with no reference named compares against the best of these.
 BASELINE_METHODS = HEURISTIC_METHODS + ("torchrec",)
 
-#: Upper bound on ``ngpu`` for any search (``search.base.run_sharder`` refuses more with a
+#: Upper bound on ``ngpu`` for any search (``search.registry.run_sharder`` refuses more with a
 #: one-line error naming 'ngpu'). Every registered sharder answers at this many devices or
 #: refuses at once under its own, lower bound (e.g. ``MAX_NEUROSHARD_GPUS``). ``Task`` itself
 #: accepts any ngpu >= 1 (a plan may be read, validated and costed at any size).
@@ -101,7 +101,7 @@ MAX_MEASURE_RANKS = 64
 
 #: Bound on ``ngpu`` for column-wise NeuroShard (its beam search re-runs the 11-cap greedy grid
 #: over all devices per candidate split: ~13 s at 256 devices, growing with ngpu, no answer in
-#: 120 s at 4096); ``neuroshard`` refuses more at once (neuroshard_tw has no bound of its own).
+#: 120 s at 4096); ``neuroshard`` refuses more at once (neuroshard[columns=false] has no bound of its own).
 MAX_NEUROSHARD_GPUS = 256
 
 #: Bound on ``ngpu`` for TorchRec's planner: it fails above 128 ranks on one host topology

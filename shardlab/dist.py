@@ -1,5 +1,5 @@
 """``python -m shardlab.dist``: evaluations whose ranks are started by ``torchrun`` (one process
-per GPU, on one host or many) instead of being spawned on this host (issue 15).
+per GPU, on one host or many) instead of being spawned on this host.
 
     torchrun --nnodes 2 --nproc-per-node 4 --node-rank N --master-addr HOST --master-port PORT \\
         -m shardlab.dist evaluate task.json plan.json [more plans] --torchrec [--rounds 3] --out eval.json

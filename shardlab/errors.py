@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 
 class ShardlabError(ValueError):
     """Invalid input: the message is one line naming the object and the field at fault."""
@@ -37,8 +38,6 @@ def check_fields(data: object, kind: str, name_key: str, required: tuple[str, ..
     """Check a parsed JSON object: a mapping with every ``required`` key and (if ``known`` is
     given) no other keys. Returns the owner label (e.g. ``"table 't17'"``) for later errors;
     raises a one-line :class:`ShardlabError` naming the missing or unknown field."""
-    from collections.abc import Mapping
-
     if not isinstance(data, Mapping):
         raise ShardlabError(f"{kind} must be a JSON object, got {type(data).__name__}")
     owner = owner or f"{kind} '{data.get(name_key, '?')}'"

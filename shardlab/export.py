@@ -1,5 +1,5 @@
 """Export a Plan for TorchRec: per-table ``ParameterSharding``-equivalent entries and
-``ParameterConstraints`` (TORCHREC_PLANNER.md section 3), as JSON, and rebuild a TorchRec
+``ParameterConstraints`` (docs/methods.md), as JSON, and rebuild a TorchRec
 ``ShardingPlan`` from that JSON where torchrec is installed.
 
 JSON shape: ``{"module": "<path>", "plan": {table: {"sharding_type", "compute_kernel",

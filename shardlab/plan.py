@@ -1,4 +1,4 @@
-"""Plans: where every block of every table goes (the Plan JSON of INTERFACES.md).
+"""Plans: where every block of every table goes (the Plan JSON of docs/formats.md).
 
 A :class:`Placement` is one block of one table -- the whole table (table-wise), a column range
 (column-wise) or a row range (row-wise) -- on one device. A :class:`Plan` is a tuple of

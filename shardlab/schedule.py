@@ -1,4 +1,4 @@
-"""The plan cost model shared by measured and predicted evaluation (ALGORITHMS.md sections 1, 4, 7).
+"""The plan cost model shared by measured and predicted evaluation (docs/methods.md).
 
 One training iteration of a plan over G devices, in NeuroShard's order:
 

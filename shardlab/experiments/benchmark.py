@@ -30,6 +30,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from shardlab.constants import BASELINE_METHODS
 from shardlab.data.tasks import generate_task, pool_tables, task_from_tables
@@ -38,11 +39,12 @@ from shardlab.evaluate import Evaluation, Evaluator, MeasuredEvaluator, ModelEva
 from shardlab.io import names_list
 from shardlab.profile.hardware import get_profile
 from shardlab.search import get_sharder, run_sharder
+from shardlab.search.neuroshard import NeuroShardSharder
 from shardlab.tables import Task
 
 SETTING_NAMES = ("4x10-60", "4x50", "8x80")
 #: Every method the benchmark runs by default: the baselines, then the learned sharders.
-METHODS = [*BASELINE_METHODS, "neuroshard_tw", "neuroshard", "dreamshard", "autoshard"]
+METHODS = [*BASELINE_METHODS, "neuroshard[columns=false]", "neuroshard", "dreamshard", "autoshard"]
 MEM_CAP_GB = 4.0
 TASK_SEED_BASE = 1000
 
@@ -123,8 +125,6 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
     blocks, torchrec missing) gives a skipped row, not an exception. ``progress``: a tqdm bar
     on stderr; ``log``: called with one line per row (``print`` without a bar, ``tqdm.write``
     with one)."""
-    from tqdm import tqdm
-
     judge = ModelEvaluator(ModelEvaluator(model).bundle())
     if evaluator is None and measure:
         evaluator = MeasuredEvaluator(profile, rounds=rounds, seed=seed, progress=False)
@@ -199,8 +199,6 @@ def neuroshard_scaling(model: Any, sizes: Sequence[tuple[int, int]] = ((100, 8),
     """NeuroShard's search time (s) on tasks of N tables over G GPUs for each (N, G) in
     ``sizes``, tables from the whole ``dlrm-synth`` pool at dims 32, 64, 16 and 128, cap 16 GB:
     ``"<N>x<G> table-wise"`` and (N <= 1000 only) ``"<N>x<G> column-wise beam"``."""
-    from shardlab.search.neuroshard import NeuroShardSharder
-
     batch = batch_size or get_profile("cpu").batch_size
     pool = pool_tables("dlrm-synth", "all")
     variants = [t.with_dim(d, name=f"{t.name}@{d}") for d in (32, 64, 16, 128) for t in pool]
@@ -211,7 +209,7 @@ def neuroshard_scaling(model: Any, sizes: Sequence[tuple[int, int]] = ((100, 8),
             if ntables > 1000 and cw:
                 continue
             t = time.perf_counter()
-            NeuroShardSharder(model=model, column_wise=cw).shard(task)
+            NeuroShardSharder(model=model, columns=cw).shard(task)
             label = f"{ntables}x{g} {name}"
             out[label] = time.perf_counter() - t
             if log:

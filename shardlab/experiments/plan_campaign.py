@@ -1,7 +1,7 @@
 """Measured plans: random tasks sharded by the given methods, every plan measured by the
 evaluator (per-device compute in turn, all-to-alls with G real ranks, forward waiting
 included) and committed to the crash-safe store as kind ``plan:<G>``. This is DreamShard's
-"measure the rollouts on hardware" step (ALGORITHMS.md section 5), here run with the
+"measure the rollouts on hardware" step (docs/methods.md), here run with the
 heuristic baselines as the policies; DreamShard's training loop calls it with its own policy.
 
 Key ``plan:<G>:<profile>:<pool>:<split>:s<seed>:<i>``; sample i's task (10..60 tables by
@@ -19,10 +19,11 @@ from shardlab import constants as C
 from shardlab.data.tasks import generate_task
 from shardlab.evaluate import Evaluation, device_tables, measure_plan
 from shardlab.plan import Plan
+from shardlab.profile.comm import CommBench
 from shardlab.profile.hardware import HardwareProfile, get_profile
 from shardlab.profile.provenance import environment
 from shardlab.profile.store import SampleStore
-from shardlab.search.base import get_sharder, run_sharder
+from shardlab.search import get_sharder, run_sharder
 from shardlab.tables import Task
 
 
@@ -48,8 +49,6 @@ def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = 4, profile: str
     """Measure plans 0..n_plans-1 not yet stored; returns how many were added. Plan i comes from
     ``methods[i % len(methods)]`` (default: the five heuristics, balanced to skewed plans);
     ``plan_for(task, i)`` overrides the methods (DreamShard passes its policy)."""
-    from shardlab.profile.comm import CommBench
-
     prof = get_profile(profile)
     prefix = plan_prefix(ngpu, prof, pool, split, seed)
     provenance = {**environment(prof.device), "profile": prof.to_dict(), "pool": pool, "split": split,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, is_dataclass
 import sys
 from typing import Any
 
@@ -12,8 +13,6 @@ def policy_provenance(cost_model: object, args: object = None) -> dict[str, Any]
     """Machine, versions, date, command and git revision; the cost model the policy was trained
     against (its source label and its own provenance); and the training configuration ``args``
     (a dataclass, recorded field by field)."""
-    from dataclasses import asdict, is_dataclass
-
     config: dict[str, Any] = {}
     if is_dataclass(args) and not isinstance(args, type):
         config = {k: v if isinstance(v, (int, float, str, bool, type(None), list, tuple)) else str(v)

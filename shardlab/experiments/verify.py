@@ -1,4 +1,4 @@
-"""Search that checks itself (issue 14): a model-based sharder's ``k`` best distinct plans under
+"""Search that checks itself: a model-based sharder's ``k`` best distinct plans under
 its own cost model, plus the best heuristic plan, measured in paired interleaved rounds; the
 measured best is returned, with the verdicts in the plan's ``metadata`` and ``method`` naming
 the verification (``neuroshard+verify3``).
@@ -23,7 +23,7 @@ from shardlab.errors import ShardlabError
 from shardlab.evaluate import Evaluation, Evaluator, compare_to_reference, estimate_plan
 from shardlab.plan import Plan
 from shardlab.search import get_sharder, run_sharder
-from shardlab.search.base import CandidateSharder
+from shardlab.search import CandidateSharder
 from shardlab.tables import Task
 
 
@@ -75,7 +75,7 @@ class VerifiedSharder:
     def __post_init__(self) -> None:
         if not isinstance(self.base, CandidateSharder):
             raise ShardlabError(f"verify: method '{getattr(self.base, 'name', '?')}' has no candidate plans "
-                                "(verification applies to model-based sharders: neuroshard, neuroshard_tw)")
+                                "(verification applies to model-based sharders: neuroshard with its options)")
         if not 1 <= int(self.k) <= 20:
             raise ShardlabError(f"verify: field 'verify' = {self.k} must be in [1, 20]")
 

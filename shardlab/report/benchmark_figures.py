@@ -236,7 +236,7 @@ def benchmark_widget(rows: Sequence[dict[str, Any]], methods: Sequence[str], key
                      baselines: Sequence[str] = BASELINE_METHODS) -> Any:
     """For JupyterLab: a setting dropdown above the three :func:`benchmark_figures` of that
     setting as plotly ``FigureWidget``s, updated in place through ``batch_update`` (never an
-    ``Output`` redraw or ``interactive_output``, which can hang papermill: STACK_NOTES.md).
+    ``Output`` redraw or ``interactive_output``, which can hang papermill, as measured on this stack).
     Returns the ``VBox`` (``.figures``: name -> FigureWidget, ``.controls``: the dropdown)."""
     import ipywidgets as w
 

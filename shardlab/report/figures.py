@@ -7,11 +7,13 @@ as such; measured or modelled costs (ms) are drawn by other figures once they ex
 
 from __future__ import annotations
 
+import html
 from typing import Mapping
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from shardlab.constants import GB
 from shardlab.loads import device_loads, imbalance
 from shardlab.plan import Plan
 from shardlab.tables import Task
@@ -73,8 +75,6 @@ def rows_to_html(rows: list[dict[str, object]]) -> str:
     """A plain HTML table of ``rows`` (list of dicts with the same keys)."""
     if not rows:
         return "<p>(no rows)</p>"
-    import html
-
     keys = list(rows[0])
     head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r[k]))}</td>" for k in keys) + "</tr>"
@@ -90,8 +90,6 @@ def _fmt(value: object) -> str:
 
 def task_summary(task: Task) -> str:
     """One line describing a task: tables, devices, cap (GB), batch, total table memory (GB)."""
-    from shardlab.constants import GB
-
     total = sum(task.table_bytes(t) for t in task.tables) / GB
     dims = sorted({t.dim for t in task.tables})
     return (f"task {task.name}: {len(task.tables)} tables (dims {dims}), {task.ngpu} GPUs x "

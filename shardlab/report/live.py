@@ -1,7 +1,7 @@
 """Live figures for JupyterLab: any plotly figure as a ``FigureWidget`` (anywidget) with a
 detail pane that shows the clicked point (its trace, x, y and hover text, e.g. the tables of a
 measured sample). Headless runs (``interactive=False``) get the plain figure back, so papermill
-never waits on a widget (no ``interactive_output``: STACK_NOTES.md)."""
+never waits on a widget (no ``interactive_output``, as measured on this stack)."""
 
 from __future__ import annotations
 

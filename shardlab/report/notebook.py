@@ -3,7 +3,7 @@
 Headless runs (``interactive=False``, papermill) render each figure both as plotly's JSON
 (what JupyterLab draws) and as HTML with plotly.js embedded once per notebook, so an executed
 notebook converted with ``jupyter nbconvert --to html`` keeps its figures, offline (a figure
-saved as JSON only is dropped by nbconvert: STACK_NOTES.md). It costs ~5 MB per executed
+saved as JSON only is dropped by nbconvert, as measured on this stack). It costs ~5 MB per executed
 notebook. Interactive sessions keep plotly's default renderer.
 """
 

@@ -8,7 +8,7 @@ paired rounds, each plan's cost shows its 95% interval (a grey band around the d
 ``[lo, hi]`` in the panel title) and the caption states plan B against plan A: the paired ratio,
 its interval and the verdict; predictions say they carry no uncertainty. Updates go
 through ``FigureWidget.batch_update`` (never ``interactive_output``, which can hang papermill:
-STACK_NOTES.md). With ``interactive=False`` (headless runs) it returns a static figure instead.
+docs/measurement.md). With ``interactive=False`` (headless runs) it returns a static figure instead.
 """
 
 from __future__ import annotations

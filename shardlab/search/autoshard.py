@@ -1,4 +1,4 @@
-"""AutoShard (ALGORITHMS.md section 6): an LSTM policy trained by actor-learner RL with V-trace
+"""AutoShard (docs/methods.md): an LSTM policy trained by actor-learner RL with V-trace
 off-policy correction (IMPALA-style), rewarded by a neural cost model that is refined online
 from measured shards.
 

@@ -1,4 +1,4 @@
-"""DreamShard (ALGORITHMS.md section 5): a policy trained with REINFORCE on an *estimated* MDP
+"""DreamShard (docs/methods.md): a policy trained with REINFORCE on an *estimated* MDP
 whose reward comes from a cost network, with measured plans refreshing that network.
 
 The networks and the episode are here; the training loop, readable top to bottom (CleanRL

@@ -1,4 +1,4 @@
-"""The placement episode both RL sharders play (DreamShard and AutoShard, ALGORITHMS.md 5-6).
+"""The placement episode both RL sharders play (DreamShard and AutoShard, docs/methods.md).
 
 An episode places a task's T tables one at a time, in an order the agent chooses (both seeds:
 largest predicted single-table cost first), each on one of the G devices; B episodes run side by

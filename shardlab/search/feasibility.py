@@ -1,4 +1,4 @@
-"""RL placement episodes that cannot paint themselves into a corner (issue 16).
+"""RL placement episodes that cannot paint themselves into a corner.
 
 The seeds' environments mask, at every step, the devices where the current table does not fit.
 That alone can strand a table: on a memory-tight task an episode may fill devices so that a

@@ -1,4 +1,4 @@
-"""NeuroShard's table-wise greedy grid for many search states at once (issue 17).
+"""NeuroShard's table-wise greedy grid for many search states at once.
 
 The column-wise beam search re-runs the table-wise greedy (``search/neuroshard.py``) for every
 candidate split: up to ``beam_width x 2 top_n`` states per round, each under 11 dim-balance

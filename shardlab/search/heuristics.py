@@ -1,4 +1,4 @@
-"""The five baseline heuristics of the seed papers (ALGORITHMS.md section 3).
+"""The five baseline heuristics of the seed papers (docs/methods.md).
 
 Greedy: give each table a weight, sort tables by weight (descending; ties keep task order),
 put each on the feasible device with the smallest accumulated weight (ties: less memory used,
@@ -6,7 +6,7 @@ then the lower device id). Weights: size_greedy = rows x dim; dim_greedy = dim;
 lookup_greedy = dim x pooling_factor; size_lookup_greedy = dim x pooling_factor x log10(rows).
 Random: each table on a device drawn uniformly among those where it still fits.
 A table that fits no device whole is split into the fewest equal row blocks that fit
-(``search/row_split.py``, issue 18): each block carries the table's weight over the number of
+(``search/row_split.py``): each block carries the table's weight over the number of
 blocks, the blocks follow one another in the order, and no two go to the same device -- k blocks
 on devices 0..k-1 where they fit there (TorchRec's row-wise layout, so the plan exports), else on
 the lightest devices that fit (then the plan may not export to TorchRec).

@@ -1,4 +1,4 @@
-"""NeuroShard's search (ALGORITHMS.md section 4): no hardware in the loop, only a cost model.
+"""NeuroShard's search (docs/methods.md): no hardware in the loop, only a cost model.
 
 Table-wise, greedy grid: for each dim-balance cap s in ``caps`` (11 values in [1.0, 1.5]),
 blocks are sorted by predicted single-block compute cost (descending) and each goes to the

@@ -1,4 +1,4 @@
-"""Row-wise splits for the heuristics (issue 18, must-show 3, the minimal rule): a table that
+"""Row-wise splits for the heuristics: a table that
 fits no device whole becomes the fewest equal row blocks that each fit (the first ``rows % k``
 blocks one row longer), and its blocks go to distinct devices, as TorchRec's row-wise shards
 do. A table that fits stays whole, so tasks without oversized tables get the plans they always

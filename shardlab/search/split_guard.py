@@ -1,6 +1,6 @@
 """NeuroShard's split guard: column splits only where every judge, charged for splits, agrees.
 
-A cost model may over-reward column splits (issue 14: on held-out model families NeuroShard's
+A cost model may over-reward column splits (on held-out model families NeuroShard's
 splits measured up to 1.4x slower than its own table-wise plan while its model predicted them
 faster). The guard re-scores every state the column-wise search evaluated with one or more
 *judges* (cost-model bundles: the search's own and, by default, the analytic model fitted to the
