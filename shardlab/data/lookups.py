@@ -10,9 +10,13 @@ any measurable table as FBGEMM TBE inputs, dispatching on ``table.distribution["
   Bag k of batch b at batch size n is the trace's sample (b * n + k) mod B, with exactly the
   trace's row ids: the trace's B samples are re-batched to any batch size, wrapping around.
 
-- ``"row-block"``: rows ``[row_offset, row_offset + rows)`` of a parent table (made by
-  :func:`row_block`): the parent's lookups that fall in that range, re-numbered from 0, each
-  bag keeping the ones it had there (row-wise sharding: the lookups a row owner serves).
+- ``"row-block-v2"``: rows ``[row_offset, row_offset + rows)`` of a parent table (made by
+  :func:`row_block_table`): the parent's lookups that fall in that range, re-numbered from 0,
+  each bag keeping the ones it had there (row-wise sharding: the lookups a row owner serves).
+  The block carries what regenerates its parent's lookups and nothing else: the parent's
+  ``name``, ``rows`` and ``index_seed`` (keys ``parent``, ``parent_rows``,
+  ``parent_index_seed``) and its distribution, each key prefixed ``parent.``. Blocks measured
+  before (``"row-block-v1"``) carry their parent's whole Task JSON as text and are still read.
 
 A table with no ``distribution`` (origin ``"none"``: only the Task JSON fields) has no lookups
 until :func:`shardlab.data.fit_lookups.with_lookups` fits them.
@@ -25,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from shardlab import constants as C
 from shardlab.data.dlrm_format import TRACE_MODEL, cached_lookups
 from shardlab.data.features import table_stats_from_lookups
 from shardlab.data.generator import MODEL, generate_lookups
@@ -34,17 +39,21 @@ from shardlab.tables import Table
 #: The values :func:`lookup_origin` returns.
 ORIGINS = ("generated", "fitted", "trace", "row-block", "none")
 #: ``distribution["model"]`` of a row block (module docstring).
-ROW_BLOCK_MODEL = "row-block-v1"
+ROW_BLOCK_MODEL = "row-block-v2"
+#: ... and of a row block that stores its parent as Task JSON text (read, no longer written).
+ROW_BLOCK_MODEL_V1 = "row-block-v1"
+#: Prefix of the parent's distribution keys inside a row block's distribution.
+PARENT = "parent."
 
 
 def lookup_origin(table: Table) -> str:
-    """``"generated"``, ``"fitted"``, ``"trace"`` or ``"none"`` (module docstring); a
+    """``"generated"``, ``"fitted"``, ``"trace"``, ``"row-block"`` or ``"none"`` (module docstring); a
     distribution of an unknown model is a one-line error naming the table and the field."""
     d = table.distribution_params
     model = d.get("model")
     if model == TRACE_MODEL:
         return "trace"
-    if model == ROW_BLOCK_MODEL:
+    if model in (ROW_BLOCK_MODEL, ROW_BLOCK_MODEL_V1):
         return "row-block"
     if model == MODEL:
         return "fitted" if d.get("fitted") is True else "generated"
@@ -141,11 +150,14 @@ def describe(table: Table) -> dict[str, Any]:
     return out
 
 
-def row_block(table: Table, row_offset: int, rows: int, batch_size: int, name: str | None = None) -> Table:
+def row_block_table(table: Table, row_offset: int, rows: int, batch_size: int, name: str | None = None
+                    ) -> Table:
     """Rows ``[row_offset, row_offset + rows)`` of ``table`` as a table of ``rows`` rows whose
-    lookups are the parent's in that range (module docstring), its pooling factor and reuse
-    bins measured on one batch of ``batch_size`` samples (so cost models see the block's own
-    load). The whole table is itself (no copy). One-line errors name the bad field."""
+    lookups are the parent's in that range (module docstring), and whose features -- pooling
+    factor (lookups per sample) and 17 reuse bins -- are measured on batch 0 of ``batch_size``
+    samples, so cost models see the block's own load. A block of a block is a block of the
+    first parent. The whole table is itself (no copy). Named ``<name>[r<start>:<stop>]`` unless
+    ``name`` is given. One-line errors name the bad field."""
     if not 0 <= row_offset < table.rows:
         raise ShardlabError(f"table '{table.name}': field 'row_offset' = {row_offset} must be in [0, {table.rows})")
     if not 1 <= rows <= table.rows - row_offset:
@@ -153,32 +165,43 @@ def row_block(table: Table, row_offset: int, rows: int, batch_size: int, name: s
                             f"at row_offset {row_offset}")
     if row_offset == 0 and rows == table.rows:
         return table
-    if lookup_origin(table) == "none":
+    origin = lookup_origin(table)
+    if origin == "none":
         raise ShardlabError(f"table '{table.name}': field 'distribution' is empty, so its row blocks have no "
                             "lookups; fit them first (shardlab.data.fit_lookups.with_lookups(task))")
-    # the parent as its Task JSON text: hashable, and it survives a JSON round trip unchanged
-    dist = {"model": ROW_BLOCK_MODEL, "row_offset": int(row_offset),
-            "parent": json.dumps(table.to_dict(), sort_keys=True)}
-    block = Table(name or f"{table.name}[r{row_offset}:{row_offset + rows}]", rows, table.dim, 0.0,
-                  tuple(table.reuse_bins), table.source, None, dist)
-    idx, off = _row_block_lookups(block, batch_size, 0)
+    parent, start = (_parent(table), int(table.distribution_params["row_offset"])) if origin == "row-block" \
+        else (table, 0)
+    dist = {"model": ROW_BLOCK_MODEL, "row_offset": start + int(row_offset), "parent": parent.name,
+            "parent_rows": parent.rows, **({} if parent.index_seed is None else {"parent_index_seed": parent.index_seed}),
+            **{PARENT + k: v for k, v in parent.distribution}}
+    idx, off = _block_lookups(parent, start + int(row_offset), rows, batch_size, 0)
     stats = table_stats_from_lookups(idx, np.diff(off))
-    return Table(block.name, rows, table.dim, stats["pooling_factor"], tuple(stats["reuse_bins"]),
-                 table.source, None, dist)
+    return Table(name or f"{table.name}[r{row_offset}:{row_offset + rows}]", rows, table.dim,
+                 stats["pooling_factor"], tuple(stats["reuse_bins"]), table.source, None, dist)
 
 
 def _parent(block: Table) -> Table:
-    """The table a row block was cut from."""
-    parent = Table.from_dict(json.loads(block.distribution_params["parent"]))
-    return parent.with_dim(block.dim)
+    """The table a row block was cut from, as far as its lookups go: name, rows, dim, index seed
+    and distribution (its pooling factor and reuse bins are not kept: zero)."""
+    d = block.distribution_params
+    if d.get("model") == ROW_BLOCK_MODEL_V1:
+        return Table.from_dict(json.loads(d["parent"])).with_dim(block.dim)
+    return Table(d["parent"], d["parent_rows"], block.dim, 0.0, (0.0,) * C.N_REUSE_BINS, block.source,
+                 d.get("parent_index_seed"), {k[len(PARENT):]: v for k, v in d.items() if k.startswith(PARENT)})
 
 
-def _row_block_lookups(block: Table, batch_size: int, batch_index: int) -> tuple[np.ndarray, np.ndarray]:
-    """The parent's lookups of one batch that fall in the block's rows, re-numbered from 0."""
-    lo = int(block.distribution_params["row_offset"])
-    idx, off = table_lookups(_parent(block), batch_size, batch_index)
-    keep = (idx >= lo) & (idx < lo + block.rows)
+def _block_lookups(parent: Table, lo: int, rows: int, batch_size: int, batch_index: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The parent's lookups of one batch that fall in rows [lo, lo + rows), re-numbered from 0."""
+    idx, off = table_lookups(parent, batch_size, batch_index)
+    keep = (idx >= lo) & (idx < lo + rows)
     bag = np.repeat(np.arange(batch_size), np.diff(off))
     out_off = np.zeros(batch_size + 1, dtype=np.int64)
     np.cumsum(np.bincount(bag[keep], minlength=batch_size), out=out_off[1:])
     return idx[keep] - lo, out_off
+
+
+def _row_block_lookups(block: Table, batch_size: int, batch_index: int) -> tuple[np.ndarray, np.ndarray]:
+    """One batch of a row block's lookups (module docstring)."""
+    return _block_lookups(_parent(block), int(block.distribution_params["row_offset"]), block.rows,
+                          batch_size, batch_index)

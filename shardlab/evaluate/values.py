@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from shardlab.data.lookups import row_block
+from shardlab.data.lookups import row_block_table
 from shardlab.errors import ShardlabError, check_fields
 from shardlab.profile.rowwise_comm import RowWise
 from shardlab.schedule import batch_rows, owner_counts
@@ -146,7 +146,7 @@ class Evaluation:
 def device_tables(task: Task, plan: Plan) -> list[list[Table]]:
     """The (sub)tables on each device: whole tables as they are, column blocks as tables of
     ``cols`` columns (same rows and lookups), row-range blocks as tables of their rows whose
-    lookups are the parent's in that range (:func:`shardlab.data.lookups.row_block`, its load
+    lookups are the parent's in that range (:func:`shardlab.data.lookups.row_block_table`, its load
     measured on one batch of the task's batch size; the table needs lookups)."""
     out: list[list[Table]] = [[] for _ in range(plan.ngpu)]
     for p in plan.placements:
@@ -201,8 +201,8 @@ def comm_pattern(task: Task, plan: Plan, batch_size: int) -> tuple[list[int], Ro
 
 @lru_cache(maxsize=4096)
 def _row_block(table: Table, row_offset: int, rows: int, batch_size: int) -> Table:
-    """:func:`~shardlab.data.lookups.row_block`, once per block (it generates a batch)."""
+    """:func:`~shardlab.data.lookups.row_block_table`, once per block (it generates a batch)."""
     try:
-        return row_block(table, row_offset, rows, batch_size)
+        return row_block_table(table, row_offset, rows, batch_size)
     except ShardlabError as e:
         raise ShardlabError(f"row block [{row_offset}, {row_offset + rows}) of {e}") from None

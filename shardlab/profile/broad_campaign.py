@@ -10,7 +10,7 @@ some tables by one **column slice** (the table at dim/k, k in 2, 4, 8, same look
 sub-tables column-wise sharding puts on a device, so a model learns what a split costs. With
 ``row_share`` (issue 18; default 0, so earlier seeds draw what they always drew) a share of
 samples also replaces some tables by one **row block** (rows/k of them, k in 2, 4, 8, with
-the lookups that fall in them: :func:`shardlab.data.lookups.row_block`), what row-wise
+the lookups that fall in them: :func:`shardlab.data.lookups.row_block_table`), what row-wise
 sharding puts on a device; that choice has its own random stream.
 Keys ``compute:<profile>:broad:train:s<seed>:<i>``; kind ``compute``; a rerun resumes.
 """
@@ -26,7 +26,7 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.data.generator import table_from_params
-from shardlab.data.lookups import row_block
+from shardlab.data.lookups import row_block_table
 from shardlab.errors import ShardlabError
 from shardlab.profile.campaign import run_jobs, take_within
 from shardlab.profile.hardware import HardwareProfile, get_profile
@@ -133,8 +133,7 @@ def broad_sample_tables(index: int, seed: int, space: BroadSpace, batch_size: in
             if t.rows >= 2 * k and C.COLUMN_SLICE_MARK not in t.name:
                 j = int(rows_rng.integers(k))
                 start, stop = j * t.rows // k, (j + 1) * t.rows // k
-                chosen[int(i)] = row_block(t, start, stop - start, batch_size,
-                                           name=f"{t.name}[r{start}:{stop}]")
+                chosen[int(i)] = row_block_table(t, start, stop - start, batch_size)
     return chosen
 
 

@@ -16,7 +16,7 @@ from shardlab.tables import Table, Task
 @dataclass(frozen=True)
 class Block:
     """A block of a table as a sub-table: ``cols`` columns from ``col_offset`` and the rows of
-    ``table`` from ``row_offset`` (a row block, issue 18: ``search/row_wise.py``). ``device``
+    ``table`` from ``row_offset`` (a row block: ``search/row_wise.py``). ``device``
     >= 0 pins the block there (row blocks keep TorchRec's layouts); -1 lets the search place it."""
 
     table: Table

@@ -1,10 +1,11 @@
-"""Row blocks in NeuroShard's search (issue 18, must-show 3).
+"""Row blocks in NeuroShard's search.
 
 A table that fits no device whole (weights + optimizer state over the cap) is cut into ``k``
 equal row blocks (:func:`~shardlab.search.row_split.equal_row_ranges`), each a sub-table whose
-lookups are the parent's in its range (:func:`~shardlab.data.lookups.row_block`, so the cost
-model sees each block's own load), pinned to consecutive devices ``first .. first + k - 1`` as
-TorchRec lays them out:
+features (pooling factor, reuse bins) the data layer measures on the parent's lookups in its
+range (:func:`~shardlab.data.lookups.row_block_table`), so the cost model sees each block's own
+load; the blocks are pinned to consecutive devices ``first .. first + k - 1`` as TorchRec lays
+them out:
 
 - **row-wise** (``first`` = 0): ``k`` from the fewest blocks that fit up to G (powers of two
   between, and G itself: "over all devices"); TorchRec pads the shards to every rank;
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from shardlab import constants as C
-from shardlab.data.lookups import row_block
+from shardlab.data.lookups import row_block_table
 from shardlab.search.row_split import equal_row_ranges, fewest_row_blocks
 from shardlab.tables import Task
 
@@ -64,8 +65,8 @@ def row_choices(task: Task, index: int, host_size: int = C.DEFAULT_HOST_SIZE) ->
 
 
 class RowBlocks:
-    """Row blocks of a task's tables, each made once (a block's lookup statistics are measured
-    on one batch of the task's batch size)."""
+    """Row blocks of a task's tables, each made once (a block's features are measured on one
+    batch of the task's batch size: :func:`~shardlab.data.lookups.row_block_table`)."""
 
     def __init__(self, task: Task, block_type: Callable[..., Any]):
         self.task = task
@@ -80,7 +81,7 @@ class RowBlocks:
         for j, (off, n) in enumerate(equal_row_ranges(t.rows, choice.k)):
             key = (index, off, n)
             if key not in self._made:
-                self._made[key] = row_block(t, off, n, self.task.batch_size, name=f"{t.name}[r{off}:{off + n}]")
+                self._made[key] = row_block_table(t, off, n, self.task.batch_size)
             out.append(self.block_type(self._made[key], t.name, 0, off, choice.first + j))
         return tuple(out)
 
