@@ -37,7 +37,7 @@ def tasks() -> list:
     """The benchmark's first task of each setting, and three row-wise benchmark tasks with
     tables that fit no device."""
     from shardlab.experiments.benchmark import benchmark_tasks
-    from shardlab.experiments.row_wise_benchmark import SPECS, build_task
+    from studies.row_wise.tasks import SPECS, build_task
 
     out = [t for _, t in benchmark_tasks(("4x10-60", "4x50", "8x80"), 1)]
     out += [build_task(SPECS[i], 4096) for i in (2, 3, 6)]

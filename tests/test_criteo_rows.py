@@ -1,11 +1,11 @@
-"""Scaled tasks (Criteo 1TB, held-out families) and issue 18's benchmark bookkeeping."""
+"""Scaled tasks (Criteo 1TB, held-out families) and the row-wise benchmark's bookkeeping."""
 
 import pytest
 
 from shardlab.errors import ShardlabError
 from shardlab.experiments.criteo import criteo_task, row_layouts, scaled_task, summary
-from shardlab.experiments.row_wise_benchmark import SPECS, build_task, verdicts
 from shardlab.search.row_wise import oversized
+from studies.row_wise.tasks import SPECS, build_task, verdicts
 
 
 def test_a_scaled_criteo_task_keeps_its_shape_and_says_it_was_scaled():

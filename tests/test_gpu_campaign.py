@@ -8,14 +8,14 @@ import pytest
 
 from shardlab import constants as C
 from shardlab.data.tasks import generate_task, pool_tables
-from shardlab.experiments.plan_compute import COVERS, measure_plan_compute
 from shardlab.profile.broad_campaign import BroadSpace, run_broad_campaign
 from shardlab.profile.campaign import compute_sample_tables
-from shardlab.profile.compute import fused_inputs, measure_compute
+from shardlab.profile.compute import fused_inputs, measure_compute, prefetched, run_jobs_prefetched
 from shardlab.profile.hardware import get_profile, profile_with
-from shardlab.profile.prefetch import prefetched, run_jobs_prefetched
 from shardlab.profile.store import SampleStore
 from shardlab.tables import Table
+from studies.gpu_compute.analysis import cross_device, plan_verdicts, same_ops
+from studies.gpu_compute.plan_compute import COVERS, measure_plan_compute
 
 PROF = profile_with("cpu", batch_size=128, repeats=2, warmup=1)
 
@@ -97,8 +97,6 @@ def _op(profile, i, tables, ms):
 
 
 def test_same_ops_pair_by_index_and_refuse_different_tables():
-    from shardlab.experiments.gpu_compute import cross_device, same_ops
-
     t = [{"name": "a", "rows": 10, "dim": 4}]
     u = [{"name": "b", "rows": 10, "dim": 4}]
     cpu = [_op("cpu", i, t, 10.0 * (i + 1)) for i in range(4)]
@@ -112,8 +110,6 @@ def test_same_ops_pair_by_index_and_refuse_different_tables():
 
 
 def test_plan_verdicts_follow_the_paired_rounds():
-    from shardlab.experiments.gpu_compute import plan_verdicts
-
     def rec(method, rounds):
         return {"ngpu": 4, "task": {"name": "t"}, "method": method, "rounds_cost_ms": rounds}
 

@@ -1,4 +1,4 @@
-"""The package's layers import one way (README, "Package layout"):
+"""The package's layers import one way (README, "Package layout"), and the studies stay apart:
 
     tables, plan, schedule, constants, errors, io, paths, loads  <-  data  <-  profile  <-  costmodel
     <-  evaluate  <-  search  <-  experiments  <-  report  <-  CLI, notebooks
@@ -9,23 +9,45 @@ experiments/ (campaigns, policy training, benchmark runs). And report/ only draw
 it may import the data, cost-model and evaluation layers (the rows, Evaluations and plans it is
 handed), never search/ (it runs no sharder), profile/ (it measures nothing and does not inspect
 the machine: callers pass the environment in) or experiments/ (which produce what it draws,
-and are imported by the CLI, scripts and notebooks that hand their results to report/). Parsed
+and are imported by the CLI, studies and notebooks that hand their results to report/). Parsed
 from the source (every import, including imports inside functions), so a lazy import cannot
 hide a violation.
+
+The studies (``studies/<name>/``: each experiment's driver, regenerating command and results)
+are not installed and no package module imports them; ``scripts/`` holds only the install, test
+and setup helpers and the GPU campaign's entry points (``scripts/gpu/``).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "shardlab"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "shardlab"
+STUDIES = ROOT / "studies"
+#: Everything ``scripts/`` may hold: install, test and setup helpers, and the GPU campaign.
+SCRIPTS = {"setup.sh", "test.sh", "setup_browser.sh", "gpu/README.md", "gpu/campaign.py", "gpu/fbgemm_wheel.sh",
+           "gpu/install_fbgemm.sh", "gpu/fbgemm-1.6.0.sha256"}
 
 #: Layer of each top-level module or subpackage; higher may import lower, never the reverse.
 LAYERS = {"constants": 0, "errors": 0, "tables": 0, "plan": 0, "schedule": 0, "io": 0, "paths": 0, "loads": 0,
           "params": 0, "data": 1, "profile": 2, "costmodel": 3, "evaluate": 4, "export": 4, "search": 5,
           "experiments": 6, "report": 7, "cli": 8, "cli_campaigns": 8, "cli_evaluate": 8, "cli_checks": 8, "dist": 8,
           "__init__": 8, "__main__": 8}
+
+def _modules(path: Path) -> set[str]:
+    """Every absolute module name the file imports (``from x import y``: ``x``)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
 
 def _imports(path: Path) -> set[str]:
     """Top-level shardlab parts (``data``, ``search``, ...) that the file imports."""
@@ -80,3 +102,40 @@ def test_no_private_names_imported_across_modules():
                 found += [f"{path.relative_to(PACKAGE)}: {node.module}.{a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
     assert not found, f"private names imported across modules: {found}"
+
+
+def test_the_package_never_imports_the_studies():
+    found = [f"{path.relative_to(ROOT)}: {m}" for path in sorted(PACKAGE.rglob("*.py"))
+             for m in _modules(path) if m.split(".")[0] == "studies"]
+    assert not found, f"package modules importing studies/: {found}"
+
+
+def test_the_studies_are_not_installed():
+    """Package discovery takes ``shardlab`` and its subpackages only: never ``studies``."""
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert find["include"] == ["shardlab*"], find
+
+
+def test_scripts_hold_only_install_test_and_setup_helpers():
+    held = {str(p.relative_to(ROOT / "scripts")) for p in (ROOT / "scripts").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
+    assert held <= SCRIPTS, f"scripts/ holds more than its helpers (a study goes to studies/): {sorted(held - SCRIPTS)}"
+
+
+def test_every_study_says_how_to_regenerate_its_results():
+    """Each ``studies/<name>/README.md`` names every driver of the study with the command that
+    runs it from the repository root, and the index lists every study."""
+    index = (STUDIES / "README.md").read_text()
+    folders = [d for d in sorted(STUDIES.iterdir()) if d.is_dir() and d.name not in ("__pycache__",)]
+    assert {d.name for d in folders} >= {"common", "tools"}
+    for d in folders:
+        assert f"({d.name}/)" in index, f"studies/README.md does not list {d.name}/"
+        if d.name == "common":
+            continue
+        readme = (d / "README.md").read_text()
+        drivers = [p for p in sorted(d.glob("*.py")) if re.search(r'^if __name__ == "__main__":', p.read_text(), re.M)]
+        assert drivers, d
+        for p in drivers:
+            assert f".venv/bin/python studies/{d.name}/{p.name}" in readme, f"{d.name}/README.md: no command for {p.name}"
+        for r in sorted((d / "results").glob("*.md")) if (d / "results").exists() else []:
+            assert f"results/{r.stem}" in readme, f"{d.name}/README.md does not mention {r.name}"

@@ -1,21 +1,15 @@
-"""Tests of the shipped table pools (shardlab.data.pool) and of scripts/build_pool.py."""
+"""Tests of the shipped table pools (shardlab.data.tasks) and of studies/tools/build_pool.py."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from shardlab.data import generator as G
-from shardlab.data.pool import POOLS, TablePool, list_pools, load_pool, split_indices
+from shardlab.data.tasks import POOLS, TablePool, list_pools, load_pool, split_indices
 from shardlab.errors import ShardlabError
+from studies.tools import build_pool as BP
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("build_pool", ROOT / "scripts" / "build_pool.py")
-BP = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(BP)
 #: Lookups regenerated per pool in test_regenerated_tables_match_stored_stats (time budget).
 REGEN_BUDGET = 40_000_000
 

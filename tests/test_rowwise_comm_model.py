@@ -5,7 +5,10 @@ import pytest
 
 from shardlab.costmodel.analytic import save_analytic
 from shardlab.costmodel.rowwise_comm import BW_COLS, FW_COLS, INDEX_BYTES, RowWiseComm, rowwise_terms
-from shardlab.profile.rowwise_campaign import rowwise_spec
+from shardlab.profile.campaign import rowwise_spec
+from shardlab.profile.store import load_measured
+from studies.row_wise.comm_check import judge_rows, measured_comm_rows
+from studies.row_wise.tasks import Spec, build_task
 
 
 def test_rowwise_terms_count_fixed_costs_collective_and_off_diagonal_index_bytes():
@@ -47,8 +50,6 @@ def test_the_wide_space_mixes_no_traffic_index_only_and_full_samples():
 
 
 def test_the_shipped_samples_are_the_specs_drawn_again():
-    from shardlab.profile.dataset import load_measured
-
     for g in (4, 8):
         rows = list(load_measured(f"rowcomm:{g}", "cpu/rowcomm"))
         assert {":wide:" in r["key"] for r in rows} == {False, True}
@@ -145,8 +146,6 @@ def test_the_model_evaluator_costs_row_wise_traffic_only_where_a_plan_has_it():
 
 
 def test_judge_rows_scores_each_predictor_per_rank_and_per_plan():
-    from shardlab.experiments.rowwise_comm_check import judge_rows
-
     rows = [{"fw_comm_ms": [1.0, 2.0], "bw_comm_ms": [3.0, 1.0]}, {"fw_comm_ms": [2.0, 4.0], "bw_comm_ms": [1.0, 1.0]}]
     exact = lambda r: np.column_stack([r["fw_comm_ms"], r["bw_comm_ms"]])   # noqa: E731
     double = lambda r: 2 * exact(r)                                           # noqa: E731
@@ -158,9 +157,7 @@ def test_judge_rows_scores_each_predictor_per_rank_and_per_plan():
 
 def test_measured_comm_rows_turn_a_benchmark_record_into_comm_samples():
     from shardlab.evaluate.values import comm_pattern
-    from shardlab.experiments.row_wise_benchmark import Spec, build_task
-    from shardlab.experiments.rowwise_comm_check import measured_comm_rows
-    from shardlab.search.base import get_sharder, run_sharder
+    from shardlab.search import get_sharder, run_sharder
 
     spec = Spec("pool", 4, share=0.45, ntables=12)
     task = build_task(spec, 4096)

@@ -122,8 +122,8 @@ def test_dist_refuses_a_world_size_that_is_not_the_plans_ngpu(task, tmp_path, mo
 
 
 def test_agreement_measures_both_ways_resumes_and_reports_disagreements(tmp_path):
-    from shardlab.experiments.torchrec_agreement import KIND, agreement, measure_agreement
     from shardlab.profile.store import SampleStore
+    from studies.torchrec_agreement.agreement import KIND, agreement, measure_agreement
 
     small = generate_task(ntables=5, ngpu=2, mem_cap_gb=1.0, batch_size=64, seed=8, dims=(8, 16))
     fast = profile_with("cpu", batch_size=64, repeats=2, warmup=1)

@@ -22,12 +22,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from shardlab import constants as C  # noqa: E402
+from shardlab.profile.broad_campaign import BroadSpace, run_broad_campaign  # noqa: E402
+from shardlab.profile.campaign import run_compute_campaign, run_single_table_costs  # noqa: E402
+from shardlab.profile.hardware import get_profile  # noqa: E402
+from shardlab.profile.store import SampleStore  # noqa: E402
+from studies.common.heldout import SETS, heldout_tasks  # noqa: E402
+from studies.common.methods import TABLE_WISE  # noqa: E402
+from studies.gpu_compute.plan_compute import measure_plan_compute  # noqa: E402
+
 
 def gpu_profile():
     """The shipped profile for the visible GPU."""
     import torch
-
-    from shardlab.profile.hardware import get_profile
 
     name = torch.cuda.get_device_name()
     for key in ("h100", "h200"):
@@ -38,8 +45,6 @@ def gpu_profile():
 
 def plan_tasks(ngpus: list[int], per_set: int, mem_cap_gb: float, batch_size: int):
     """Held-out tasks: every public model family's set and the pool's test tables."""
-    from shardlab.experiments.heldout import SETS, heldout_tasks
-
     return [t for g in ngpus for s in SETS for t in heldout_tasks(s, per_set, g, batch_size, mem_cap_gb, 2_000_000)]
 
 
@@ -55,39 +60,22 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--profile", default=None, help="a shipped profile instead of the GPU's (a dry run: cpu)")
     args = ap.parse_args()
-
-    from shardlab.profile.store import SampleStore
-
     deadline = time.monotonic() + 60 * args.minutes
-    if args.profile:
-        from shardlab.profile.hardware import get_profile
-
-        prof = get_profile(args.profile)
-    else:
-        prof = gpu_profile()
+    prof = get_profile(args.profile) if args.profile else gpu_profile()
     t0 = time.perf_counter()
     if args.phase in ("compute", "test"):
-        from shardlab.profile.campaign import run_compute_campaign
-
         n = args.samples if args.phase == "compute" else min(args.samples, 600)
         added = run_compute_campaign(args.store, n, prof, split="train" if args.phase == "compute" else "test",
                                      max_tables=15, mem_cap_gb=4.0, workers=args.workers, seed=0,
                                      progress=False, deadline=deadline)
     elif args.phase == "single":
-        from shardlab.profile.campaign import run_single_table_costs
-
         added = run_single_table_costs(args.store, prof, workers=args.workers, progress=False, deadline=deadline)
     elif args.phase == "broad":
-        from shardlab.profile.broad_campaign import BroadSpace, run_broad_campaign
-
         added = run_broad_campaign(args.store, args.samples, prof, space=BroadSpace(row_share=0.3), max_tables=10,
                                    mem_cap_gb=3.0, workers=args.workers, seed=7, progress=False, deadline=deadline)
     else:
-        from shardlab import constants as C
-        from shardlab.experiments.plan_compute import measure_plan_compute
-
         tasks = plan_tasks(args.ngpu, args.per_set, 16.0, prof.batch_size)
-        added = measure_plan_compute(args.store, tasks, C.HEURISTIC_METHODS + ("neuroshard_tw", "neuroshard"), prof,
+        added = measure_plan_compute(args.store, tasks, C.HEURISTIC_METHODS + (TABLE_WISE, "neuroshard"), prof,
                                      rounds=args.rounds, workers=args.workers, deadline=deadline, progress=False)
     with SampleStore(args.store) as store:
         kinds = store.kinds()

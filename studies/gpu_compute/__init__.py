@@ -1,0 +1,1 @@
+"""Study: what the measured GPU dataset says (``README.md``)."""

@@ -1,0 +1,1 @@
+"""Study: NeuroShard against every baseline on held-out model families, measured (``README.md``)."""

@@ -1,0 +1,1 @@
+"""Study: how reproducible paired measured comparisons are on this machine (``README.md``)."""

@@ -1,0 +1,1 @@
+"""Study: DreamShard and AutoShard against their papers' claims, measured here (``README.md``)."""

@@ -1,0 +1,1 @@
+"""Study: every sharder on held-out tasks, simulated and measured (``README.md``)."""

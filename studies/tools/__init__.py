@@ -1,0 +1,1 @@
+"""Tools that make shipped data and pictures, not studies (``README.md``)."""
