@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardlab.data.augment import Augmentation, augment_tables
+from shardlab.data.tasks import Augmentation, augment_tables
 from shardlab.data.generator import generate_lookups, generate_tables
 from shardlab.errors import ShardlabError
 from tests.conftest import make_table

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute, nnls_relative
-from shardlab.costmodel.assess import held_out_sets
 from shardlab.costmodel.base import CommModel, ComputeModel, simulate
 from shardlab.costmodel.bundle import load_bundle
-from shardlab.costmodel.metrics import errors, kendall, split_of, split_samples
+from shardlab.costmodel.metrics import errors, held_out_sets, kendall, split_of, split_samples
 from shardlab.costmodel.neural import NeuroShardCompute
 from shardlab.costmodel.neural_comm import NeuroShardComm
 from shardlab.costmodel.train import load_records, train_bundle

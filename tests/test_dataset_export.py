@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shardlab.errors import ShardlabError
-from shardlab.profile.dataset import export_store, load_measured
-from shardlab.profile.store import SampleStore
+from shardlab.profile.store import SampleStore, export_store, load_measured
 
 
 def test_export_and_load_round_trip(tmp_path, monkeypatch):

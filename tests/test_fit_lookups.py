@@ -100,7 +100,7 @@ def test_fitted_task_is_measurable(fitted):
     prof = profile_with("cpu", batch_size=256, repeats=2, warmup=1)
     s = measure_compute(fitted.tables, prof)
     assert all(math.isfinite(x) and x > 0 for x in (s.fw_ms, s.bw_ms, s.total_ms))
-    assert [t["name"] for t in s.tables] == [t.name for t in fitted.tables]
+    assert [t.name for t in s.tables] == [t.name for t in fitted.tables]
 
 
 def test_same_fit_twice_same_params(task, fitted):

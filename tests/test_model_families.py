@@ -14,7 +14,7 @@ from shardlab import constants as C
 from shardlab.data.importers import load_table_list
 from shardlab.data.model_families import (FAMILY_SETS, capped_tables, family_path, family_set,
                                           family_tables, family_task)
-from shardlab.data.pool import list_pools, load_pool
+from shardlab.data.tasks import list_pools, load_pool
 from shardlab.errors import InfeasibleError, ShardlabError
 
 ROOT = Path(__file__).resolve().parents[1]

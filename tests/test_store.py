@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from shardlab.errors import ShardlabError
-from shardlab.profile.provenance import environment
+from shardlab.profile.hardware import environment
 from shardlab.profile.store import SampleStore
 
 

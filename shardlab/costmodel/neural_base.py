@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from shardlab.costmodel.estimator import Estimator
+from shardlab.costmodel.base import Estimator
 from shardlab.errors import ShardlabError
 from shardlab.io import torch_load_safe, torch_save_atomic
 
@@ -59,7 +59,7 @@ class NeuralEstimator(Estimator):
     """Shared part of the neural cost models: configuration ``epochs``, ``lr`` (Adam's),
     ``batch_size`` (training mini-batch, samples), ``seed``, ``log_target`` and ``progress``
     (a progress bar while training); learned ``history_`` (per-epoch losses) besides the
-    :class:`~shardlab.costmodel.estimator.Estimator` state; target scaling; the training loop;
+    :class:`~shardlab.costmodel.base.Estimator` state; target scaling; the training loop;
     the model file. Subclasses implement ``_payload`` / ``from_state`` for their networks."""
 
     #: Model name in ``source`` labels.

@@ -14,18 +14,19 @@ from __future__ import annotations
 import sys
 from typing import Any, Mapping, Sequence
 
-from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute
-from shardlab.costmodel.assess import held_out_sets
-from shardlab.costmodel.bundle import CostModelBundle, heldout_errors
 from shardlab import constants as C
-from shardlab.costmodel.calibration import MIN_SPLIT_SHARDS, SplitCalibration, calibrate_splits, split_shards
-from shardlab.costmodel.metrics import errors, split_samples
-from shardlab.profile.records import (CommRecord, ComputeRecord, PlanRecord, Record, as_comm_records,
-                                   as_compute_records, as_plan_records, as_records)
+from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute
+from shardlab.costmodel.bundle import (MIN_SPLIT_SHARDS, CostModelBundle, SplitCalibration, calibrate_splits,
+                                       heldout_errors, split_shards)
+from shardlab.costmodel.dreamshard import DreamShardCost
+from shardlab.costmodel.metrics import errors, held_out_sets, split_samples
+from shardlab.costmodel.neural import AutoShardCompute, NeuroShardCompute
+from shardlab.costmodel.neural_comm import NeuroShardComm
 from shardlab.errors import ShardlabError
-from shardlab.profile.dataset import load_measured
-from shardlab.profile.provenance import environment
-from shardlab.profile.store import SampleStore
+from shardlab.profile.hardware import environment
+from shardlab.profile.records import (CommRecord, ComputeRecord, PlanRecord, Record, as_comm_records,
+                                     as_compute_records, as_plan_records, as_records)
+from shardlab.profile.store import SampleStore, dataset_folder, kind_file, load_measured
 
 KINDS = ("analytic", "neuroshard", "autoshard", "dreamshard")
 
@@ -37,14 +38,12 @@ def load_samples(kind: str, store: str | None = None, dataset: str = "cpu",
     SQLite store if given, else from the shipped dataset (``"cpu+cpu/broad"``: several, joined);
     optionally one profile only. Cost
     models take the typed records of :func:`load_records`; the rows serve code that reads them
-    as dicts (:mod:`shardlab.evaluate.subadditivity`, :mod:`shardlab.report.measured`)."""
+    as dicts (:func:`shardlab.evaluate.stats.subadditivity`, :mod:`shardlab.report.measured`)."""
     if store is not None:
         with SampleStore(store) as s:
             kinds = [k for k in s.kinds() if k == kind or (kind in ("comm", "plan") and k.startswith(kind + ":"))]
             out = [x for k in kinds for x in s.samples(k)]
     else:
-        from shardlab.profile.dataset import dataset_folder, kind_file
-
         names = [d for d in dataset.split("+") if d]
         if not names:
             raise ShardlabError(f"load: field 'dataset' = {dataset!r} names no dataset")
@@ -103,20 +102,14 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
     if kind == "analytic":
         compute = AnalyticCompute().fit(cs["train"], cs["val"])
     elif kind == "dreamshard":
-        from shardlab.costmodel.dreamshard import DreamShardCost
-
         if not plan_samples:
             raise ShardlabError("train dreamshard: needs measured plans (kind plan:<G>; `shardlab profile plans`)")
         ps = split_samples(as_plan_records(plan_samples, "train dreamshard"))
         compute = DreamShardCost(**extra, pretrain_epochs=pretrain_epochs).fit(ps["train"] + cs["train"], (ps["val"] or ps["train"][:1]) + cs["val"])
     else:
-        from shardlab.costmodel.neural import AutoShardCompute, NeuroShardCompute
-
         cls = NeuroShardCompute if kind == "neuroshard" else AutoShardCompute
         compute = cls(**extra).fit(cs["train"], cs["val"])
         if kind == "neuroshard":
-            from shardlab.costmodel.neural_comm import NeuroShardComm
-
             comm = NeuroShardComm(**extra)
     comm.fit(ms["train"], ms["val"])
     heldout = heldout_errors(compute, comm, cs["seen_tables"], ms["test"])
@@ -141,14 +134,14 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
 
 def not_trained_on(records: Sequence[ComputeRecord]) -> list[ComputeRecord]:
     """The records no :func:`train_bundle` fit sees: validation and test splits by key, and
-    every sample on the pool's test tables (:func:`~shardlab.costmodel.assess.held_out_sets`)."""
+    every sample on the pool's test tables (:func:`~shardlab.costmodel.metrics.held_out_sets`)."""
     cs = held_out_sets(records)
     return cs["val"] + cs["seen_tables"] + cs["unseen_tables"]
 
 
 def calibrate_held_out(compute: Any, records: Sequence[ComputeRecord], data: str,
                        quantile: float = C.SPLIT_GUARD_QUANTILE) -> SplitCalibration:
-    """:func:`~shardlab.costmodel.calibration.calibrate_splits` of ``compute`` on the records it
+    """:func:`~shardlab.costmodel.bundle.calibrate_splits` of ``compute`` on the records it
     was not trained on (:func:`not_trained_on`); ``data`` names where the records came from."""
     return calibrate_splits(compute, not_trained_on(records), quantile=quantile,
                             data=f"{data}: validation and test splits by key")

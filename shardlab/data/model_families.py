@@ -47,8 +47,7 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.data.importers import tables_from_records
-from shardlab.data.pool import datasets_dir
-from shardlab.data.tasks import task_from_tables
+from shardlab.data.tasks import datasets_dir, task_from_tables
 from shardlab.errors import ShardlabError
 from shardlab.io import read_json
 from shardlab.tables import Table, Task, checked_int

@@ -22,9 +22,8 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.data.generator import aggregate_histograms
-from shardlab.data.pool import POOLS, TablePool, datasets_dir, list_pools, load_pool
 from shardlab.data.presets import compare_histograms, get_preset, l1_distance, published_target
-from shardlab.data.tasks import SPLITS
+from shardlab.data.tasks import POOLS, SPLITS, TablePool, datasets_dir, list_pools, load_pool
 from shardlab.errors import ShardlabError, field_error
 from shardlab.io import read_json
 

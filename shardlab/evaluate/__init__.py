@@ -13,11 +13,10 @@ paired rounds, ``measured:torchrec-...``; torchrec is imported only when it runs
 from shardlab.evaluate.measured import (BOUND, MeasuredEvaluator, measurable, measure_bound, measure_lower_bound,
                                         measure_plan, measure_plans, measure_shards, round_orders)
 from shardlab.evaluate.model import BOUND_CHUNK, ModelEvaluator, estimate_plan
-from shardlab.evaluate.protocol import Evaluator, check_plans, compare_to_reference, resolve_reference
-from shardlab.evaluate.stats import bootstrap_median_ci, paired_ratios, verdict
-from shardlab.evaluate.subadditivity import fused_and_summed, subadditivity
+from shardlab.evaluate.stats import bootstrap_median_ci, fused_and_summed, paired_ratios, subadditivity, verdict
 from shardlab.evaluate.torchrec_step import TorchRecEvaluator, torchrec_plans
-from shardlab.evaluate.values import VERDICTS, Comparison, DeviceCost, Evaluation, device_tables
+from shardlab.evaluate.values import (VERDICTS, Comparison, DeviceCost, Evaluation, Evaluator, check_plans,
+                                      compare_to_reference, device_tables, resolve_reference)
 from shardlab.schedule import balanced_dims
 
 __all__ = ["BOUND", "BOUND_CHUNK", "VERDICTS", "Comparison", "DeviceCost", "Evaluation", "Evaluator",

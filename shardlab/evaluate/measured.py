@@ -16,7 +16,7 @@ measured once and shared, and identical plans are measured once. Per plan it rep
 per-round costs, their median and a 95% bootstrap interval; against a reference plan the
 paired per-round ratio, its interval and a verdict (:mod:`shardlab.evaluate.stats`). Optional
 untimed warm-up rounds come first; comm ranks and the compute-measuring process are pinned to
-cores where the OS allows (:mod:`shardlab.profile.affinity`).
+cores where the OS allows (:mod:`shardlab.profile.hardware`).
 
 Lower bound premise: on the shipped CPU data fused costs are near-additive (median fused /
 sum-of-singles 1.0) but above 1 in about half of the multi-table samples and beyond noise in
@@ -32,13 +32,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from shardlab import constants as C
-from shardlab.evaluate.protocol import check_plans, compare_to_reference
 from shardlab.evaluate.stats import bootstrap_median_ci
-from shardlab.evaluate.values import DeviceCost, Evaluation, comm_pattern, device_tables
+from shardlab.evaluate.values import (DeviceCost, Evaluation, check_plans, comm_pattern, compare_to_reference,
+                                      device_tables)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
-from shardlab.profile.affinity import core_for, pinned
 from shardlab.profile.compute import DEFAULT_MAX_GB, measure_compute
-from shardlab.profile.hardware import HardwareProfile, get_profile
+from shardlab.profile.hardware import HardwareProfile, core_for, get_profile, pinned
 from shardlab.schedule import balanced_dims, forward_delays, lower_bound_ms
 from shardlab.tables import Table, Task
 
@@ -170,7 +169,7 @@ def _journal(path: str | None, task: str, round_: int, name: str, m: np.ndarray 
 
 
 class MeasuredEvaluator:
-    """The :class:`~shardlab.evaluate.protocol.Evaluator` that measures (module docstring).
+    """The :class:`~shardlab.evaluate.values.Evaluator` that measures (module docstring).
 
     ``profile``: hardware profile (name or value); ``rounds``: timed rounds (>= 3 for intervals
     and verdicts); ``warmup_rounds``: untimed rounds before them; ``seed``: the rounds' orders

@@ -9,8 +9,8 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.costmodel.base import simulate
-from shardlab.evaluate.protocol import check_plans, compare_to_reference
-from shardlab.evaluate.values import DeviceCost, Evaluation, comm_pattern, device_tables
+from shardlab.evaluate.values import (DeviceCost, Evaluation, check_plans, comm_pattern, compare_to_reference,
+                                      device_tables)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.schedule import balanced_dims, lower_bound_ms
 from shardlab.tables import Task
@@ -60,12 +60,12 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True, 
 
 
 class ModelEvaluator:
-    """The :class:`~shardlab.evaluate.protocol.Evaluator` of a cost model.
+    """The :class:`~shardlab.evaluate.values.Evaluator` of a cost model.
 
     ``model``: a cost-model bundle, or the name / manifest path of one (loaded for
     ``profile``); ``lower_bound``: also predict the task's bound; ``reference``: the plan to
     compare against (default: the best baseline, see
-    :func:`~shardlab.evaluate.protocol.resolve_reference`). Predictions carry no uncertainty,
+    :func:`~shardlab.evaluate.values.resolve_reference`). Predictions carry no uncertainty,
     so their comparisons have a ratio but no interval and no verdict. ``rowwise_comm``: the
     row-wise comm model for plans with row blocks (:func:`estimate_plan`): a fitted
     :class:`~shardlab.costmodel.rowwise_comm.RowWiseComm`, a path, ``"shipped"`` (default: the

@@ -44,9 +44,8 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.measured import round_orders
-from shardlab.evaluate.protocol import check_plans, compare_to_reference
 from shardlab.evaluate.stats import bootstrap_median_ci
-from shardlab.evaluate.values import DeviceCost, Evaluation
+from shardlab.evaluate.values import DeviceCost, Evaluation, check_plans, compare_to_reference
 from shardlab.plan import Plan, device_memory_bytes
 from shardlab.profile.hardware import HardwareProfile, get_profile
 from shardlab.tables import Task

@@ -29,8 +29,7 @@ from shardlab.data.generator import table_from_params
 from shardlab.data.lookups import row_block_table
 from shardlab.errors import ShardlabError
 from shardlab.profile.campaign import run_jobs, take_within
-from shardlab.profile.hardware import HardwareProfile, get_profile
-from shardlab.profile.provenance import environment
+from shardlab.profile.hardware import HardwareProfile, environment, get_profile
 from shardlab.profile.store import SampleStore
 from shardlab.tables import Table, block_bytes
 

@@ -1,12 +1,29 @@
 """Campaigns that collect NeuroShard's pre-training data into a crash-safe store
-(ALGORITHMS.md section 4).
+(:class:`~shardlab.profile.store.SampleStore`).
 
-Compute campaign: sample i draws (from ``seed`` and i alone) a random multiset of 1..max_tables
+**Compute campaign**: sample i draws (from ``seed`` and i alone) a random multiset of 1..max_tables
 pool tables, each at a random dim of {4, ..., 128} (NeuroShard's dim augmentation), whose
 memory fits ``mem_cap_gb``; measures its fused op; commits it under the key
 ``compute:<profile>:<pool>:<split>:s<seed>:<i>``. Workers run in parallel (spawned processes);
 the parent alone writes to the store, each sample in its own transaction, so a ``kill -9``
 loses at most the samples in flight, and a rerun skips the keys already stored.
+
+**Comm campaign** (:func:`comm_sample_spec`): sample i of world size G draws T random dims,
+assigns them to ranks with NeuroShard's randomised dim-greedy and draws a forward delay per rank;
+kind ``comm:<G>``.
+
+**Row-wise comm campaign**: all-to-alls *with* row-wise traffic, measured between G real ranks,
+for a model of row-wise comm to learn. Sample i of world size G is a comm campaign sample plus
+a row-wise pattern drawn from its own stream (``[seed, G, i, 0x2C0]``): 1-3 tables split by rows
+over all ranks, each of a dim from the seeds' set and a mean pooling in [1, 20]; every rank
+sends its batch slice's lookups of them (b x pooling indices per table) to the owners, spread by
+Dirichlet(1) weights (skewed owners: rows are not equally hot). Committed as kind
+``rowcomm:<G>``, key ``rowcomm:<G>:<profile>:s<seed>:<i>``; resumable like the other campaigns.
+The **wide** space (``space="wide"``, keys ``rowcomm:<G>:<profile>:wide:s<seed>:<i>``, stream
+``[seed, G, i, 0x2C1]``) reaches real plans' traffic and gives the model a contrast within one
+sitting: a quarter of its samples have no row-wise traffic at all (the all-to-all alone), a
+quarter only the index all-to-all (tables split by rows over some devices: their partial sums
+travel in the all-to-all), half both; 1-12 row-split tables, mean pooling log-uniform in [1, 60].
 """
 
 from __future__ import annotations
@@ -14,6 +31,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing as mp
 import time
+from contextlib import ExitStack
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -21,9 +39,12 @@ from tqdm.auto import tqdm
 
 from shardlab import constants as C
 from shardlab.data.tasks import pool_tables
-from shardlab.errors import ShardlabError
-from shardlab.profile.hardware import HardwareProfile, get_profile
-from shardlab.profile.provenance import environment
+from shardlab.errors import ShardlabError, field_error
+from shardlab.profile.comm import CommBench, randomized_dim_assignment
+from shardlab.profile.compute import measure_compute, run_jobs_prefetched
+from shardlab.profile.hardware import HardwareProfile, environment, get_profile
+from shardlab.profile.records import single_key
+from shardlab.profile.rowwise_comm import RowWise
 from shardlab.profile.store import SampleStore
 from shardlab.tables import Table
 
@@ -57,8 +78,6 @@ def take_within(candidates: Iterable[Table], want: int, mem_bytes: int, precisio
 
 
 def _measure(job: tuple[str, list[dict[str, Any]], dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    from shardlab.profile.compute import measure_compute
-
     key, tables, profile = job
     sample = measure_compute([Table.from_dict(t) for t in tables], HardwareProfile(**profile))
     return key, sample.payload()
@@ -71,7 +90,7 @@ def run_jobs(store: SampleStore, kind: str, jobs: Iterable[tuple[str, list[dict[
     """Measure ``jobs`` (key, tables as dicts, profile as dict) with ``workers`` spawned
     processes (1 = here) and commit each result as it arrives; returns how many were added.
     On a CUDA profile this process times every op on the one GPU and ``workers`` processes make
-    the lookup batches ahead (:mod:`shardlab.profile.prefetch`). ``deadline``
+    the lookup batches ahead (:func:`~shardlab.profile.compute.run_jobs_prefetched`). ``deadline``
     (``time.monotonic()`` seconds): take no new job after it (results in flight are kept).
     ``jobs`` may be a generator (drawn as they are taken; ``total``: how many, for the bar)."""
     total = len(jobs) if total is None and hasattr(jobs, "__len__") else total
@@ -81,8 +100,6 @@ def run_jobs(store: SampleStore, kind: str, jobs: Iterable[tuple[str, list[dict[
         return 0
     jobs = itertools.chain([first], it)
     if first[2]["device"] == "cuda":
-        from shardlab.profile.prefetch import run_jobs_prefetched
-
         return run_jobs_prefetched(store, kind, ((k, t) for k, t, _ in jobs), HardwareProfile(**first[2]),
                                    provenance, workers, desc, progress, deadline, on_sample=on_sample, total=total)
     added = 0
@@ -146,18 +163,6 @@ def run_compute_campaign(store_path: str, n_samples: int, profile: str | Hardwar
     return added
 
 
-def single_key(profile_name: str, table: dict[str, Any]) -> str:
-    """Store key of one table measured alone: ``single:<profile>:<name>@d<dim>``."""
-    return f"single:{profile_name}:{table['name']}@d{table['dim']}"
-
-
-def singles_of(sample: dict[str, Any], singles: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The single-table samples (from ``singles``, by :func:`single_key`) of every table of a
-    measured compute sample, or None when one of its tables was not measured alone."""
-    keys = [single_key(sample["profile"]["name"], t) for t in sample["tables"]]
-    return [singles[k] for k in keys] if all(k in singles for k in keys) else None
-
-
 def run_single_table_costs(store_path: str, profile: str | HardwareProfile = "cpu", workers: int = 1,
                            max_samples: int | None = None, progress: bool = True,
                            deadline: float | None = None) -> int:
@@ -191,11 +196,9 @@ def _key_order(key: str) -> tuple[str, int]:
 
 def comm_sample_spec(world_size: int, index: int, seed: int, max_tables_per_rank: int = 15,
                      max_delay_ms: float = 30.0) -> dict[str, Any]:
-    """Sample ``index`` of a comm campaign (ALGORITHMS.md section 4): T random dims, assigned to
-    ranks by the randomised dim-greedy (p drawn per sample), and a random forward delay per
-    rank, uniform in [0, max_delay_ms] ms. Deterministic in (world_size, index, seed)."""
-    from shardlab.profile.comm import randomized_dim_assignment
-
+    """Sample ``index`` of a comm campaign: T random dims, assigned to ranks by the randomised
+    dim-greedy (p drawn per sample), and a random forward delay per rank, uniform in
+    [0, max_delay_ms] ms. Deterministic in (world_size, index, seed)."""
     rng = np.random.default_rng([seed, world_size, index, 0xC3])
     n = int(rng.integers(world_size, max_tables_per_rank * world_size + 1))
     dims = [int(d) for d in rng.choice(C.SEED_DIMS, size=n)]
@@ -216,10 +219,6 @@ def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
     torchrun (``python -m shardlab.dist profile-comm``): every rank then calls this function,
     rank 0 alone opens the store and tells the others which samples are missing, and the
     launcher (world, local world, nodes) joins each sample's provenance."""
-    from contextlib import ExitStack
-
-    from shardlab.profile.comm import CommBench
-
     prof = get_profile(profile)
     kind = f"comm:{world_size}"
     prefix = f"{kind}:{prof.name}:s{seed}:"
@@ -249,5 +248,55 @@ def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
             spec = comm_sample_spec(world_size, i, seed, max_delay_ms=max_delay_ms)
             sample = bench.measure(spec["dim_sums"], spec["delays_ms"], repeats=prof.repeats, warmup=prof.warmup)
             if lead:
+                added += store.add(kind, f"{prefix}{i}", {**sample.payload(), **spec}, provenance)
+    return added
+
+
+#: The spaces a row-wise comm sample is drawn from (module docstring: row-wise comm campaign).
+SPACES = ("narrow", "wide")
+
+
+def rowwise_spec(world_size: int, index: int, seed: int, batch_size: int, space: str = "narrow") -> dict[str, Any]:
+    """Sample ``index``'s comm spec with its row-wise pattern (module docstring); deterministic."""
+    if space not in SPACES:
+        raise field_error("row-wise comm campaign", "space", space, f"must be one of {', '.join(SPACES)}")
+    spec = comm_sample_spec(world_size, index, seed)
+    wide = space == "wide"
+    rng = np.random.default_rng([seed, world_size, index, 0x2C1 if wide else 0x2C0])
+    mode = str(rng.choice(["none", "index", "full"], p=[0.25, 0.25, 0.5])) if wide else "full"
+    n = int(rng.integers(1, 13 if wide else 4))
+    dims = [int(d) for d in rng.choice(C.SEED_DIMS, size=n)]
+    pooling = np.exp(rng.uniform(0.0, np.log(60.0), size=n)) if wide else rng.uniform(1.0, 20.0, size=n)
+    slice_ = -(-batch_size // world_size)
+    per_rank = int(round(slice_ * pooling.sum()))
+    counts = [[int(x) for x in np.round(per_rank * rng.dirichlet(np.ones(world_size)))] for _ in range(world_size)]
+    rowwise = {"dim": int(sum(dims)) if mode == "full" else 0, "index_counts": counts if mode != "none" else []}
+    return {**spec, "rowwise": rowwise, "rowwise_dims": dims, "rowwise_pooling": [float(p) for p in pooling],
+            **({"rowwise_mode": mode} if wide else {})}
+
+
+def run_rowwise_comm_campaign(store_path: str, n_samples: int, world_size: int,
+                              profile: str | HardwareProfile = "cpu", seed: int = 0, progress: bool = True,
+                              space: str = "narrow") -> int:
+    """Measure row-wise comm samples 0..n_samples-1 of ``space`` not yet in the store (kind
+    ``rowcomm:<G>``); returns how many were added. Scripts calling it need a ``__main__`` guard
+    (ranks are spawned)."""
+    prof = get_profile(profile)
+    kind = f"rowcomm:{world_size}"
+    prefix = f"{kind}:{prof.name}:{'wide:' if space == 'wide' else ''}s{seed}:"
+    provenance = {**environment("cuda" if prof.comm_backend == "nccl" else "cpu"), "profile": prof.to_dict(),
+                  "campaign": {"kind": "rowcomm", "seed": seed, "world_size": world_size, "space": space}}
+    added = 0
+    with SampleStore(store_path) as store:
+        done = store.keys(kind)
+        todo = [i for i in range(n_samples) if f"{prefix}{i}" not in done]
+        if not todo:
+            return 0
+        with CommBench.for_profile(world_size, prof) as bench:
+            for i in tqdm(todo, desc=f"row-wise comm G={world_size} {space} ({prof.name})", disable=not progress):
+                spec = rowwise_spec(world_size, i, seed, prof.batch_size, space)
+                rw = RowWise(spec["rowwise"]["dim"], tuple(tuple(r) for r in spec["rowwise"]["index_counts"]))
+                sample = bench.measure(spec["dim_sums"], spec["delays_ms"], repeats=prof.repeats,
+                                       warmup=prof.warmup, rowwise=rw)
                 added += store.add(kind, f"{prefix}{i}", {**sample.payload(), **spec}, provenance)
     return added

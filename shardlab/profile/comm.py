@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from shardlab import constants as C
 from shardlab.errors import ShardlabError, field_error
-from shardlab.profile.affinity import allowed_cores, core_for, pin_to
+from shardlab.profile.hardware import allowed_cores, core_for, pin_to
 from shardlab.profile.records import CommRecord, spread_ms
 from shardlab.profile.rowwise_comm import RowWise, RowWiseExchange, check_rowwise
 from shardlab.schedule import batch_rows  # noqa: F401  (the ranks' batch slices; imported from here too)
@@ -238,7 +238,7 @@ class CommBench:
     embeddings; ``threads_per_rank`` torch's intra-op threads per rank; ``timeout_s`` bounds
     startup, each collective (the process group's timeout) and each request beyond its delays;
     ``pin``: rank r runs on core r mod (cores this process may use) where the OS allows
-    (:mod:`shardlab.profile.affinity`; CPU ranks only).
+    (:mod:`shardlab.profile.hardware`; CPU ranks only).
     """
 
     def __init__(self, world_size: int, batch_size: int, backend: str = "gloo", device: str = "cpu",

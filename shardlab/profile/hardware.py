@@ -1,19 +1,41 @@
-"""Hardware profiles: named bundles of how costs are measured on one kind of machine.
+"""The machine measurements run on: hardware profiles (how costs are measured), core pinning,
+and the provenance every measurement carries.
 
-A profile fixes the device kind, the batch size the kernels are timed at, weight precision,
-optimizer, communication backend and timing settings. Every measured sample records the
-profile it was taken under, and cost models are trained per profile. On CPU a batch of 65536
-costs seconds per shard (STACK_NOTES.md), so the CPU profile times a smaller batch and says so.
+**Profiles.** A profile fixes the device kind, the batch size the kernels are timed at, weight
+precision, optimizer, communication backend and timing settings. Every measured sample records
+the profile it was taken under, and cost models are trained per profile. On CPU a batch of
+65536 costs seconds per fused op, so the CPU profile times a smaller batch and says so.
+
+**Pinning.** On a small shared VM the scheduler moves a timed process between cores (cold
+caches, a neighbour's work); pinning each comm rank and the compute-measuring process to a core
+of their own (round-robin over the cores this process may use) removes that part of the noise.
+Where ``os.sched_setaffinity`` does not exist (macOS, Windows) or refuses, nothing is pinned and
+the functions say so by returning None / False. What pinning buys here is measured in
+``datasets/cpu/NOTES.md``.
+
+**Provenance**: which machine, which versions, when, by which command, at which code revision.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
 
 from shardlab import constants as C
 from shardlab.errors import ShardlabError, field_error
 
+ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class HardwareProfile:
@@ -86,3 +108,96 @@ def profile_with(name: str, batch_size: int | None = None, repeats: int | None =
         return prof
     suffix = ",".join(f"{k}={v}" for k, v in changes.items())
     return replace(prof, name=f"{prof.name}[{suffix}]", **changes)
+
+
+def allowed_cores() -> list[int] | None:
+    """The cores this process may run on, sorted (None where the OS has no affinity API)."""
+    get = getattr(os, "sched_getaffinity", None)
+    if get is None:
+        return None
+    try:
+        return sorted(get(0))
+    except OSError:
+        return None
+
+
+def core_for(index: int, cores: list[int] | None = None) -> int | None:
+    """The core for the ``index``-th pinned process: round-robin over ``cores`` (default
+    :func:`allowed_cores`); None where there is no affinity API."""
+    cores = allowed_cores() if cores is None else cores
+    return cores[index % len(cores)] if cores else None
+
+
+def pin_to(core: int | None) -> bool:
+    """Pin the calling process to ``core``; False (and nothing changed) where impossible."""
+    setter = getattr(os, "sched_setaffinity", None)
+    if core is None or setter is None:
+        return False
+    try:
+        setter(0, {core})
+        return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def pinned(core: int | None, enabled: bool = True) -> Iterator[bool]:
+    """Within the block the calling process runs on ``core`` only (if ``enabled`` and the OS
+    allows); the previous affinity is restored after. Yields whether it is pinned."""
+    before = allowed_cores()
+    ok = enabled and pin_to(core)
+    try:
+        yield ok
+    finally:
+        if ok and before is not None:
+            os.sched_setaffinity(0, set(before))
+
+
+@lru_cache(maxsize=1)
+def cpu_name() -> str:
+    """The CPU model as the OS reports it (``/proc/cpuinfo``), else ``platform.processor()``."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware_name(device: str) -> str:
+    """``"<gpu name>"`` for a CUDA device, else ``"<cpu model> (<n> cpus)"``."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"{cpu_name()} ({os.cpu_count()} cpus)"
+
+
+@lru_cache(maxsize=1)
+def git_revision() -> str:
+    """The repository's commit, with ``+dirty`` when the package has uncommitted changes."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "shardlab"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (rev or "unknown") + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def fbgemm_version() -> str:
+    """Installed fbgemm_gpu version, or ``"absent"``."""
+    try:
+        import fbgemm_gpu
+
+        return str(getattr(fbgemm_gpu, "__version__", "unknown"))
+    except ImportError:
+        return "absent"
+
+
+def environment(device: str = "cpu") -> dict[str, Any]:
+    """Everything a measurement must carry: hardware, versions, time (UTC), command, revision."""
+    return {"hardware": hardware_name(device), "device": device, "torch": str(torch.__version__),
+            "fbgemm_gpu": fbgemm_version(), "python": platform.python_version(),
+            "platform": platform.platform(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(shlex.quote(a) for a in sys.argv), "git": git_revision()}

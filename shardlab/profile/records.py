@@ -13,7 +13,8 @@ A record fresh from a profiler has ``key`` ``""`` and no provenance; the campaig
 **payload}``) parses back with ``from_dict``. Tables are parsed once into
 :class:`~shardlab.tables.Table` values (validated, hashable). :func:`as_record` and the
 ``as_*_records`` helpers accept records or JSON rows alike (a row is parsed, a record passed
-through); ``to_dict`` gives a record's row back.
+through); ``to_dict`` gives a record's row back. A table measured alone (kind ``single``)
+is keyed by :func:`single_key`, so a fused op's single-table samples are found by its tables.
 """
 
 from __future__ import annotations
@@ -266,3 +267,15 @@ def as_plan_records(samples: Iterable[PlanRecord | Mapping[str, Any]],
 def sample_key(sample: Record | Mapping[str, Any]) -> str:
     """The key of a record or of a JSON row."""
     return sample["key"] if isinstance(sample, Mapping) else sample.key
+
+
+def single_key(profile_name: str, table: dict[str, Any]) -> str:
+    """Store key of one table measured alone: ``single:<profile>:<name>@d<dim>``."""
+    return f"single:{profile_name}:{table['name']}@d{table['dim']}"
+
+
+def singles_of(sample: dict[str, Any], singles: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The single-table samples (from ``singles``, by :func:`single_key`) of every table of a
+    measured compute sample, or None when one of its tables was not measured alone."""
+    keys = [single_key(sample["profile"]["name"], t) for t in sample["tables"]]
+    return [singles[k] for k in keys] if all(k in singles for k in keys) else None
