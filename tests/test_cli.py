@@ -1,16 +1,22 @@
 """The `shardlab` command line: tasks and shard verbs, one-line summaries, JSON output,
-one-line errors with a non-zero exit."""
+one-line errors with a non-zero exit, sharder options from ``--set``, an example line in every
+``--help``, and a ``--help`` that imports no torch."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
 from shardlab import Task
-from shardlab.cli import main
+from shardlab.cli import build_parser, main
+from shardlab.cli.arguments import setting
+from shardlab.cli.plans import method_settings
+from shardlab.errors import ShardlabError
 from shardlab.io import load_plan, load_task, save_task
 from tests.conftest import make_table
 
@@ -46,11 +52,10 @@ def test_bad_input_is_one_line_and_nonzero(tmp_path, capsys):
     assert err == "shardlab: error: table 'a': field 'dim' = 30 must be a multiple of 4"
     assert main(["tasks", "--ntables", "100000"]) == 2
     assert "field 'ntables'" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:
-        main(["shard", str(tmp_path / "bad.json"), "--method", "no_such_method"])
-    assert e.value.code == 2  # not a sharder: argparse refuses it
-    capsys.readouterr()
     (tmp_path / "ok.json").write_text(json.dumps(Task("cli", 2, 1.0, (make_table("a"),)).to_dict()))
+    assert main(["shard", str(tmp_path / "ok.json"), "--method", "no_such_method"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'no_such_method' is not a sharder" in err and "lookup_greedy" in err
     assert main(["shard", str(tmp_path / "ok.json"), "--method", "random", "--model", "analytic"]) == 2
     assert "field 'model' does not apply to method 'random'" in capsys.readouterr().err
 
@@ -92,3 +97,72 @@ def test_evaluate_measure(tmp_path, capsys):
     assert out.startswith("evaluate dim_greedy on ") and "measured:cpu[batch_size=128" in out
     ev = json.loads(ev_path.read_text())
     assert ev["source"].startswith("measured:") and len(ev["per_device"]) == 2 and ev["cost_ms"] > 0
+
+
+def _verbs(parser, path=("shardlab",)):
+    """(command path, parser) of every verb and sub-verb, depth first."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from _verbs(sub, (*path, name))
+
+
+def test_every_verb_help_ends_with_an_example():
+    verbs = dict(_verbs(build_parser()))
+    assert {("shardlab", "shard"), ("shardlab", "profile", "compute"), ("shardlab", "train", "autoshard_policy"),
+            ("shardlab", "calibrate")} <= set(verbs)
+    for path, parser in verbs.items():
+        help_text = parser.format_help()
+        tail = help_text[help_text.rindex("example:"):]                  # the example block ends the help
+        assert re.search(r"^  " + re.escape(" ".join(path)) + r"( |$)", tail, re.M), (path, tail)
+        assert not [line for line in tail.splitlines()[1:] if line and not line.startswith("  shardlab ")], tail
+    assert "example:" in build_parser().format_help()
+
+
+def test_help_imports_no_torch():
+    code = ("import sys\nfrom shardlab.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "try:\n    main(['train', 'autoshard_policy', '--help'])\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'shardlab' in m)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "example:" in out.stdout
+
+
+def test_set_values_are_json_where_they_parse():
+    assert setting("beam_width=5") == ("beam_width", 5) and setting("split_guard=false") == ("split_guard", False)
+    assert setting("split_guard=False") == ("split_guard", False) and setting("x = 0.5") == ("x", 0.5)
+    assert setting("caps=[4, 8]") == ("caps", [4, 8]) and setting("model=analytic") == ("model", "analytic")
+    assert setting("profile=null") == ("profile", None) and setting("model=a=b") == ("model", "a=b")
+    for bad in ("beam_width", "=3", "two words=1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            setting(bad)
+
+
+def test_set_configures_the_method(tmp_path, capsys):
+    task = Task("cli-set", 2, 1.0, tuple(make_table(f"t{i}", rows=1000 * (i + 1)) for i in range(6)))
+    path = str(save_task(task, tmp_path / "t.json"))
+    assert main(["shard", path, "--method", "neuroshard", "--set", "model=analytic", "--json"]) == 0
+    guarded = json.loads(capsys.readouterr().out)["metadata"]
+    assert "analytic" in guarded["split_guard"]["judges"]               # model=analytic reached the sharder
+    assert main(["shard", path, "--method", "neuroshard", "--set", "model=analytic", "--set", "split_guard=false",
+                 "--json"]) == 0
+    assert "split_guard" not in json.loads(capsys.readouterr().out).get("metadata", {})   # a bool, not "false"
+    assert main(["shard", path, "--method", "lookup_greedy", "--set", "beam_width=5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "field 'beam_width'" in err and "'lookup_greedy' takes no options" in err
+    assert main(["shard", path, "--method", "neuroshard", "--set", "model=analytic", "--model", "neuroshard"]) == 2
+    assert "option '--model'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:                                # not key=value: argparse refuses it
+        main(["shard", path, "--method", "neuroshard", "--set", "beam_width"])
+    assert e.value.code == 2
+    capsys.readouterr()
+
+
+def test_set_with_several_methods_goes_to_each_method_that_takes_the_key():
+    split = method_settings(["random", "neuroshard", "dreamshard"], {"model": "analytic", "beam_width": 5})
+    assert split == {"random": {}, "neuroshard": {"model": "analytic", "beam_width": 5},
+                     "dreamshard": {"model": "analytic"}}
+    with pytest.raises(ShardlabError) as e:
+        method_settings(["random", "dreamshard"], {"model": "analytic", "beam_width": 5})
+    assert "field 'beam_width'" in str(e.value) and "\n" not in str(e.value) and "'dreamshard' takes" in str(e.value)

@@ -1,10 +1,18 @@
-"""The RL configurations: one dataclass per method, normalised and checked field by field."""
+"""The RL configurations: one dataclass per method, normalised and checked field by field, and
+the one source of ``shardlab train *_policy``'s options (flag, type, default and help)."""
+
+import ast
+import dataclasses
+import inspect
 
 import pytest
 
+from shardlab.cli import build_parser, main
+from shardlab.cli.arguments import dataclass_from_args, field_docs
 from shardlab.errors import ShardlabError
-from shardlab.experiments.train_autoshard import AutoShardArgs
-from shardlab.experiments.train_dreamshard import DreamShardArgs
+from shardlab.experiments.rl_args import AutoShardArgs, DreamShardArgs
+
+POLICIES = {"dreamshard_policy": DreamShardArgs, "autoshard_policy": AutoShardArgs}
 
 
 def test_device_counts_and_table_ranges_are_normalised():
@@ -22,12 +30,67 @@ def test_a_bad_field_is_one_line_naming_it(cls, field, value):
 
 
 def test_every_field_is_documented():
-    import ast
-    import inspect
-
     for cls in (DreamShardArgs, AutoShardArgs):
         body = ast.parse(inspect.getsource(cls)).body[0].body
         for i, node in enumerate(body):
             if isinstance(node, ast.AnnAssign):
                 doc = body[i + 1]
                 assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant), node.target.id
+        assert set(field_docs(cls)) == {f.name for f in dataclasses.fields(cls)}
+
+
+def _parse(*argv):
+    return build_parser().parse_args(["train", *argv])
+
+
+def _help(kind: str) -> str:
+    subs = build_parser()._subparsers._group_actions[0].choices["train"]._subparsers._group_actions[0].choices
+    return " ".join(subs[kind].format_help().split())          # one line: help wraps at the terminal width
+
+
+@pytest.mark.parametrize("kind", sorted(POLICIES))
+def test_every_field_is_an_option_with_its_docstring_and_default(kind):
+    cls, text = POLICIES[kind], _help(kind)
+    for f in dataclasses.fields(cls):
+        doc = " ".join(field_docs(cls)[f.name].replace("``", "").split())
+        default = " ".join(map(str, f.default)) if isinstance(f.default, tuple) else str(f.default)
+        assert f"--{f.name.replace('_', '-')}" in text and f"{doc} (default: {default})" in text, f.name
+
+
+@pytest.mark.parametrize("kind", sorted(POLICIES))
+def test_the_dataclass_defaults_win(kind):
+    args = _parse(kind, "--out", "p.pt", "--store", "s.db")
+    assert dataclass_from_args(POLICIES[kind], args) == POLICIES[kind]()
+    assert dataclass_from_args(AutoShardArgs, _parse("autoshard_policy", "--out", "p.pt")).updates == 300
+
+
+def test_a_flag_sets_its_field():
+    args = _parse("autoshard_policy", "--out", "p.pt", "--updates", "7", "--refit-every", "3", "--ngpu", "4", "8",
+                  "--ntables", "5", "9", "--lr", "0.01", "--cost-epochs", "2", "--profile", "cpu",
+                  "--probe-judge", "analytic", "--no-progress", "--measure-plans", "3")
+    config = dataclass_from_args(AutoShardArgs, args)
+    assert config == AutoShardArgs(updates=7, refit_every=3, ngpu=(4, 8), ntables=(5, 9), lr=0.01, cost_epochs=2,
+                                   probe_judge="analytic", progress=False, measure_plans=3)
+    args = _parse("dreamshard_policy", "--out", "p.pt", "--updates-per-iteration", "5", "--episodes", "2",
+                  "--entropy-coef", "0.5", "--progress")
+    assert dataclass_from_args(DreamShardArgs, args) == DreamShardArgs(updates_per_iteration=5, episodes=2,
+                                                                        entropy_coef=0.5)
+
+
+def test_former_spellings_are_aliases_or_refused_with_the_new_one(capsys):
+    dream = dataclass_from_args(DreamShardArgs, _parse("dreamshard_policy", "--out", "p.pt", "--updates", "7",
+                                                       "--measure", "2", "--iterations", "3"))
+    assert (dream.updates_per_iteration, dream.measure_per_iteration, dream.iterations) == (7, 2, 3)
+    auto = dataclass_from_args(AutoShardArgs, _parse("autoshard_policy", "--out", "p.pt", "--measure", "4"))
+    assert auto.measure_plans == 4
+    assert main(["train", "autoshard_policy", "--out", "p.pt", "--store", "s.db", "--iterations", "6",
+                 "--updates", "400"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "option '--iterations' = 6" in err and "--refit-every" in err
+
+
+def test_a_bad_value_is_one_line(capsys):
+    assert main(["train", "autoshard_policy", "--out", "p.pt", "--store", "s.db", "--updates", "0"]) == 2
+    assert "option '--updates' = 0 must be >= 1" in capsys.readouterr().err
+    assert main(["train", "dreamshard_policy", "--out", "p.pt", "--store", "s.db", "--cost-epochs", "0"]) == 2
+    assert "option '--cost-epochs' = 0 must be >= 1" in capsys.readouterr().err

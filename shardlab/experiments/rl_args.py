@@ -1,10 +1,107 @@
-"""Checks shared by the RL training configurations (``DreamShardArgs``, ``AutoShardArgs``)."""
+"""The RL training configurations, CleanRL style: one frozen dataclass per method
+(:class:`DreamShardArgs`, :class:`AutoShardArgs`) whose fields, defaults and field docstrings
+are the single source of every knob. ``shardlab train dreamshard_policy|autoshard_policy``
+builds its options from them (:mod:`shardlab.cli.arguments`), so a default or a help line is
+written once, here. This module imports no torch: the command line reads it to build ``--help``.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from shardlab.errors import ShardlabError
+from shardlab.profile.hardware import HardwareProfile
+
+@dataclass(frozen=True)
+class DreamShardArgs:
+    """DreamShard's training configuration (one place for every knob)."""
+
+    iterations: int = 10
+    """Outer iterations, each: measure plans, refit the cost network, REINFORCE (iterations)."""
+    measure_per_iteration: int = 4
+    """Plans of the current policy measured per iteration, over all device counts (plans; 0: none)."""
+    updates_per_iteration: int = 50
+    """REINFORCE updates per iteration (policy-gradient steps)."""
+    episodes: int = 16
+    """Episodes per update, all on one training task (batch size, episodes)."""
+    lr: float = 5e-4
+    """Adam learning rate at the start of each iteration, decayed linearly to 0 (unitless)."""
+    entropy_coef: float = 1e-3
+    """Weight of the entropy bonus in the loss (unitless)."""
+    ngpu: tuple[int, ...] = (4,)
+    """Device counts G of the training tasks and measured plans; one policy serves them all (devices)."""
+    ntables: tuple[int, int] = (10, 60)
+    """Tables per training task and measured plan: inclusive range LOW HIGH (tables)."""
+    tasks_per_iteration: int = 8
+    """Training tasks drawn per iteration, cycled by the updates (tasks)."""
+    cost_epochs: int = 100
+    """Epochs of each cost-network update, continuing from its current weights (epochs)."""
+    profile: str | HardwareProfile = "cpu"
+    """Hardware profile the plans are measured with: a shipped profile name or a profile."""
+    probe_every: int = 0
+    """Updates between probes of the greedy policy on the fixed probe tasks (updates; 0: none)."""
+    probe_judge: str = "neuroshard_broad"
+    """Shipped cost-model bundle that judges the probes (a simulation, labelled so)."""
+    seed: int = 0
+    """Seed of tasks, sampling, networks and the measured-plan campaign (integer >= 0)."""
+    progress: bool = True
+    """Show a progress bar over the updates."""
+
+    def __post_init__(self) -> None:
+        check_rl_args(self, {"iterations": 1, "measure_per_iteration": 0, "updates_per_iteration": 1, "episodes": 1,
+                            "tasks_per_iteration": 1, "cost_epochs": 1, "probe_every": 0})
+
+
+@dataclass(frozen=True)
+class AutoShardArgs:
+    """AutoShard's training configuration (one place for every knob)."""
+
+    updates: int = 300
+    """Learner updates in all (gradient steps; each replays ``episodes`` episodes)."""
+    episodes: int = 16
+    """Episodes the actors play per update, all on one training task (episodes)."""
+    ngpu: tuple[int, ...] = (4,)
+    """Device counts G of the training tasks and measured plans; one policy serves them all (devices)."""
+    ntables: tuple[int, int] = (10, 60)
+    """Tables per training task and measured plan: inclusive range LOW HIGH (tables)."""
+    n_tasks: int = 16
+    """Training tasks drawn once and cycled by the updates (tasks)."""
+    sync_every: int = 4
+    """Updates between refreshes of the actors' behaviour policy (updates)."""
+    lr: float = 5e-4
+    """Adam learning rate (unitless)."""
+    entropy_coef: float = 1e-2
+    """Weight of the entropy bonus (unitless)."""
+    value_coef: float = 0.5
+    """Weight of the value loss (unitless)."""
+    max_grad_norm: float = 40.0
+    """Gradient-norm clip of each update (unitless)."""
+    rho_bar: float = 1.0
+    """V-trace truncation of the importance weights in the targets and advantages (unitless)."""
+    c_bar: float = 1.0
+    """V-trace truncation of the trace-cutting weights (unitless)."""
+    refit_every: int = 100
+    """Updates between online refits of the cost model; refits happen only with a sample store (updates)."""
+    measure_plans: int = 2
+    """Greedy policy plans measured per refit (plans)."""
+    cost_epochs: int | None = None
+    """Epochs of each online refit (epochs; None: the pre-trained cost model's own)."""
+    profile: str | HardwareProfile = "cpu"
+    """Hardware profile the plans are measured with: a shipped profile name or a profile."""
+    probe_every: int = 0
+    """Updates between probes of the greedy policy on the fixed probe tasks (updates; 0: none)."""
+    probe_judge: str = "neuroshard_broad"
+    """Shipped cost-model bundle that judges the probes (a simulation, labelled so)."""
+    seed: int = 0
+    """Seed of tasks, sampling, networks and the measured-plan campaign (integer >= 0)."""
+    progress: bool = True
+    """Show a progress bar over the updates."""
+
+    def __post_init__(self) -> None:
+        check_rl_args(self, {"updates": 1, "episodes": 1, "n_tasks": 1, "sync_every": 1, "refit_every": 1,
+                            "measure_plans": 1, "probe_every": 0})
 
 
 def check_rl_args(args: object, counts: dict[str, int]) -> None:

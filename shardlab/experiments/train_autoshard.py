@@ -1,7 +1,7 @@
 """AutoShard's training loop (ALGORITHMS.md section 6), top to bottom, CleanRL style.
 
 Networks, agent and episode: :mod:`shardlab.search.autoshard`. Every knob is a field of
-:class:`AutoShardArgs`. Per update:
+:class:`~shardlab.experiments.rl_args.AutoShardArgs` (re-exported here). Per update:
 
 1. *Actors* play ``episodes`` episodes of one training task with the behaviour policy, a copy of
    the learner's refreshed every ``sync_every`` updates (so their data is off-policy).
@@ -21,7 +21,6 @@ the parallelism is not. Same seed -> same policy, up to measured costs (real tim
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -37,60 +36,9 @@ from shardlab.data.tasks import generate_task
 from shardlab.experiments.plan_campaign import plan_prefix, run_plan_campaign
 from shardlab.experiments.policy_probe import make_probe
 from shardlab.experiments.policy_provenance import policy_provenance
-from shardlab.experiments.rl_args import check_rl_args
-from shardlab.profile.hardware import HardwareProfile
+from shardlab.experiments.rl_args import AutoShardArgs
 from shardlab.profile.store import SampleStore
 from shardlab.search.autoshard import AutoShardAgent
-
-
-@dataclass(frozen=True)
-class AutoShardArgs:
-    """AutoShard's training configuration (one place for every knob)."""
-
-    updates: int = 300
-    """Learner updates (gradient steps)."""
-    episodes: int = 16
-    """Episodes the actors play per update, all on one training task (episodes)."""
-    ngpu: tuple[int, ...] = (4,)
-    """Device counts G of the training tasks and measured plans (one policy serves them all)."""
-    ntables: tuple[int, int] = (10, 60)
-    """Tables per training task and measured plan: inclusive range (tables)."""
-    n_tasks: int = 16
-    """Training tasks drawn once and cycled by the updates (tasks)."""
-    sync_every: int = 4
-    """Updates between refreshes of the actors' behaviour policy (updates)."""
-    lr: float = 5e-4
-    """Adam learning rate (unitless)."""
-    entropy_coef: float = 1e-2
-    """Weight of the entropy bonus (unitless)."""
-    value_coef: float = 0.5
-    """Weight of the value loss (unitless)."""
-    max_grad_norm: float = 40.0
-    """Gradient-norm clip of each update (unitless)."""
-    rho_bar: float = 1.0
-    """V-trace truncation of the importance weights in the targets and advantages."""
-    c_bar: float = 1.0
-    """V-trace truncation of the trace-cutting weights."""
-    refit_every: int = 100
-    """Updates between online refits of the cost model (only with a store; updates)."""
-    measure_plans: int = 2
-    """Greedy policy plans measured per refit (plans)."""
-    cost_epochs: int | None = None
-    """Epochs of each online refit (None: the pre-trained cost model's own ``epochs``)."""
-    profile: str | HardwareProfile = "cpu"
-    """Hardware profile the plans are measured with (name or profile)."""
-    probe_every: int = 0
-    """Updates between probes of the greedy policy on the fixed probe tasks (updates; 0: none)."""
-    probe_judge: str = "neuroshard_broad"
-    """Shipped cost-model bundle that judges the probes (a simulation, labelled so)."""
-    seed: int = 0
-    """Seed of tasks, sampling, networks and the measured-plan campaign."""
-    progress: bool = True
-    """Show a progress bar over the updates."""
-
-    def __post_init__(self) -> None:
-        check_rl_args(self, {"updates": 1, "episodes": 1, "n_tasks": 1, "sync_every": 1, "refit_every": 1,
-                            "measure_plans": 1, "probe_every": 0})
 
 
 def train_autoshard(args: AutoShardArgs, cost: AutoShardCompute, compute_samples: Sequence[Any] = (),

@@ -1,7 +1,7 @@
 """DreamShard's training loop (ALGORITHMS.md section 5), top to bottom, CleanRL style.
 
 Networks, agent and episode: :mod:`shardlab.search.dreamshard`. Every knob is a field of
-:class:`DreamShardArgs`. Per iteration:
+:class:`~shardlab.experiments.rl_args.DreamShardArgs` (re-exported here). Per iteration:
 
 1. *Measure* ``measure_per_iteration`` plans of the current policy on this machine, through the
    evaluator, into the store (kind ``plan:<G>``), spread over the device counts ``ngpu``.
@@ -19,7 +19,6 @@ Same seed -> same policy, up to the measured costs (real timings).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -34,51 +33,10 @@ from shardlab.data.tasks import generate_task
 from shardlab.experiments.plan_campaign import run_plan_campaign
 from shardlab.experiments.policy_probe import make_probe
 from shardlab.experiments.policy_provenance import policy_provenance
-from shardlab.experiments.rl_args import check_rl_args
-from shardlab.profile.hardware import HardwareProfile
+from shardlab.experiments.rl_args import DreamShardArgs
 from shardlab.profile.store import SampleStore
 from shardlab.search.dreamshard import DreamShardAgent
 from shardlab.tables import Task
-
-
-@dataclass(frozen=True)
-class DreamShardArgs:
-    """DreamShard's training configuration (one place for every knob)."""
-
-    iterations: int = 10
-    """Outer iterations (measure, refit, REINFORCE)."""
-    measure_per_iteration: int = 4
-    """Plans of the current policy measured per iteration (plans, over all device counts)."""
-    updates_per_iteration: int = 50
-    """REINFORCE updates per iteration (policy-gradient steps)."""
-    episodes: int = 16
-    """Episodes per update, all on one training task (batch size, episodes)."""
-    lr: float = 5e-4
-    """Adam learning rate at the start of each iteration, decayed linearly to 0 (unitless)."""
-    entropy_coef: float = 1e-3
-    """Weight of the entropy bonus in the loss (unitless)."""
-    ngpu: tuple[int, ...] = (4,)
-    """Device counts G of the training tasks and measured plans (one policy serves them all)."""
-    ntables: tuple[int, int] = (10, 60)
-    """Tables per training task and measured plan: inclusive range (tables)."""
-    tasks_per_iteration: int = 8
-    """Training tasks drawn per iteration, cycled by the updates (tasks)."""
-    cost_epochs: int = 100
-    """Epochs of each cost-network update, continuing from its current weights (epochs)."""
-    profile: str | HardwareProfile = "cpu"
-    """Hardware profile the plans are measured with (name or profile)."""
-    probe_every: int = 0
-    """Updates between probes of the greedy policy on the fixed probe tasks (updates; 0: none)."""
-    probe_judge: str = "neuroshard_broad"
-    """Shipped cost-model bundle that judges the probes (a simulation, labelled so)."""
-    seed: int = 0
-    """Seed of tasks, sampling, networks and the measured-plan campaign."""
-    progress: bool = True
-    """Show a progress bar over the updates."""
-
-    def __post_init__(self) -> None:
-        check_rl_args(self, {"iterations": 1, "measure_per_iteration": 0, "updates_per_iteration": 1, "episodes": 1,
-                            "tasks_per_iteration": 1, "cost_epochs": 1, "probe_every": 0})
 
 
 def train_dreamshard(args: DreamShardArgs, store: str, cost: DreamShardCost,

@@ -1,41 +1,39 @@
 """The long-running verbs of the ``shardlab`` command line: ``profile compute|comm|single|plans``
-(measurement campaigns into a sample store) and ``train`` (cost models and RL policies).
-Arguments are parsed in :mod:`shardlab.cli`; each verb prints one line (``--json``: the data).
+(measurement campaigns into a sample store), ``train KIND`` (cost models and RL policies) and
+``calibrate``. Arguments are parsed in :mod:`shardlab.cli.parser`; each verb prints one line
+(``--json``: the data).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+from pathlib import Path
 
+from shardlab.cli import emit
+from shardlab.cli.arguments import dataclass_from_args
+from shardlab.costmodel.bundle import load_bundle, resolve_model_path, write_calibration
+from shardlab.costmodel.train import calibrate_held_out, load_records, train_bundle
 from shardlab.errors import ShardlabError
-
-
-def emit(args: argparse.Namespace, summary: str, data: object) -> None:
-    """Print the one-line ``summary``, or ``data`` as JSON with ``--json``."""
-    print(json.dumps(data, indent=1) if args.json else summary)
+from shardlab.experiments.plan_campaign import run_plan_campaign
+from shardlab.experiments.rl_args import AutoShardArgs, DreamShardArgs
+from shardlab.experiments.train_autoshard import train_autoshard
+from shardlab.experiments.train_dreamshard import train_dreamshard
+from shardlab.profile.broad_campaign import BroadSpace, run_broad_campaign
+from shardlab.profile.campaign import run_comm_campaign, run_compute_campaign, run_single_table_costs
+from shardlab.profile.hardware import profile_with
+from shardlab.profile.store import SampleStore
 
 
 def _existing_store(path: str | None) -> None:
     """Refuse (one line) a store to read from that does not exist, rather than create it empty."""
-    from pathlib import Path
-
     if path is not None and not Path(path).is_file():
         raise ShardlabError(f"option '--store' = {path!r}: no such sample store (nothing to read)")
 
 
 def cmd_profile_compute(args: argparse.Namespace) -> None:
     """Run (or resume) a compute campaign into a sample store."""
-    from shardlab.profile.campaign import run_compute_campaign
-    from shardlab.profile.hardware import profile_with
-    from shardlab.profile.store import SampleStore
-
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
     if args.pool == "broad":
-        from shardlab.profile.broad_campaign import run_broad_campaign
-
-        from shardlab.profile.broad_campaign import BroadSpace
-
         added = run_broad_campaign(args.store, args.samples, prof, space=BroadSpace(row_share=args.row_share),
                                    max_tables=args.max_tables, mem_cap_gb=args.mem_gb,
                                    workers=args.workers, seed=args.seed, progress=not args.no_progress)
@@ -46,15 +44,11 @@ def cmd_profile_compute(args: argparse.Namespace) -> None:
     with SampleStore(args.store) as store:
         total = store.count("compute")
     emit(args, f"profile compute ({prof.name}): added {added} samples, {total} compute samples in "
-                f"{args.store}", {"added": added, "compute_samples": total, "profile": prof.to_dict()})
+               f"{args.store}", {"added": added, "compute_samples": total, "profile": prof.to_dict()})
 
 
 def cmd_profile_comm(args: argparse.Namespace) -> None:
     """Run (or resume) a comm campaign for each requested device count."""
-    from shardlab.profile.campaign import run_comm_campaign
-    from shardlab.profile.hardware import profile_with
-    from shardlab.profile.store import SampleStore
-
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
     added = {g: run_comm_campaign(args.store, args.samples, g, prof, seed=args.seed,
                                   max_delay_ms=args.max_delay_ms, progress=not args.no_progress)
@@ -63,15 +57,11 @@ def cmd_profile_comm(args: argparse.Namespace) -> None:
         kinds = store.kinds()
     counts = ", ".join(f"G={g}: +{n} ({kinds.get(f'comm:{g}', 0)} stored)" for g, n in added.items())
     emit(args, f"profile comm ({prof.name}): {counts} in {args.store}",
-          {"added": added, "stored": kinds, "profile": prof.to_dict()})
+         {"added": added, "stored": kinds, "profile": prof.to_dict()})
 
 
 def cmd_profile_single(args: argparse.Namespace) -> None:
     """Measure alone every table of the stored compute samples (for fused-vs-sum checks)."""
-    from shardlab.profile.campaign import run_single_table_costs
-    from shardlab.profile.hardware import profile_with
-    from shardlab.profile.store import SampleStore
-
     _existing_store(args.store)
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
     added = run_single_table_costs(args.store, prof, workers=args.workers, max_samples=args.max_samples,
@@ -79,15 +69,11 @@ def cmd_profile_single(args: argparse.Namespace) -> None:
     with SampleStore(args.store) as store:
         total = store.count("single")
     emit(args, f"profile single ({prof.name}): added {added}, {total} single-table costs in {args.store}",
-          {"added": added, "single_samples": total, "profile": prof.to_dict()})
+         {"added": added, "single_samples": total, "profile": prof.to_dict()})
 
 
 def cmd_profile_plans(args: argparse.Namespace) -> None:
     """Measure plans of random tasks (heuristic sharders) into the store (kind plan:<G>)."""
-    from shardlab.profile.hardware import profile_with
-    from shardlab.profile.store import SampleStore
-    from shardlab.experiments.plan_campaign import run_plan_campaign
-
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
     added = run_plan_campaign(args.store, args.samples, args.ngpu, prof, pool=args.pool, split=args.split,
                               ntables=(args.min_tables, args.max_tables), mem_cap_gb=args.mem_gb,
@@ -95,13 +81,11 @@ def cmd_profile_plans(args: argparse.Namespace) -> None:
     with SampleStore(args.store) as store:
         total = store.count(f"plan:{args.ngpu}")
     emit(args, f"profile plans ({prof.name}, G={args.ngpu}): added {added}, {total} measured plans in "
-                f"{args.store}", {"added": added, "plans": total, "profile": prof.to_dict()})
+               f"{args.store}", {"added": added, "plans": total, "profile": prof.to_dict()})
 
 
 def cmd_train(args: argparse.Namespace) -> None:
     """Train a cost-model bundle (or an RL policy) on measured samples; save it with provenance."""
-    from shardlab.costmodel.train import load_records, train_bundle
-
     if args.kind.endswith("_policy"):
         return train_policy(args)
     _existing_store(args.store)
@@ -115,16 +99,13 @@ def cmd_train(args: argparse.Namespace) -> None:
     bundle.save(args.out)
     h = bundle.heldout
     emit(args, f"train {args.kind}: {len(compute)} compute + {len(comm)} comm samples ({label}); held-out "
-                f"compute MAPE {h['compute_total']['mape']:.3f}, Spearman {h['compute_total']['spearman']:.3f}"
-                f" -> {args.out}", {"out": args.out, "heldout": h})
+               f"compute MAPE {h['compute_total']['mape']:.3f}, Spearman {h['compute_total']['spearman']:.3f}"
+               f" -> {args.out}", {"out": args.out, "heldout": h})
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
     """Calibrate a bundle's compute model on measured split shards it was not trained on and
     write the calibration into its manifest (the model files are left as they are)."""
-    from shardlab.costmodel.bundle import load_bundle, resolve_model_path, write_calibration
-    from shardlab.costmodel.train import calibrate_held_out, load_records
-
     _existing_store(args.store)
     path = resolve_model_path(args.model, args.profile or "cpu")
     bundle = load_bundle(path)
@@ -133,36 +114,25 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                              label, args.quantile)
     write_calibration(path, cal.to_dict())
     emit(args, f"calibrate {args.model}: {cal.n} split shards ({label}), median log(measured/predicted) "
-                f"{cal.median_log_ratio:+.3f}, q{cal.quantile:g} {cal.log_margin:+.3f} -> split guard x{cal.factor:.3f}"
-                f" -> {path}", {"out": str(path), "calibration": cal.to_dict()})
+               f"{cal.median_log_ratio:+.3f}, q{cal.quantile:g} {cal.log_margin:+.3f} -> split guard x{cal.factor:.3f}"
+               f" -> {path}", {"out": str(path), "calibration": cal.to_dict()})
 
 
 def train_policy(args: argparse.Namespace) -> None:
-    """DreamShard / AutoShard policy training; measured plans of the policy go to --store."""
-    from shardlab.costmodel.bundle import load_bundle
-    from shardlab.costmodel.train import load_records
-
+    """DreamShard / AutoShard policy training; measured plans of the policy go to --store. The
+    training configuration is the dataclass built from the options it generated."""
     if not args.store:
         raise ShardlabError(f"train {args.kind}: field 'store' is required (measured plans of the policy go there)")
     compute = [s for s in load_records("compute", None, args.dataset) if ":train:" in s.key]
     if args.kind == "dreamshard_policy":
-        from shardlab.experiments.train_dreamshard import DreamShardArgs, train_dreamshard
-
-        cost = load_bundle(args.cost_model or "dreamshard", args.profile or "cpu").compute
-        config = DreamShardArgs(iterations=args.iterations, measure_per_iteration=args.measure,
-                                updates_per_iteration=args.updates, ngpu=args.ngpu, seed=args.seed,
-                                probe_every=args.probe_every, progress=not args.no_progress,
-                                **({} if args.cost_epochs is None else {"cost_epochs": args.cost_epochs}))
+        config = dataclass_from_args(DreamShardArgs, args)
+        cost = load_bundle(args.cost_model or "dreamshard", config.profile).compute
         agent = train_dreamshard(config, args.store, cost, compute, initial_plans=load_records("plan", None, args.dataset))
         last = agent.history_[-1]["mean_predicted_cost_ms"][-10:]
         summary = f"{len(agent.history_)} iterations, last mean predicted cost {sum(last) / len(last):.2f} ms"
     else:
-        from shardlab.experiments.train_autoshard import AutoShardArgs, train_autoshard
-
-        cost = load_bundle(args.cost_model or "autoshard", args.profile or "cpu").compute
-        config = AutoShardArgs(updates=args.updates * args.iterations, ngpu=args.ngpu, refit_every=args.updates,
-                               measure_plans=args.measure, probe_every=args.probe_every, seed=args.seed,
-                               cost_epochs=args.cost_epochs, progress=not args.no_progress)
+        config = dataclass_from_args(AutoShardArgs, args)
+        cost = load_bundle(args.cost_model or "autoshard", config.profile).compute
         agent = train_autoshard(config, cost, compute, store=args.store)
         last = [h["mean_reward"] for h in agent.history_[-10:]]
         summary = f"{len(agent.history_)} updates, last mean reward {sum(last) / len(last):.3f}"

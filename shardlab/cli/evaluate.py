@@ -1,7 +1,8 @@
 """The evaluation verbs of the ``shardlab`` command line: ``evaluate``, ``compare`` and
 ``report``. Each builds one :class:`~shardlab.evaluate.Evaluator` from its arguments
-(measured in paired rounds, or a cost model) and calls it; none branches on how plans are
-costed after that. Arguments are parsed in :mod:`shardlab.cli`.
+(measured in paired rounds, a cost model, or TorchRec training steps) and calls it; none
+branches on how plans are costed after that. Arguments are parsed in :mod:`shardlab.cli.parser`
+(:func:`~shardlab.cli.arguments.add_evaluator_arguments`).
 """
 
 from __future__ import annotations
@@ -11,54 +12,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shardlab.cli_campaigns import emit
+from shardlab.cli import emit
 from shardlab.errors import ShardlabError
-
-
-def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, default_model: str | None) -> None:
-    """The options that choose and configure the evaluator (shared by evaluate/compare/report)."""
-    how = p.add_mutually_exclusive_group()
-    how.add_argument("--measure", action="store_true", help="measure on this machine (real kernels, real ranks)")
-    how.add_argument("--model", default=default_model,
-                     help="cost model: a manifest JSON path or a shipped name (neuroshard, ...)"
-                          + (" (default %(default)s)" if default_model else ""))
-    how.add_argument("--analytic", action="store_true", help="the shipped analytic model")
-    how.add_argument("--torchrec", action="store_true",
-                     help="apply each plan in TorchRec's DistributedModelParallel here and time real training steps")
-    p.add_argument("--steps", type=int, default=None, help="--torchrec: timed steps per plan per round (default 5)")
-    p.add_argument("--warmup-steps", type=int, default=None,
-                   help="--torchrec: untimed steps per plan before the first round (default 2)")
-    p.add_argument("--whole-step", action="store_true",
-                   help="--torchrec: also time TorchRec's whole DLRM training step with the plan applied "
-                        "(needs one embedding dim); the cost is the whole step, the embedding part beside it")
-    p.add_argument("--rounds", type=int, default=None,
-                   help=f"--measure: paired, interleaved rounds (>= 3 for intervals and verdicts; default {default_rounds})")
-    p.set_defaults(default_rounds=default_rounds)
-    p.add_argument("--warmup-rounds", type=int, default=None,
-                   help="--measure: untimed rounds first (default 1 with several rounds, else 0)")
-    p.add_argument("--reference", default=None,
-                   help="plan to compare against: a Plan JSON file or the method of one of the plans "
-                        "(default: the best baseline among them)")
-    p.add_argument("--no-pin", action="store_true", help="--measure: do not pin ranks and compute to cores")
-    p.add_argument("--journal", default=None,
-                   help="--measure: append every measurement to this JSON-lines file as it is taken")
-    p.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=None, help="override the profile's batch size")
-    p.add_argument("--repeats", type=int, default=None, help="override the profile's timed runs per op")
-    p.add_argument("--warmup", type=int, default=None, help="override the profile's warm-up runs per op")
-    p.add_argument("--seed", type=int, default=0, help="--measure: the rounds' orders and the bootstrap")
-    p.add_argument("--no-bound", action="store_true", help="skip the lower bound")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+from shardlab.evaluate import MeasuredEvaluator, ModelEvaluator
+from shardlab.evaluate.torchrec_step import TorchRecEvaluator
+from shardlab.io import load_plan, load_task, write_json_atomic
+from shardlab.paths import safe_filename
+from shardlab.profile.hardware import profile_with
+from shardlab.profile.provenance import environment
+from shardlab.report.html import write_report
+from shardlab.report.uncertainty import ci_text, ratio_text, verdict_text
 
 
 def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
-    """The Evaluator the arguments ask for: measured in rounds, or a cost model."""
-    from shardlab.evaluate import MeasuredEvaluator, ModelEvaluator
-    from shardlab.profile.hardware import profile_with
-
+    """The Evaluator the arguments ask for: TorchRec steps, measured in rounds, or a cost model."""
     if args.torchrec:
-        from shardlab.evaluate.torchrec_step import TorchRecEvaluator
-
         return TorchRecEvaluator(profile_with(args.profile, args.batch_size), rounds=args.rounds or args.default_rounds,
                                  steps=args.steps or 5, warmup_steps=2 if args.warmup_steps is None else args.warmup_steps,
                                  seed=args.seed, reference=reference, whole_step=args.whole_step)
@@ -77,8 +45,6 @@ def load_plans(task: Any, paths: list[str], reference: str | None) -> tuple[dict
     """Plans keyed by method (``method:file-stem`` for every plan of a method given more than once),
     every one checked against ``task``; ``reference`` resolved: a Plan JSON file (added to the
     plans when not among them) or a method name. Returns (plans, reference key or None)."""
-    from shardlab.io import load_plan
-
     plans: dict[str, Any] = {}
     by_path: dict[str, str] = {}
     loaded = []
@@ -117,8 +83,6 @@ def load_plans(task: Any, paths: list[str], reference: str | None) -> tuple[dict
 def comparison_line(key: str, e: Any) -> str:
     """One line for a plan, in columns: cost (median and 95% interval when measured in rounds),
     ratio to the reference (with its interval) and verdict (:mod:`shardlab.report.uncertainty`)."""
-    from shardlab.report.uncertainty import ci_text, ratio_text, verdict_text
-
     ref = f" vs {e.comparison.reference}" if e.comparison and e.comparison.reference != key else ""
     return (f"{key:>22}  {e.cost_ms:9.3f} ms {ci_text(e):<24}  x{ratio_text(key, e):<24}{ref:<18}"
             f"  {verdict_text(key, e)}").rstrip()
@@ -126,8 +90,6 @@ def comparison_line(key: str, e: Any) -> str:
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Cost of one plan (Evaluation JSON), measured (in rounds) or predicted."""
-    from shardlab.io import load_task, write_json_atomic
-
     task = load_task(args.task)
     plans, ref = load_plans(task, [args.plan], args.reference)
     key = next(k for k in plans if k != ref) if len(plans) > 1 else next(iter(plans))   # the plan itself
@@ -152,13 +114,11 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
             f" ({ev.comparison.verdict})" if ev.comparison.verdict else "")
     where = f" -> {args.out}" if args.out else ""
     emit(args, f"evaluate {plans[key].method} on {task.name}: {ev.cost_ms:.3f} ms{ci} ({ev.source}){bound}{vs}{part}"
-                f"{where}", payload)
+               f"{where}", payload)
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
     """Several plans of one task, each against the reference: one line per plan."""
-    from shardlab.io import load_task, write_json_atomic
-
     task = load_task(args.task)
     plans, ref = load_plans(task, args.plans, args.reference)
     evs = build_evaluator(args, ref).evaluate(task, plans)
@@ -177,11 +137,6 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
 def cmd_report(args: argparse.Namespace) -> None:
     """A standalone HTML comparison of plans of one task (costs from a model or measured)."""
-    from shardlab.io import load_task
-    from shardlab.paths import safe_filename
-    from shardlab.profile.provenance import environment
-    from shardlab.report.html import write_report
-
     task = load_task(args.task)
     plans, ref = load_plans(task, args.plans, args.reference)
     evaluations = build_evaluator(args, ref).evaluate(task, plans)
@@ -190,4 +145,4 @@ def cmd_report(args: argparse.Namespace) -> None:
                        environment=environment("cpu"))
     best = min(evaluations.items(), key=lambda kv: (kv[1].cost_ms, kv[0]))   # ties: by name, not by order
     emit(args, f"report {task.name}: {len(plans)} plans, best {best[0]} {best[1].cost_ms:.3f} ms "
-                f"({best[1].source}) -> {out}", {m: e.to_dict() for m, e in evaluations.items()})
+               f"({best[1].source}) -> {out}", {m: e.to_dict() for m, e in evaluations.items()})

@@ -37,7 +37,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "verify": (lambda v: 1 <= v <= 20, "must be in [1, 20] (candidate plans measured)"),
     "iterations": (lambda v: v >= 1, "must be >= 1"),
     "updates": (lambda v: v >= 1, "must be >= 1"),
-    "measure": (lambda v: v >= 0, "must be >= 0"),          # train: plans measured per iteration
+    "cost_epochs": (lambda v: v >= 1, "must be >= 1"),
     "ngpu": (lambda v: v >= 1, "must be >= 1"),
     "steps": (lambda v: 1 <= v <= 10000, "must be in [1, 10000]"),
     "warmup_steps": (lambda v: 0 <= v <= 1000, "must be in [0, 1000]"),
@@ -69,7 +69,7 @@ def check_args(args: argparse.Namespace) -> None:
         value = getattr(args, dest, None)
         if value is None or isinstance(value, bool):
             continue
-        for v in value if isinstance(value, list) else [value]:
+        for v in value if isinstance(value, (list, tuple)) else [value]:
             if not ok(v):
                 raise ShardlabError(f"option '{_flag(dest)}' = {v!r} {requirement}")
     verb = getattr(args, "verb", None)
@@ -91,5 +91,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise ShardlabError(f"option '--module' = {args.module!r} must be a dotted module path like 'sparse.ebc'")
     if getattr(args, "row_share", 0) and getattr(args, "pool", None) != "broad":
         raise ShardlabError(f"option '--row-share' = {args.row_share} needs --pool broad")
+    if verb == "train" and args.kind == "autoshard_policy" and getattr(args, "iterations", None) is not None:
+        raise ShardlabError(f"option '--iterations' = {args.iterations} does not apply to autoshard_policy: --updates "
+                            "counts its learner updates in all and --refit-every the updates between cost-model refits "
+                            "(the former '--iterations I --updates U' is '--updates I*U --refit-every U')")
     if getattr(args, "min_tables", None) and getattr(args, "max_tables", None) and args.min_tables > args.max_tables:
         raise ShardlabError(f"option '--min-tables' = {args.min_tables} must be <= --max-tables ({args.max_tables})")

@@ -1,0 +1,166 @@
+"""Building blocks of the ``shardlab`` argument parser: a verb with its example line, options
+generated from a configuration dataclass (CleanRL style: the field's name, type, default and
+docstring are the flag's), the evaluator options shared by ``evaluate``/``compare``/``report``,
+and the parsers of ``--dims`` and ``--set key=value``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import json
+import textwrap
+import types
+import typing
+from typing import Any, Sequence
+
+#: Argument types a dataclass field may have on the command line (bool is a --flag/--no-flag pair).
+SCALARS = (int, float, str)
+
+
+class VerbFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help text as argparse writes it, with the description and the example lines kept as
+    written, and option help wrapped at spaces only (``--no-progress`` stays whole)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+def add_verb(sub: Any, name: str, help: str, examples: Sequence[str], command: str | None = None,
+             description: str | None = None) -> argparse.ArgumentParser:
+    """A sub-parser ``name`` whose ``--help`` ends with ``example:`` and ``examples`` (command lines,
+    each starting with ``shardlab``). ``command``: ``"module:function"`` of :mod:`shardlab.cli`
+    that runs the verb (imported only when the verb runs)."""
+    epilog = "example:\n" + "\n".join(f"  {line}" for line in examples)
+    parser = sub.add_parser(name, help=help, description=description or help, epilog=epilog,
+                            formatter_class=VerbFormatter)
+    if command is not None:
+        parser.set_defaults(command=command)
+    return parser
+
+
+def dims(text: str) -> list[int]:
+    """``--dims 4,8,16``: comma-separated embedding dims."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--dims must be comma-separated integers, got {text!r}") from None
+
+
+def setting(text: str) -> tuple[str, Any]:
+    """``--set key=value``: the key and the value parsed as a method spec's option values are:
+    JSON where it parses (``3``, ``0.5``, ``[4, 8]``, ``null``), ``true``/``false`` in any
+    case, else the text itself (``analytic``)."""
+    key, eq, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not eq or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"--set takes key=value with a field name as key, got {text!r}")
+    if raw.lower() in ("true", "false"):
+        return key, raw.lower() == "true"
+    try:
+        return key, json.loads(raw)
+    except ValueError:
+        return key, raw
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Field name -> the docstring written right after the field in the class source."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    return {node.target.id: inspect.cleandoc(doc.value.value) for node, doc in zip(body, body[1:])
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+            and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)}
+
+
+def _flag_form(owner: str, name: str, hint: Any) -> tuple[type, int | str | None]:
+    """(argument type, nargs) of a field annotated ``hint``: a scalar, ``X | None``, the first
+    scalar of a union (``str | HardwareProfile``: a name), ``tuple[X, ...]`` or ``tuple[X, X]``."""
+    if hint in SCALARS:
+        return hint, None
+    origin, members = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        scalars = [m for m in members if m in SCALARS]
+        if scalars:
+            return scalars[0], None
+    if origin is tuple and members:
+        if len(members) == 2 and members[1] is Ellipsis and members[0] in SCALARS:
+            return members[0], "+"
+        if all(m is members[0] for m in members) and members[0] in SCALARS:
+            return members[0], len(members)
+    raise TypeError(f"{owner}.{name}: no command-line form for the annotation {hint!r}")
+
+
+def _shown(value: Any) -> str:
+    """A default as it is typed on the command line (``4 8`` for a tuple)."""
+    return " ".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+
+
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type,
+                            aliases: dict[str, Sequence[str]] | None = None) -> None:
+    """One option per field of the dataclass ``cls``: ``--field-name`` (underscores to dashes),
+    type from the annotation (a bool is ``--flag``/``--no-flag``; a tuple takes several values),
+    default from the field and help from its docstring. ``aliases``: field -> more spellings of
+    its flag (kept from earlier versions of the command line)."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    group = parser.add_argument_group(f"{cls.__name__} (training configuration)")
+    for f in dataclasses.fields(cls):
+        if f.default is dataclasses.MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name}: a command-line field needs a default")
+        flag = "--" + f.name.replace("_", "-")
+        more = list((aliases or {}).get(f.name, ()))
+        doc = docs.get(f.name, "").replace("``", "").replace("%", "%%")
+        help = f"{doc} (default: {_shown(f.default)})".strip()
+        if hints[f.name] is bool:
+            group.add_argument(flag, *more, dest=f.name, action="store_true", default=f.default,
+                               help=f"{help}; --no-{flag[2:]} turns it off" if f.default else help)
+            group.add_argument(f"--no-{flag[2:]}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
+            continue
+        kind, nargs = _flag_form(cls.__name__, f.name, hints[f.name])
+        metavar = (kind.__name__.upper(),) * nargs if isinstance(nargs, int) else kind.__name__.upper()
+        group.add_argument(flag, *more, dest=f.name, type=kind, nargs=nargs, default=f.default, metavar=metavar,
+                           help=help)
+
+
+def dataclass_from_args(cls: type, args: argparse.Namespace) -> Any:
+    """An instance of ``cls`` from the options :func:`add_dataclass_arguments` added (lists
+    become tuples); the dataclass checks its own fields."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, default_model: str | None) -> None:
+    """The options that choose and configure the evaluator (shared by evaluate/compare/report)."""
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--measure", action="store_true", help="measure on this machine (real kernels, real ranks)")
+    how.add_argument("--model", default=default_model,
+                     help="cost model: a manifest JSON path or a shipped name (neuroshard, ...)"
+                          + (" (default %(default)s)" if default_model else ""))
+    how.add_argument("--analytic", action="store_true", help="the shipped analytic model")
+    how.add_argument("--torchrec", action="store_true",
+                     help="apply each plan in TorchRec's DistributedModelParallel here and time real training steps")
+    p.add_argument("--steps", type=int, default=None, help="--torchrec: timed steps per plan per round (default 5)")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help="--torchrec: untimed steps per plan before the first round (default 2)")
+    p.add_argument("--whole-step", action="store_true",
+                   help="--torchrec: also time TorchRec's whole DLRM training step with the plan applied "
+                        "(needs one embedding dim); the cost is the whole step, the embedding part beside it")
+    p.add_argument("--rounds", type=int, default=None,
+                   help=f"--measure: paired, interleaved rounds (>= 3 for intervals and verdicts; default {default_rounds})")
+    p.set_defaults(default_rounds=default_rounds)
+    p.add_argument("--warmup-rounds", type=int, default=None,
+                   help="--measure: untimed rounds first (default 1 with several rounds, else 0)")
+    p.add_argument("--reference", default=None,
+                   help="plan to compare against: a Plan JSON file or the method of one of the plans "
+                        "(default: the best baseline among them)")
+    p.add_argument("--no-pin", action="store_true", help="--measure: do not pin ranks and compute to cores")
+    p.add_argument("--journal", default=None,
+                   help="--measure: append every measurement to this JSON-lines file as it is taken")
+    p.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=None, help="override the profile's batch size")
+    p.add_argument("--repeats", type=int, default=None, help="override the profile's timed runs per op")
+    p.add_argument("--warmup", type=int, default=None, help="override the profile's warm-up runs per op")
+    p.add_argument("--seed", type=int, default=0, help="--measure: the rounds' orders and the bootstrap")
+    p.add_argument("--no-bound", action="store_true", help="skip the lower bound")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
