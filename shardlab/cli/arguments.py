@@ -11,6 +11,7 @@ import ast
 import dataclasses
 import inspect
 import json
+import sys
 import textwrap
 import types
 import typing
@@ -73,6 +74,29 @@ def field_docs(cls: type) -> dict[str, str]:
             and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)}
 
 
+def field_types(cls: type) -> dict[str, Any]:
+    """Field name -> its annotation, evaluated in the class's module as ``typing.get_type_hints``
+    would; a union member that does not resolve there (a class imported only for type checking,
+    as ``HardwareProfile`` in ``str | HardwareProfile``) is left out: it has no command-line form."""
+    namespace = vars(sys.modules[cls.__module__])
+    types_ = {}
+    for f in dataclasses.fields(cls):
+        if not isinstance(f.type, str):
+            types_[f.name] = f.type
+            continue
+        try:
+            types_[f.name] = eval(f.type, namespace)      # the class's own annotation, as get_type_hints does
+        except NameError:
+            members = []
+            for part in f.type.split("|"):
+                try:
+                    members.append(eval(part, namespace))
+                except NameError:
+                    continue
+            types_[f.name] = typing.Union[tuple(members)] if members else f.type
+    return types_
+
+
 def _flag_form(owner: str, name: str, hint: Any) -> tuple[type, int | str | None]:
     """(argument type, nargs) of a field annotated ``hint``: a scalar, ``X | None``, the first
     scalar of a union (``str | HardwareProfile``: a name), ``tuple[X, ...]`` or ``tuple[X, X]``."""
@@ -102,7 +126,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type,
     type from the annotation (a bool is ``--flag``/``--no-flag``; a tuple takes several values),
     default from the field and help from its docstring. ``aliases``: field -> more spellings of
     its flag (kept from earlier versions of the command line)."""
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     docs = field_docs(cls)
     group = parser.add_argument_group(f"{cls.__name__} (training configuration)")
     for f in dataclasses.fields(cls):

@@ -18,8 +18,7 @@ from shardlab.evaluate import MeasuredEvaluator, ModelEvaluator
 from shardlab.evaluate.torchrec_step import TorchRecEvaluator
 from shardlab.io import load_plan, load_task, write_json_atomic
 from shardlab.paths import safe_filename
-from shardlab.profile.hardware import profile_with
-from shardlab.profile.provenance import environment
+from shardlab.profile.hardware import environment, profile_with
 from shardlab.report.html import write_report
 from shardlab.report.uncertainty import ci_text, ratio_text, verdict_text
 

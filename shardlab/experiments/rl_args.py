@@ -8,11 +8,14 @@ written once, here. This module imports no torch: the command line reads it to b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shardlab.errors import ShardlabError
-from shardlab.profile.hardware import HardwareProfile
+
+if TYPE_CHECKING:      # a profile object may be passed; at run time this module stays torch-free
+    from shardlab.profile.hardware import HardwareProfile
 
 @dataclass(frozen=True)
 class DreamShardArgs:
