@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from shardlab import constants as C
+from shardlab.data.generator import table_from_params
 from shardlab.errors import ShardlabError
 from shardlab.io import read_json
 from shardlab.tables import Table
@@ -27,8 +28,6 @@ IMPORT_BAG_K = 1000.0
 
 def _with_assumed_bins(name: str, rows: int, dim: int, pooling: float, batch_size: int,
                        alpha: float, seed: int, origin: str, fixed: bool = False) -> Table:
-    from shardlab.data.generator import table_from_params
-
     index_seed = zlib.crc32(f"{seed}:{name}".encode())
     params = {"rows": rows, "alpha": alpha, "pooling": pooling, "bag_k": IMPORT_BAG_K, "fixed": fixed}
     generated, _ = table_from_params(name, params, dim, batch_size, index_seed)

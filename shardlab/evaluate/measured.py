@@ -26,16 +26,23 @@ its bound; ratios below 1 mean exactly that.
 
 from __future__ import annotations
 
+import json
+import time
 from contextlib import ExitStack
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from shardlab import constants as C
+from shardlab.data.fit_lookups import with_lookups
+from shardlab.data.lookups import lookup_origin
+from shardlab.errors import ShardlabError, field_error
 from shardlab.evaluate.stats import bootstrap_median_ci
 from shardlab.evaluate.values import (DeviceCost, Evaluation, check_plans, comm_pattern, compare_to_reference,
                                       device_tables)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
+from shardlab.profile.comm import CommBench
 from shardlab.profile.compute import DEFAULT_MAX_GB, measure_compute
 from shardlab.profile.hardware import HardwareProfile, core_for, get_profile, pinned
 from shardlab.schedule import balanced_dims, forward_delays, lower_bound_ms
@@ -53,8 +60,6 @@ def measurable(task: Task) -> tuple[Task, str]:
     :func:`~shardlab.data.fit_lookups.with_lookups`) and the note for ``source``: ``""`` when
     every table has its own generator, else e.g. ``" (lookups fitted for 3/30 tables, replayed
     from traces for 2/30)"``."""
-    from shardlab.data.fit_lookups import with_lookups
-    from shardlab.data.lookups import lookup_origin
 
     out = with_lookups(task)
     origins = [lookup_origin(t) for t in out.tables]
@@ -79,8 +84,6 @@ def _comm(dims: Sequence[int], delays: Sequence[float] | None, profile: Hardware
         return np.zeros(len(dims)), np.zeros(len(dims))
     extra = {} if rowwise is None or rowwise.empty else {"rowwise": rowwise}
     if bench is None:
-        from shardlab.profile.comm import CommBench
-
         with CommBench.for_profile(len(dims), profile) as b:
             s = b.measure(dims, delays, repeats=profile.repeats, warmup=profile.warmup, **extra)
     else:
@@ -160,8 +163,6 @@ def _journal(path: str | None, task: str, round_: int, name: str, m: np.ndarray 
     """Append one measurement to the journal file (flushed at once)."""
     if path is None:
         return
-    import json
-
     value = m.tolist() if isinstance(m, np.ndarray) else m
     with open(path, "a") as f:
         f.write(json.dumps({"task": task, "round": round_, "item": name, "ms": value}) + "\n")
@@ -203,8 +204,6 @@ class MeasuredEvaluator:
         self.group = group
 
     def _check(self) -> HardwareProfile:
-        from shardlab.errors import field_error
-
         if int(self.rounds) < 1:
             raise field_error("measured evaluator", "rounds", self.rounds, "must be >= 1")
         if int(self.warmup_rounds) < 0:
@@ -213,10 +212,6 @@ class MeasuredEvaluator:
 
     def evaluate(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, Evaluation]:
         """Measured Evaluations of ``plans`` in paired rounds, compared to the reference."""
-        import time
-
-        from tqdm.auto import tqdm
-
         prof = self._check()
         check_plans(task, plans)
         t0 = time.perf_counter()
@@ -243,13 +238,9 @@ class MeasuredEvaluator:
             stack.callback(bar.close)     # also on failure: an error line must not follow the bar on its line
             bench = self.group
             if bench is not None and bench.world_size != task.ngpu:
-                from shardlab.errors import ShardlabError
-
                 raise ShardlabError(f"measured evaluator: the group has {bench.world_size} ranks but task "
                                     f"'{task.name}' has field 'ngpu' = {task.ngpu}")
             if bench is None and task.ngpu > 1:
-                from shardlab.profile.comm import CommBench
-
                 bench = stack.enter_context(CommBench.for_profile(task.ngpu, prof, pin=self.pin))
             stack.enter_context(pinned(core_for(-1), self.pin and prof.device == "cpu" and self.group is None))
             for r, order in schedule:

@@ -9,6 +9,8 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.costmodel.base import simulate
+from shardlab.costmodel.bundle import load_bundle
+from shardlab.costmodel.rowwise_comm import WithRowWise, load_rowwise_comm
 from shardlab.evaluate.values import (DeviceCost, Evaluation, check_plans, comm_pattern, compare_to_reference,
                                       device_tables)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
@@ -41,8 +43,6 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True, 
     if rowwise_comm is not None and plan.ngpu > 1:
         dims, rw = comm_pattern(task, plan, int(rowwise_comm.setting("batch_size")))
         if not rw.empty:
-            from shardlab.costmodel.rowwise_comm import WithRowWise
-
             shard_dims = np.array([sum(t.dim for t in ts) for ts in per_dev])
             comm = WithRowWise(comm_model, rowwise_comm.increment(plan.ngpu, rw.to_dict()), shard_dims - dims)
             comm_label += "+" + rowwise_comm.source
@@ -81,15 +81,11 @@ class ModelEvaluator:
 
     def rowwise_model(self) -> Any:
         """The row-wise comm model (:func:`~shardlab.costmodel.rowwise_comm.load_rowwise_comm`), or None."""
-        from shardlab.costmodel.rowwise_comm import load_rowwise_comm
-
         return load_rowwise_comm(self.rowwise_comm, self.profile)
 
     def bundle(self) -> Any:
         """The cost-model bundle (loaded when a name or path was given)."""
         if isinstance(self.model, (str, bytes)) or hasattr(self.model, "__fspath__"):
-            from shardlab.costmodel.bundle import load_bundle
-
             return load_bundle(self.model, self.profile)
         return self.model
 

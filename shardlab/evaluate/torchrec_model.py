@@ -7,8 +7,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import numpy as np
+import torch
+import torch.distributed as dist
 
+from shardlab.data.lookups import table_lookups
 from shardlab.errors import ShardlabError
+from shardlab.export import sharding_plan_from_export
 from shardlab.profile.hardware import HardwareProfile
 from shardlab.tables import Task
 
@@ -41,7 +45,6 @@ def check_dlrm_task(task: Task) -> None:
 
 def _env_and_sharders(task: Task, learning_rate: float) -> tuple[Any, list[Any]]:
     """The process group's ShardingEnv and the fused-kernel sharder with the task's optimizer."""
-    import torch.distributed as dist
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.types import ShardingEnv
@@ -68,8 +71,6 @@ def _apply(module: Any, export: Mapping[str, Any], task: Task, device: Any, lear
     TorchRec's own refusals are one line too, naming the table where its message does."""
     from torchrec.distributed.model_parallel import DistributedModelParallel
 
-    from shardlab.export import sharding_plan_from_export
-
     env, sharders = _env_and_sharders(task, learning_rate)
     try:
         plan = sharding_plan_from_export(export, task)
@@ -92,7 +93,6 @@ def sharded_dlrm(task: Task, export: Mapping[str, Any], device: Any, learning_ra
     tables sharded as ``export`` says (module ``MODULES["whole_step"]``), pairwise interaction,
     over arch ``OVER_ARCH``, BCE loss -- under ``DistributedModelParallel``; the SGD optimizer of its
     dense parameters). One embedding dim for every table (:func:`check_dlrm_task`)."""
-    import torch
     from torchrec.models.dlrm import DLRM, DLRMTrain
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
     from torchrec.optim.keyed import KeyedOptimizerWrapper
@@ -112,7 +112,6 @@ def sharded_dlrm(task: Task, export: Mapping[str, Any], device: Any, learning_ra
 def dlrm_batches(sparse: list[Any], profile: HardwareProfile, rank: int, device: Any) -> list[Any]:
     """TorchRec ``Batch``es for the whole-step model: this rank's sparse batches with seeded
     standard-normal dense features and 0/1 labels (their values do not change the time)."""
-    import torch
     from torchrec.datasets.utils import Batch
 
     gen = torch.Generator().manual_seed(rank)
@@ -129,7 +128,6 @@ def sharded_ebc(task: Task, export: Mapping[str, Any], device: Any, learning_rat
     (one feature each, the task's precision), sharded as ``export`` (module ``ebc``) says, with
     the fused kernel and the task's optimizer. A plan TorchRec rejects is a one-line error
     naming the table and its sharding type where TorchRec's message names a table."""
-    import torch
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
     if export.get("module") != MODULES["embeddings"]:
@@ -151,10 +149,7 @@ def local_batches(task: Task, profile: HardwareProfile, rank: int, world_size: i
     """``profile.input_batches`` batches of this rank's samples: the global batch of
     ``profile.batch_size`` samples of every table's own lookups, rows
     ``[rank * b, (rank + 1) * b)`` with ``b = batch_size // world_size``, as ``KeyedJaggedTensor``s."""
-    import torch
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-
-    from shardlab.data.lookups import table_lookups
 
     b = profile.batch_size // world_size
     lo, hi = rank * b, (rank + 1) * b

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import datetime
 import gc
+import logging
 import os
 import queue
 import time
@@ -40,12 +41,18 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from shardlab import constants as C
 from shardlab.errors import ShardlabError
-from shardlab.evaluate.measured import round_orders
+from shardlab.evaluate.measured import measurable, round_orders
 from shardlab.evaluate.stats import bootstrap_median_ci
+from shardlab.evaluate.torchrec_model import (MODULES, check_dlrm_task, dlrm_batches, local_batches, sharded_dlrm,
+                                              sharded_ebc)
 from shardlab.evaluate.values import DeviceCost, Evaluation, check_plans, compare_to_reference
+from shardlab.export import export_for_device, export_torchrec, placement_rank
 from shardlab.plan import Plan, device_memory_bytes
 from shardlab.profile.hardware import HardwareProfile, get_profile
 from shardlab.tables import Task
@@ -85,8 +92,6 @@ class TorchRecEvaluator:
             raise ShardlabError(f"torchrec evaluator: profile '{prof.name}': field 'batch_size' = {prof.batch_size} "
                                 f"must be >= ngpu ({task.ngpu})")
         if prof.device == "cuda":
-            import torch
-
             if torch.cuda.device_count() < task.ngpu:
                 raise ShardlabError(f"torchrec evaluator: task '{task.name}': field 'ngpu' = {task.ngpu} exceeds "
                                     f"the {torch.cuda.device_count()} visible GPUs")
@@ -141,10 +146,6 @@ def prepare(task: Task, plans: Mapping[str, Plan], profile: HardwareProfile, rou
             kinds: Sequence[str] = (EMBEDDINGS,)) -> Job:
     """The :class:`Job` of measuring ``plans`` (deterministic: every rank computes the same one).
     A whole-step job needs one embedding dim for every table (TorchRec's DLRM): one line if not."""
-    from shardlab.evaluate.measured import measurable
-    from shardlab.evaluate.torchrec_model import MODULES, check_dlrm_task
-    from shardlab.export import export_for_device, export_torchrec
-
     check_plans(task, plans)
     if WHOLE in kinds:
         check_dlrm_task(task)
@@ -182,9 +183,6 @@ def run_ranks(job: Job, profile: HardwareProfile, steps: int, warmup_steps: int,
     """Spawn G ranks on this host, run the job's rounds, and return per item (``"<kind>/<plan>"``)
     an array (R, S, G, 2) of forward/backward step ms. A rank that fails or dies is a one-line
     error naming it."""
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-
     g = job.task.ngpu
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=timeout_s))
@@ -226,9 +224,6 @@ def run_ranks(job: Job, profile: HardwareProfile, steps: int, warmup_steps: int,
 def _rank_main(rank: int, job: dict, results: Any) -> None:
     """One rank: join the group, build every plan's sharded model, run the rounds, report
     {plan: (R, S, 2) fw/bw ms}; on failure report the exception's last line."""
-    import torch
-    import torch.distributed as dist
-
     try:
         quiet_torchrec_logs()
         prof = HardwareProfile(**job["profile"])
@@ -256,8 +251,6 @@ def _rank_main(rank: int, job: dict, results: Any) -> None:
 def quiet_torchrec_logs() -> None:
     """Silence a warning TorchRec's sharded modules make torch.fx print once per rank and model
     (``is_fx_tracing will return true for ...``): noise in every log, nothing to act on."""
-    import logging
-
     logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
 
 
@@ -269,10 +262,7 @@ def rank_rounds(task: Task, exports: Mapping[str, Mapping[str, Any]], profile: H
     order, each part's steps in turn; step k of every plan and part sees the same batch. Models
     of every item are kept if this rank's share of them fits ``budget_bytes`` (None: no limit),
     else built for their turn and freed after it."""
-    import torch
-    import torch.distributed as dist
 
-    from shardlab.evaluate.torchrec_model import dlrm_batches, local_batches, sharded_dlrm, sharded_ebc
 
     device = torch.device(f"cuda:{torch.cuda.current_device()}" if profile.device == "cuda" else "cpu")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -329,8 +319,6 @@ def rank_rounds(task: Task, exports: Mapping[str, Mapping[str, Any]], profile: H
 
 def rank_bytes(task: Task, export: Mapping[str, Any], rank: int) -> int:
     """Bytes of weights and optimizer state the export places on ``rank``."""
-    from shardlab.export import placement_rank
-
     return sum(task.block_bytes(*s["shard_sizes"]) for e in export["plan"].values() for s in e["shards"]
                if placement_rank(s["placement"]) == rank)
 
