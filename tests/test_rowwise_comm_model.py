@@ -114,7 +114,7 @@ def test_the_increment_is_what_row_wise_traffic_adds_to_a_prediction():
 
 
 def _row_wise_task_and_plans():
-    from shardlab.search.base import get_sharder, run_sharder
+    from shardlab.search import get_sharder, run_sharder
     from tests.test_row_wise_search import _task
 
     task = _task()

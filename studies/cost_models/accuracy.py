@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from shardlab.costmodel.assess import assess, held_out_sets, markdown_table, singles_index  # noqa: E402
 from shardlab.costmodel.bundle import load_bundle, models_dir  # noqa: E402
+from shardlab.costmodel.metrics import assess, held_out_sets, markdown_table, singles_index  # noqa: E402
 from shardlab.costmodel.train import load_records  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.profile.hardware import environment  # noqa: E402

@@ -23,12 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from shardlab.costmodel.assess import assess, held_out_sets, markdown_table, singles_index  # noqa: E402
 from shardlab.costmodel.bundle import load_bundle  # noqa: E402
-from shardlab.costmodel.metrics import errors  # noqa: E402
+from shardlab.costmodel.metrics import assess, errors, held_out_sets, markdown_table, singles_index  # noqa: E402
 from shardlab.costmodel.neural import NeuroShardCompute  # noqa: E402
 from shardlab.costmodel.train import load_records, load_samples  # noqa: E402
-from shardlab.evaluate.subadditivity import subadditivity  # noqa: E402
+from shardlab.evaluate.stats import subadditivity  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.profile.store import dataset_folder, load_measured  # noqa: E402
 from studies.gpu_compute.analysis import cross_device, plan_verdicts, same_ops  # noqa: E402
