@@ -1,4 +1,4 @@
-"""Tables and tasks: immutable, validated values matching the Task JSON of INTERFACES.md.
+"""Tables and tasks: immutable, validated values matching the Task JSON (``docs/formats.md``).
 
 A :class:`Table` is one embedding table (rows x dim weights, a mean pooling factor and the
 17-bin reuse histogram of its lookups). A :class:`Task` is a sharding problem: tables, device

@@ -146,7 +146,7 @@ def test_estimate_plan_labels_its_source_and_falls_back_for_untrained_device_cou
         assert ev.cost_ms == max(d.total_ms for d in ev.per_device) and ev.lower_bound_ms > 0
 
 
-# --- one estimator convention (issue 13): config never changed by fit, NotFittedError, records, protocol
+# --- one estimator convention: config never changed by fit, NotFittedError, records, protocol
 
 
 @pytest.fixture(scope="module")

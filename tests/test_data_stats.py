@@ -119,12 +119,15 @@ def test_malformed_published_file_names_the_field(tmp_path):
         S.load_published_files(path)
 
 
-@pytest.mark.skipif(not S.PUBLISHED_STATS_PATH.exists(), reason="shared published stats absent")
+PUBLISHED = S.published_stats_path()
+
+
+@pytest.mark.skipif(PUBLISHED is None or not PUBLISHED.exists(), reason="$SHARDLAB_PUBLISHED_STATS unset or absent")
 @pytest.mark.parametrize("name", POOL_NAMES)
-def test_shared_file_agrees_with_the_presets_copy(name):
+def test_published_file_agrees_with_the_presets_copy(name):
     ref = S.published_reference(name)
     target = published_target(POOLS[name][1])
-    assert ref["source"] == str(S.PUBLISHED_STATS_PATH)
+    assert ref["source"] == str(PUBLISHED)
     assert np.allclose(ref["access_hist"], target["access_hist"], atol=1e-9)
     assert ref["avg_pooling"] == pytest.approx(target["avg_pooling"], rel=1e-6)
     assert ref["others"] and all(o["file"] not in ref["files"] or len(ref["files"]) > 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,10 +11,12 @@ from shardlab import constants as C
 from shardlab.data import calibration as CAL
 from shardlab.data import generator as G
 from shardlab.data.features import reuse_histograms
+from shardlab.data.stats import published_stats_path
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table
 
-SHARED_STATS = Path(__file__).resolve().parents[2] / "shared" / "data" / "dlrm_locality_stats.json"
+#: The published statistics file, where $SHARDLAB_PUBLISHED_STATS names one (shardlab.data.stats).
+PUBLISHED = published_stats_path()
 
 
 def _table(rows=5000, alpha=1.1, q=3.0, hot=0.0, pooling=4.0, bag_k=2.0, seed=7, batch=2048):
@@ -159,10 +160,10 @@ def test_unknown_preset():
         G.get_preset("dlrm1999")
 
 
-@pytest.mark.skipif(not SHARED_STATS.exists(), reason="shared/data/dlrm_locality_stats.json absent")
+@pytest.mark.skipif(PUBLISHED is None or not PUBLISHED.exists(), reason="$SHARDLAB_PUBLISHED_STATS unset or absent")
 @pytest.mark.parametrize("preset", sorted(G.PRESETS))
 def test_copied_targets_match_published_stats(preset):
-    files = {f["file"]: f for f in json.loads(SHARED_STATS.read_text())["files"]}
+    files = {f["file"]: f for f in json.loads(PUBLISHED.read_text())["files"]}
     p = G.PRESETS[preset]
     src = [files[name] for name in p.target_files]
     assert all(f["batch_size"] == p.batch_size and f["num_tables"] == p.n_tables for f in src)

@@ -1,4 +1,4 @@
-"""NeuroShard with row blocks (issue 18, must-show 3): tables that fit no device are cut into
+"""NeuroShard with row blocks: tables that fit no device are cut into
 pinned row blocks in TorchRec's layouts, the layout chosen by the cost model; plans validate,
 export and rebuild as TorchRec ShardingPlans."""
 

@@ -1,4 +1,4 @@
-"""Row-wise sharding's collectives with real gloo ranks (issue 18, must-show 1): indices go to
+"""Row-wise sharding's collectives with real gloo ranks: indices go to
 the owners of their rows, partial sums are reduce-scattered, slice gradients all-gathered; the
 measured sample records the pattern; bad patterns are one-line errors naming the field."""
 
@@ -51,7 +51,7 @@ def test_comm_pattern_of_table_row_and_table_row_wise_plans():
     a, b, *rest = task.tables
     tw = Plan.table_wise(task, [0, 1, 2, 0], "tw")
     dims, rw = comm_pattern(task, tw, 96)
-    assert dims == [a.dim + rest[1].dim, b.dim, rest[0].dim] and rw.empty      # as before issue 18
+    assert dims == [a.dim + rest[1].dim, b.dim, rest[0].dim] and rw.empty      # no row-wise traffic
     third = a.rows // 3
     row_wise = [Placement(a.name, 0, a.dim, k * third, third if k < 2 else a.rows - 2 * third, k) for k in range(3)]
     group = [Placement(b.name, 0, b.dim, 0, 5, 1), Placement(b.name, 0, b.dim, 5, b.rows - 5, 2)]

@@ -1,4 +1,4 @@
-"""The lower bound's premise, checked on the shipped measured data (ALGORITHMS.md section 7):
+"""The lower bound's premise, checked on the shipped measured data (docs/measurement.md):
 is a fused TBE op's cost subadditive, i.e. at most the sum of its tables measured alone?
 
 What the CPU data (batch 4096) shows, and these tests pin down, on the samples measured in the

@@ -1,4 +1,4 @@
-"""The TorchRec evaluator (issue 15): plans applied in DistributedModelParallel on gloo ranks,
+"""The TorchRec evaluator: plans applied in DistributedModelParallel on gloo ranks,
 real training steps timed in paired rounds; its CLI flags and one-line errors."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Analytic cost models (TorchRec-style bandwidth models), labelled ``analytic:<profile>``.
 
 These are *analytic*: costs are bytes moved divided by a bandwidth plus fixed overheads, in
-the shape of TorchRec's EmbeddingPerfEstimator (TORCHREC_PLANNER.md section 2). Instead of
+the shape of TorchRec's planner estimator (``EmbeddingPerfEstimator``). Instead of
 TorchRec's hard-coded bandwidths, the few constants are fitted to measured samples by
 non-negative least squares on relative error, so each constant keeps its physical meaning
 (ms per byte, ms per call, ms per table). Per table (global batch B, pooling L, dim D, s bytes

@@ -1,4 +1,4 @@
-"""DreamShard's cost network (ALGORITHMS.md section 5).
+"""DreamShard's cost network (``docs/methods.md``, "DreamShard").
 
 A shared table encoder (21 -> 128 -> 32, ReLU) is summed over each device's tables; three
 heads (32 -> 64 -> 1) predict that device's forward compute, backward compute and

@@ -1,4 +1,4 @@
-"""Neural cost models trained on measured samples (ALGORITHMS.md sections 4-6).
+"""Neural cost models trained on measured samples (``docs/methods.md``: NeuroShard, AutoShard).
 
 - :class:`NeuroShardCompute`: per-table MLP (21 -> 128 -> 32, ReLU), SUM over a shard's
   tables, head MLP (32 -> 64 -> 2) predicting the fused op's forward and backward ms. The seed
@@ -254,7 +254,7 @@ class NeuroShardCompute(NeuralEstimator):
 
 
 class AutoShardCompute(NeuroShardCompute):
-    """AutoShard's cost model: the same per-table MLP + sum + head (ALGORITHMS.md section 6),
+    """AutoShard's cost model: the same per-table MLP + sum + head,
     pre-trained on the measured dataset and refined online from the RL loop's measured shards."""
 
     name = "autoshard-compute"

@@ -1,5 +1,5 @@
 """What the neural cost models share: MLP building blocks, seeding, target scaling, the
-training loop and the model file (ALGORITHMS.md sections 4-6; see :mod:`shardlab.costmodel.neural`).
+training loop and the model file (see :mod:`shardlab.costmodel.neural`).
 
 Training follows the seeds: MSE, Adam, mini-batches, keep the epoch with the best validation
 loss. Targets are divided by a stored scale (ms) and, with ``log_target=True``, trained as

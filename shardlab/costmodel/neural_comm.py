@@ -1,4 +1,4 @@
-"""NeuroShard's communication cost models (ALGORITHMS.md section 4), one pair per device count.
+"""NeuroShard's communication cost models, one pair per device count.
 
 For each G seen in training: a backward model, MLP G -> 128 -> 64 -> 32 -> 16 -> G, from the
 ranks' dim sums to their backward all-to-all ms; and a forward model, the same widths from
@@ -7,7 +7,7 @@ divided by stored scales (dims by the mean dim sum, delays and targets by the me
 and each delay enters as the rank's lead over the last arrival, max(delays) - delay_g: only
 relative arrival times matter to a collective, and with a few hundred samples per G the MLP
 learns the waiting far better from leads than from raw delays (G=8 forward MAPE 0.40 -> see
-reports/cost_models.md). The forward model predicts the time beyond that lead (the transfer
+``studies/cost_models/results/cost_models.md``). The forward model predicts the time beyond that lead (the transfer
 after the last arrival) and adds the lead back: forward comm = waiting + transfer.
 A G not trained for raises a one-line error naming it -- use the analytic comm model there.
 """

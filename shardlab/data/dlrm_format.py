@@ -8,7 +8,7 @@ optionally gzip-compressed (``.pt.gz``):
   slices table t's B bags;
 - ``lengths``: int [T, B], bag length of each (table, sample).
 
-:func:`tables_from_dlrm_file` computes the 21 features of ALGORITHMS.md section 2 for every
+:func:`tables_from_dlrm_file` computes the 21 features (:mod:`shardlab.data.features`) for every
 table: rows = max(100, max index + 1), pooling_factor = mean of ``lengths[t]``, reuse bins
 from the access count of each unique index. Each such table also carries a reference to its
 trace, ``distribution = {"model": "trace", "path": <absolute path>, "table_index": t}``, so the
@@ -177,7 +177,7 @@ def tables_from_lookups(lookups: DlrmLookups, dims: int | Sequence[int] = 64,
                         name_prefix: str = "t", source: str | None = None,
                         table_ids: Sequence[int] | None = None,
                         trace_path: str | os.PathLike | None = None) -> list[Table]:
-    """Tables with features computed from ``lookups`` (ALGORITHMS.md section 2).
+    """Tables with features computed from ``lookups`` (:mod:`shardlab.data.features`).
 
     ``dims``: one dim for all tables or one per selected table (the dataset has none);
     ``table_ids``: which tables (default all), named ``f"{name_prefix}{t}"``. ``trace_path``:

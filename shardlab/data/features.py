@@ -1,4 +1,4 @@
-"""Table features (ALGORITHMS.md section 2): reuse bins from raw lookups and the 21-number
+"""Table features (``docs/methods.md``, "Table features"): reuse bins from raw lookups and the 21-number
 feature vector shared by all three methods.
 
 Feature order (``constants.FEATURE_NAMES``): dim, rows, pooling_factor, size (rows x dim),

@@ -14,7 +14,7 @@ from shardlab.errors import ShardlabError
 #: Where the published numbers copied into the presets come from.
 STATS_SOURCE = ("facebookresearch/dlrm_datasets@6f46ba7906e47a2f6bab6499056480d07d784eb8 "
                 "embedding_bag/{year}/locality_stats.txt, as transcribed in "
-                "shared/data/dlrm_locality_stats.json")
+                "dlrm_locality_stats.json")
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class GeneratorPreset:
         return {k: v for k, v in asdict(self).items() if not k.startswith("target_")}
 
 
-# Targets copied from shared/data/dlrm_locality_stats.json (source: STATS_SOURCE).
+# Targets copied from the transcribed published statistics (source: STATS_SOURCE; shardlab.data.stats).
 # dlrm2021: the single file fbgemm_t856_bs65536.pt.gz (the one the seed papers used).
 # dlrm2022: the mean over the 16 files fbgemm_t788_bs131072_{0..15}.pt.gz (they differ by <=0.001).
 PRESETS: dict[str, GeneratorPreset] = {

@@ -6,15 +6,17 @@ data-exploration notebook (``notebooks/explore_data.ipynb``) and its figures
 rows and lookups as counts, histograms as fractions over the 17 reuse bins
 (``constants.N_REUSE_BINS``; bin i holds access counts in (2**(i-1), 2**i], bin 0 exactly 1).
 
-The published numbers are read from ``dlrm_locality_stats.json`` in the project's shared data
-folder, found where ``tests/test_generator.py`` finds it (``<repo>/../shared/data/``). Where that
-file is absent (a bare checkout), :func:`published_reference` falls back to the copies of the
-same numbers kept in the generator presets (:func:`shardlab.data.presets.published_target`,
-checked against the file by the tests) and says so in its ``source`` field.
+The published numbers are read from a JSON transcription of the dataset's per-file locality
+statistics (``dlrm_locality_stats.json``: a ``files`` list, one entry per published file) named
+by the environment variable ``SHARDLAB_PUBLISHED_STATS``. Where it is unset or the file is
+absent, :func:`published_reference` falls back to the copies of the target numbers kept in the
+generator presets (:func:`shardlab.data.presets.published_target`, checked against the file by
+the tests when it is there) and says so in its ``source`` field.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -27,8 +29,8 @@ from shardlab.data.tasks import POOLS, SPLITS, TablePool, datasets_dir, list_poo
 from shardlab.errors import ShardlabError, field_error
 from shardlab.io import read_json
 
-#: Where the published statistics live: the project's shared data folder beside the repo.
-PUBLISHED_STATS_PATH = Path(__file__).resolve().parents[3] / "shared" / "data" / "dlrm_locality_stats.json"
+#: Environment variable naming the published statistics file (module docstring).
+PUBLISHED_STATS_ENV = "SHARDLAB_PUBLISHED_STATS"
 #: Labels of the 17 reuse bins (access counts per row in one batch).
 BIN_LABELS = tuple(["1", "2"] + [f"{2**(i - 1) + 1}-{2**i}" for i in range(2, C.N_REUSE_BINS - 1)]
                    + [f">{2**(C.N_REUSE_BINS - 2)}"])
@@ -41,15 +43,21 @@ FEATURE_UNITS = {"rows": "rows", "dim": "columns", "pooling_factor": "lookups pe
 
 
 # ----------------------------------------------------------------------------- published
+def published_stats_path() -> Path | None:
+    """The published statistics file named by ``$SHARDLAB_PUBLISHED_STATS``, or None when unset."""
+    env = os.environ.get(PUBLISHED_STATS_ENV)
+    return Path(env) if env else None
+
+
 def load_published_files(path: str | Path | None = None) -> list[dict[str, Any]] | None:
-    """Per-file entries of the published stats JSON (default :data:`PUBLISHED_STATS_PATH`), each
+    """Per-file entries of the published stats JSON (default :func:`published_stats_path`), each
     a dict with at least ``file``, ``year``, ``batch_size`` (samples), ``num_tables``,
     ``avg_pooling_factor`` (lookups per table per sample), ``unique_fraction`` (distinct rows /
     lookups) and the two 17-fraction lists ``hist_accesses_by_reuse_factor`` and
     ``hist_unique_rows_by_reuse_factor``. None when the file does not exist; a one-line
     ShardlabError when it exists but lacks these fields."""
-    path = Path(path) if path is not None else PUBLISHED_STATS_PATH
-    if not path.exists():
+    path = Path(path) if path is not None else published_stats_path()
+    if path is None or not path.exists():
         return None
     data = read_json(path)
     files = data.get("files") if isinstance(data, Mapping) else None
@@ -85,6 +93,7 @@ def published_reference(pool: str, path: str | Path | None = None) -> dict[str, 
     without the JSON file.
     """
     preset = get_preset(POOLS[check_pool_name(pool)][1])
+    path = Path(path) if path is not None else published_stats_path()
     files = load_published_files(path)
     if files is None:
         t = published_target(preset)
@@ -92,7 +101,7 @@ def published_reference(pool: str, path: str | Path | None = None) -> dict[str, 
                                      "avg_pooling", "n_tables", "batch_size", "files")},
                 "year": preset.target_year, "others": [],
                 "source": f"copied in shardlab/data/presets.py ({t['source']}); "
-                          f"{PUBLISHED_STATS_PATH.name} not found"}
+                          f"{path or '$' + PUBLISHED_STATS_ENV} not found"}
     by_name = {f["file"]: f for f in files}
     missing = [n for n in preset.target_files if n not in by_name]
     if missing:
@@ -107,7 +116,7 @@ def published_reference(pool: str, path: str | Path | None = None) -> dict[str, 
             "avg_pooling": float(mean["avg_pooling"]), "n_tables": int(first["num_tables"]),
             "batch_size": int(first["batch_size"]), "year": int(first["year"]),
             "files": list(preset.target_files),
-            "source": str(Path(path) if path is not None else PUBLISHED_STATS_PATH),
+            "source": str(path),
             "others": [_entry(f) for f in files if f["year"] == first["year"]
                        and not (len(src) == 1 and f["file"] == first["file"])]}
 

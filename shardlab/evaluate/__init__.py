@@ -1,4 +1,4 @@
-"""Plan evaluation: the cost of a plan (Evaluation JSON of INTERFACES.md), its lower bound and
+"""Plan evaluation: the cost of a plan (Evaluation JSON: ``docs/formats.md``), its lower bound and
 comparisons between plans.
 
 One stage, one protocol: :class:`Evaluator` (``evaluate(task, plans) -> {name: Evaluation}``)

@@ -1,7 +1,7 @@
 """Measured evaluation: plans timed on this machine with real fused fbgemm ops and real
 all-to-alls, in paired, interleaved rounds.
 
-One measurement of a plan (ALGORITHMS.md sections 1 and 7, the cost model of
+One measurement of a plan (``docs/measurement.md``, the cost model of
 :mod:`shardlab.schedule`): each device's fused op is timed in turn on this machine (compute is
 independent across devices); the backward all-to-all is measured with G real ranks; the forward
 all-to-all with the forward delays that compute + backward comm give, so waiting for slower

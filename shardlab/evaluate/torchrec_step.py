@@ -1,4 +1,4 @@
-"""TorchRec evaluator (issue 15): plans applied in TorchRec's ``DistributedModelParallel`` and
+"""TorchRec evaluator: plans applied in TorchRec's ``DistributedModelParallel`` and
 real sharded training steps timed, G ranks on this host (gloo on CPU, NCCL on CUDA).
 
 For every plan: the task's tables become an ``EmbeddingBagCollection`` (one feature per table,

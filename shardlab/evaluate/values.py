@@ -242,7 +242,7 @@ def comm_pattern(task: Task, plan: Plan, batch_size: int) -> tuple[list[int], Ro
       count on each holder's dim sum.
     - Every row block's owner receives its rows' lookups from every rank's batch slice
       (``RowWise.index_counts``, from the block's measured pooling factor). Whole tables' index
-      traffic is not measured here (nor in any sample before issue 18).
+      traffic is not counted here (the shipped comm samples carry none).
     """
     g = plan.ngpu
     dims, rw_dim = [0] * g, 0

@@ -1,5 +1,5 @@
 """Broad compute campaign: NeuroShard's pre-training data taken to the space real models live
-in (issue 14), measured with the same fused fbgemm ops as :mod:`shardlab.profile.campaign`.
+in, measured with the same fused fbgemm ops as :mod:`shardlab.profile.campaign`.
 
 Sample i draws (from ``seed`` and i alone) 1..max_tables synthetic tables from
 :class:`BroadSpace` -- rows log-uniform in [10^2, 10^8] (capped so one table's weights and
@@ -8,7 +8,7 @@ a share of one-hot and of fixed-length multi-hot features, dims 4..256, access l
 near-uniform (Zipf alpha 0) to heavy skew (alpha 1.4) -- and, in a share of samples, replaces
 some tables by one **column slice** (the table at dim/k, k in 2, 4, 8, same lookups), the
 sub-tables column-wise sharding puts on a device, so a model learns what a split costs. With
-``row_share`` (issue 18; default 0, so earlier seeds draw what they always drew) a share of
+``row_share`` (default 0, so earlier seeds draw what they always drew) a share of
 samples also replaces some tables by one **row block** (rows/k of them, k in 2, 4, 8, with
 the lookups that fall in them: :func:`shardlab.data.lookups.row_block_table`), what row-wise
 sharding puts on a device; that choice has its own random stream.

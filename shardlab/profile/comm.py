@@ -1,5 +1,5 @@
 """Communication profiler: the real all-to-all of pooled embeddings between G ranks
-(ALGORITHMS.md sections 1, 4 and 7), with gloo on CPU processes or NCCL on GPUs.
+(``docs/measurement.md``), with gloo on CPU processes or NCCL on GPUs.
 
 Model-parallel DLRM embeddings, global batch B: rank g owns tables whose dims sum to
 ``dim_sums[g]`` and holds pooled embeddings [B, dim_sums[g]]. Rank j's batch slice has

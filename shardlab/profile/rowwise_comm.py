@@ -1,4 +1,4 @@
-"""Row-wise sharding's collectives, measured beside the pooled all-to-all (issue 18).
+"""Row-wise sharding's collectives, measured beside the pooled all-to-all.
 
 A table split by rows over all G ranks (TorchRec's row-wise) moves data unlike a table owned
 by one rank (table-wise, column-wise):
