@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shardlab.data.tasks import Augmentation, augment_tables
 from shardlab.data.generator import generate_lookups, generate_tables
+from shardlab.data.tasks import Augmentation, augment_tables
 from shardlab.errors import ShardlabError
 from tests.conftest import make_table
 

@@ -12,8 +12,8 @@ import pytest
 
 from shardlab import constants as C
 from shardlab.data import stats as S
-from shardlab.data.tasks import POOLS, load_pool
 from shardlab.data.presets import l1_distance, published_target
+from shardlab.data.tasks import POOLS, load_pool
 from shardlab.errors import ShardlabError
 from shardlab.report import data_figures as F
 

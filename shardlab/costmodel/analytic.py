@@ -31,9 +31,9 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.costmodel.base import Estimator
-from shardlab.profile.records import CommRecord, ComputeRecord, as_comm_records, as_compute_records
 from shardlab.errors import NotFittedError, ShardlabError
 from shardlab.io import read_json, write_json_atomic
+from shardlab.profile.records import CommRecord, ComputeRecord, as_comm_records, as_compute_records
 from shardlab.tables import Table
 
 FORMAT = "shardlab-analytic-v1"

@@ -34,8 +34,8 @@ from shardlab.costmodel.metrics import split_samples
 from shardlab.costmodel.neural import NeuroShardCompute, ShardNet
 from shardlab.costmodel.neural_base import mlp, seeded
 from shardlab.data.features import FeatureScaler
-from shardlab.profile.records import ComputeRecord, PlanRecord, as_records
 from shardlab.errors import ShardlabError
+from shardlab.profile.records import ComputeRecord, PlanRecord, as_records
 from shardlab.tables import Table
 
 Sample = PlanRecord | ComputeRecord | Mapping[str, Any]

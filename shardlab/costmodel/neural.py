@@ -31,8 +31,8 @@ from shardlab import constants as C
 from shardlab.costmodel.metrics import split_samples
 from shardlab.costmodel.neural_base import NeuralEstimator, mlp, seeded
 from shardlab.data.features import FeatureScaler
-from shardlab.profile.records import ComputeRecord, as_compute_records
 from shardlab.errors import ShardlabError
+from shardlab.profile.records import ComputeRecord, as_compute_records
 from shardlab.tables import Table
 
 __all__ = ["AutoShardCompute", "IndexedShards", "NeuroShardCompute", "ShardNet", "mlp", "seeded"]
