@@ -58,7 +58,7 @@ DATASET_MOVED = {"cpu_broad": "cpu/broad"}
 #: trained on the pool campaign and the broad campaign together (``--dataset cpu+cpu/broad``).
 DEFAULT_NEUROSHARD_MODEL = "neuroshard_broad"
 #: The row-wise comm model's file name in ``datasets/<profile>/models/`` (analytic, fitted to
-#: measured row-wise comm: ``scripts/rowwise_comm_report.py``).
+#: measured row-wise comm: ``studies/row_wise/comm_model.py``).
 ROWWISE_COMM_MODEL = "analytic_rowwise_comm"
 
 #: Quantile of log(measured / predicted) over measured split shards that NeuroShard's split

@@ -64,7 +64,7 @@ def test_parse_setting():
 
 
 def test_tasks_of_seed_0_are_the_benchmark_scripts():
-    """scripts/bench_search.py draws these tasks (the committed report used the first of each setting:
+    """studies/search_benchmark/run.py draws these tasks (the committed report used the first of each setting:
     58 tables at 4 x 10-60)."""
     tasks = benchmark_tasks(SETTINGS, 2, seed=0)
     assert [(s, len(t.tables), t.ngpu) for s, t in tasks] == [

@@ -13,7 +13,7 @@ from shardlab import ShardlabError, Task
 from shardlab.cli import main
 from shardlab.costmodel.neural import NeuroShardCompute
 from shardlab.io import save_task, torch_load_safe
-from shardlab.search.base import PolicyAgent
+from shardlab.search.policies import PolicyAgent
 from tests.conftest import make_table
 
 

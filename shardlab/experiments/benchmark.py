@@ -19,7 +19,7 @@ tables drawn uniformly from [LO, HI] per task. A *row* is one (task, method) pai
 or, where the method raised :class:`~shardlab.errors.ShardlabError` on that task,
 ``{"setting", "task", "method", "skipped": "<the error's one line>"}``.
 
-``scripts/bench_search.py`` (-> ``reports/search_benchmark.{json,md}``) and
+``studies/search_benchmark/run.py`` (-> its ``results/search_benchmark.{json,md}``) and
 ``notebooks/benchmark.ipynb`` are thin wrappers around this module and the report ones.
 """
 
@@ -88,7 +88,7 @@ def benchmark_tasks(settings: Mapping[str, Setting] | Iterable[str], tasks_per_s
     order: a list of (setting name, Task), length ``len(settings) * tasks_per_setting``.
 
     Task k of a setting draws its number of tables with ``numpy.random.default_rng([len(name),
-    seed])`` (the k-th draw; for seed 0 these are the draws ``scripts/bench_search.py`` always
+    seed])`` (the k-th draw; for seed 0 these are the draws ``studies/search_benchmark/run.py`` always
     made) and its tables with :func:`~shardlab.data.tasks.generate_task` seed
     ``1000 * (seed + 1) + k``; memory cap ``mem_cap_gb`` GB per GPU, batch ``batch_size``
     samples (default: the ``cpu`` profile's, the batch the shipped models predict for)."""

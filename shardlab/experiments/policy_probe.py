@@ -1,4 +1,4 @@
-"""A fixed yardstick for RL learning curves (issue 16).
+"""A fixed yardstick for RL learning curves.
 
 A policy's training reward is judged by its own, refitted cost model on ever-changing tasks, so
 its curve moves when the judge moves. :class:`PolicyProbe` holds fixed probe tasks (training
@@ -6,7 +6,7 @@ split tables, never the held-out pool) and one fixed cost-model bundle as judge;
 the geometric mean over those tasks of (the policy's greedy plan cost) / (lookup_greedy's plan
 cost), both predicted by the judge. Below 1: the policy beats lookup-greedy by the judge's
 account. This is a simulation (model-judged), labelled as such in the history; measured
-verdicts come from :mod:`shardlab.experiments.heldout`.
+verdicts come from measuring plans on held-out tasks (``studies/heldout_search``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The words of a search benchmark (:mod:`shardlab.report.benchmark`): what its wins count and
 how sure its costs are -- simulated wins are predictions with no uncertainty, measured wins count
-only significant ones (paired verdict ``faster``) -- and ``reports/search_benchmark.md``."""
+only significant ones (paired verdict ``faster``) -- and the benchmark's Markdown page
+(``studies/search_benchmark/results/search_benchmark.md``)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ def section_title(key: str, rounds: int | None = None) -> str:
 
 def markdown_report(report: Mapping[str, Any], tasks_per_setting: int,
                     baselines: Sequence[str] = BASELINE_METHODS) -> str:
-    """``reports/search_benchmark.md`` from the JSON report ``scripts/bench_search.py`` writes
-    (date, environment, profile, judge, ``rounds`` when measured, summary per cost key,
+    """The benchmark's Markdown page (``studies/search_benchmark/results/search_benchmark.md``)
+    from the JSON report ``studies/search_benchmark/run.py`` writes (date, environment, profile, judge, ``rounds`` when measured, summary per cost key,
     neuroshard_search_seconds)."""
     prof, rounds = report["profile"], report.get("rounds")
     lines = ["# Search benchmark", "", f"{report['date']}; {report['environment']['hardware']}; profile cpu "

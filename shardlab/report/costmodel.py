@@ -60,7 +60,7 @@ def error_by_tables_figure(result: Mapping[str, Any], set_name: str = "unseen_ta
 def heldout_error_table(models: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
     """Markdown rows (header first) of held-out-family errors: per model and set, plans, shard
     compute MAPE, plan-cost error median and p90, Spearman of plan costs
-    (``experiments.heldout.heldout_errors`` per model)."""
+    (``studies.common.heldout.heldout_errors`` per model)."""
     lines = ["| model | set | plans | shard compute MAPE | plan-cost error median | p90 | Spearman (plans) |",
              "|---|---|---|---|---|---|---|"]
     for n, sets in models.items():
