@@ -39,7 +39,19 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from shardlab.cli.evaluate import load_plans
 from shardlab.errors import ShardlabError
+from shardlab.evaluate.measured import MeasuredEvaluator
+from shardlab.evaluate.torchrec_step import (EMBEDDINGS, WHOLE, check_counts, evaluations, prepare,
+                                             quiet_torchrec_logs, rank_budget_bytes, rank_rounds)
+from shardlab.io import load_task, write_json_atomic
+from shardlab.profile.campaign import run_comm_campaign
+from shardlab.profile.group_bench import GroupBench
+from shardlab.profile.hardware import get_profile, profile_with
 
 
 def torchrun_env() -> tuple[int, int, int]:
@@ -92,9 +104,6 @@ def group(profile: Any, timeout_s: float) -> Iterator[tuple[int, int, int]]:
     """Join the torchrun ranks' group (env://; NCCL and GPU ``LOCAL_RANK`` on a CUDA profile, gloo on
     CPU) for the block; yields (RANK, WORLD_SIZE, LOCAL_RANK). One line for a CUDA profile without
     NCCL or without GPU ``LOCAL_RANK``."""
-    import torch
-    import torch.distributed as dist
-
     rank, world, local = torchrun_env()
     if profile.device == "cuda":
         if not dist.is_nccl_available():
@@ -119,11 +128,6 @@ def group(profile: Any, timeout_s: float) -> Iterator[tuple[int, int, int]]:
 
 def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] | None:
     """Run this rank's part; rank 0 returns the Evaluation JSON (others None)."""
-    from shardlab.cli_evaluate import load_plans
-    from shardlab.evaluate.torchrec_step import check_counts
-    from shardlab.io import load_task
-    from shardlab.profile.hardware import profile_with
-
     _, world, _ = torchrun_env()
     task = load_task(args.task)
     if world != task.ngpu:
@@ -140,9 +144,6 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] 
 
 def _measured(args: argparse.Namespace, task: Any, plans: dict, reference: str | None, prof: Any) -> Any:
     """``--measure``: every rank runs the measured evaluator on the group; rank 0 returns the JSON."""
-    from shardlab.evaluate.measured import MeasuredEvaluator
-    from shardlab.profile.group_bench import GroupBench
-
     with group(prof, args.timeout_s) as (rank, _, _):
         ev = MeasuredEvaluator(prof, rounds=args.rounds, warmup_rounds=args.warmup_rounds, seed=args.seed,
                                reference=reference, lower_bound=not args.no_bound, pin=False,
@@ -155,11 +156,7 @@ def _measured(args: argparse.Namespace, task: Any, plans: dict, reference: str |
 
 def _torchrec(args: argparse.Namespace, task: Any, plans: dict, reference: str | None, prof: Any) -> Any:
     """``--torchrec``: every rank trains its part of every plan; rank 0 gathers and returns the JSON."""
-    import numpy as np
-    import torch.distributed as dist
 
-    from shardlab.evaluate.torchrec_step import (EMBEDDINGS, WHOLE, evaluations, prepare, quiet_torchrec_logs,
-                                                 rank_budget_bytes, rank_rounds)
 
     job = prepare(task, plans, prof, args.rounds, args.seed, (EMBEDDINGS, WHOLE) if args.whole_step else (EMBEDDINGS,))
     with group(prof, args.timeout_s) as (rank, world, _):
@@ -183,10 +180,6 @@ def _torchrec(args: argparse.Namespace, task: Any, plans: dict, reference: str |
 
 def profile_comm(args: argparse.Namespace) -> int:
     """``profile-comm``: the comm campaign between the torchrun ranks; returns samples added."""
-    from shardlab.profile.campaign import run_comm_campaign
-    from shardlab.profile.group_bench import GroupBench
-    from shardlab.profile.hardware import get_profile
-
     if args.samples < 0:
         raise ShardlabError(f"shardlab.dist: field 'samples' = {args.samples} must be >= 0")
     prof = get_profile(args.profile)
@@ -217,7 +210,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         result = evaluate(args)
         if result is not None:
-            from shardlab.io import write_json_atomic
 
             write_json_atomic(args.out, result)
             print(f"shardlab.dist: {len(result) if isinstance(result, list) else 1} evaluation(s) -> {args.out}")
@@ -236,8 +228,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _is_collective_failure(e: BaseException) -> bool:
     """Whether ``e`` is torch.distributed's report of a broken group (gloo/NCCL/store errors)."""
-    import torch.distributed as dist
-
     kinds = tuple(k for k in (getattr(dist, "DistError", None), getattr(dist, "DistBackendError", None),
                               getattr(dist, "DistNetworkError", None)) if k is not None)
     text = str(e)

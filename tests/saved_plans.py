@@ -36,7 +36,7 @@ def placements(plan) -> list[list]:
 def tasks() -> list:
     """The benchmark's first task of each setting, and three row-wise benchmark tasks with
     tables that fit no device."""
-    from shardlab.experiments.benchmark import benchmark_tasks
+    from shardlab.workflows.benchmark import benchmark_tasks
     from studies.row_wise.tasks import SPECS, build_task
 
     out = [t for _, t in benchmark_tasks(("4x10-60", "4x50", "8x80"), 1)]

@@ -1,4 +1,4 @@
-"""The search benchmark (run by shardlab.experiments.benchmark; summarised and drawn by
+"""The search benchmark (run by shardlab.workflows.benchmark; summarised and drawn by
 shardlab.report.benchmark, benchmark_figures): one row per (task, method) with failing methods
 recorded as skipped, summaries that match hand computation, win rates in [0, 1] that never
 compare a method with itself, a standalone offline page, and the same simulated costs for the
@@ -17,7 +17,7 @@ from shardlab.costmodel.bundle import load_bundle
 from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.io import names_list
 from shardlab.constants import BASELINE_METHODS as BASELINES
-from shardlab.experiments.benchmark import SETTINGS, as_settings, benchmark_tasks, parse_setting, run_benchmark
+from shardlab.workflows.benchmark import SETTINGS, as_settings, benchmark_tasks, parse_setting, run_benchmark
 from shardlab.report.benchmark import ratio, summarise, summary_rows
 from shardlab.report.benchmark_figures import (benchmark_widget, ratio_figure, win_matrix, win_rate_figure,
                                               write_benchmark)

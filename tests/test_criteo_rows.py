@@ -3,7 +3,7 @@
 import pytest
 
 from shardlab.errors import ShardlabError
-from shardlab.experiments.criteo import criteo_task, row_layouts, scaled_task, summary
+from shardlab.workflows.criteo import criteo_task, row_layouts, scaled_task, summary
 from shardlab.search.row_wise import oversized
 from studies.row_wise.tasks import SPECS, build_task, verdicts
 

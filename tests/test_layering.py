@@ -1,14 +1,14 @@
 """The package's layers import one way (README, "Package layout"), and the studies stay apart:
 
     tables, plan, schedule, constants, errors, io, paths, loads  <-  data  <-  profile  <-  costmodel
-    <-  evaluate  <-  search  <-  experiments  <-  report  <-  CLI, notebooks
+    <-  evaluate  <-  search  <-  workflows  <-  report  <-  CLI, notebooks
 
 A module may import its own layer and the layers to its left, never one to its right. In
 particular search/ sees cost-model and evaluator protocols but never profile/ (measurement) or
-experiments/ (campaigns, policy training, benchmark runs). And report/ only draws and writes:
+workflows/ (campaigns, policy training, benchmark runs). And report/ only draws and writes:
 it may import the data, cost-model and evaluation layers (the rows, Evaluations and plans it is
 handed), never search/ (it runs no sharder), profile/ (it measures nothing and does not inspect
-the machine: callers pass the environment in) or experiments/ (which produce what it draws,
+the machine: callers pass the environment in) or workflows/ (which produce what it draws,
 and are imported by the CLI, studies and notebooks that hand their results to report/). Parsed
 from the source (every import, including imports inside functions), so a lazy import cannot
 hide a violation.
@@ -35,7 +35,7 @@ SCRIPTS = {"setup.sh", "test.sh", "setup_browser.sh", "gpu/README.md", "gpu/camp
 #: Layer of each top-level module or subpackage; higher may import lower, never the reverse.
 LAYERS = {"constants": 0, "errors": 0, "tables": 0, "plan": 0, "schedule": 0, "io": 0, "paths": 0, "loads": 0,
           "params": 0, "data": 1, "profile": 2, "costmodel": 3, "evaluate": 4, "export": 4, "search": 5,
-          "experiments": 6, "report": 7, "cli": 8, "cli_campaigns": 8, "cli_evaluate": 8, "cli_checks": 8, "dist": 8,
+          "workflows": 6, "report": 7, "cli": 8, "dist": 8,
           "__init__": 8, "__main__": 8}
 
 def _modules(path: Path) -> set[str]:
@@ -82,15 +82,15 @@ def test_imports_go_one_way():
     assert not bad, f"imports against the layering: {bad}"
 
 
-def test_search_never_sees_measurement_or_experiments():
+def test_search_never_sees_measurement_or_workflows():
     for path in (PACKAGE / "search").rglob("*.py"):
-        assert not _imports(path) & {"profile", "experiments", "report"}, path
+        assert not _imports(path) & {"profile", "workflows", "report"}, path
 
 
 def test_report_only_draws_and_writes():
-    """report/ imports none of search/, profile/, experiments/ (module docstring)."""
+    """report/ imports none of search/, profile/, workflows/ (module docstring)."""
     for path in (PACKAGE / "report").rglob("*.py"):
-        assert not _imports(path) & {"search", "profile", "experiments"}, path
+        assert not _imports(path) & {"search", "profile", "workflows"}, path
 
 
 def test_no_private_names_imported_across_modules():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from shardlab.profile.hardware import profile_with
 from shardlab.profile.store import SampleStore
-from shardlab.experiments.plan_campaign import run_plan_campaign
+from shardlab.workflows.plan_campaign import run_plan_campaign
 
 
 def test_plan_campaign_measures_and_resumes(tmp_path):

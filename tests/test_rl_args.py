@@ -10,7 +10,7 @@ import pytest
 from shardlab.cli import build_parser, main
 from shardlab.cli.arguments import dataclass_from_args, field_docs
 from shardlab.errors import ShardlabError
-from shardlab.experiments.rl_args import AutoShardArgs, DreamShardArgs
+from shardlab.workflows.rl_args import AutoShardArgs, DreamShardArgs
 
 POLICIES = {"dreamshard_policy": DreamShardArgs, "autoshard_policy": AutoShardArgs}
 

@@ -8,9 +8,9 @@ import pytest
 from shardlab.costmodel.dreamshard import DreamShardCost
 from shardlab.costmodel.neural import AutoShardCompute
 from shardlab.costmodel.train import load_records
-from shardlab.experiments.policy_probe import make_probe
-from shardlab.experiments.train_autoshard import AutoShardArgs, train_autoshard
-from shardlab.experiments.train_dreamshard import DreamShardArgs, reinforce
+from shardlab.workflows.policy_probe import make_probe
+from shardlab.workflows.train_autoshard import AutoShardArgs, train_autoshard
+from shardlab.workflows.train_dreamshard import DreamShardArgs, reinforce
 from shardlab.search import get_sharder
 from shardlab.search.dreamshard import DreamShardAgent
 

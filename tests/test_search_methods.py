@@ -14,8 +14,8 @@ from shardlab.data.tasks import generate_task
 from shardlab.evaluate import estimate_plan
 from shardlab.plan import validate_plan
 from shardlab.search import get_sharder, run_sharder
-from shardlab.experiments.train_autoshard import AutoShardArgs, train_autoshard, vtrace
-from shardlab.experiments.train_dreamshard import DreamShardArgs, reinforce
+from shardlab.workflows.train_autoshard import AutoShardArgs, train_autoshard, vtrace
+from shardlab.workflows.train_dreamshard import DreamShardArgs, reinforce
 from shardlab.search.autoshard import AutoShardAgent
 from shardlab.search.dreamshard import DreamShardAgent
 from shardlab.search.neuroshard import NeuroShardSharder, split_block, whole_blocks
@@ -154,7 +154,7 @@ def test_dreamshard_loop_measures_plans_for_every_device_count(tmp_path):
     from shardlab.costmodel.dreamshard import DreamShardCost
     from shardlab.profile.hardware import profile_with
     from shardlab.profile.store import SampleStore
-    from shardlab.experiments.train_dreamshard import train_dreamshard
+    from shardlab.workflows.train_dreamshard import train_dreamshard
 
     compute = [s for s in load_records("compute") if ":train:" in s.key][:200]
     cost = DreamShardCost(epochs=5, seed=0).fit(load_records("plan")[:20] + compute)
@@ -177,7 +177,7 @@ def test_autoshard_refit_measures_exactly_n_plans_per_call(small_cost, tmp_path)
     once re-measured every earlier plan under a new key, so the buffer grew quadratically)."""
     from shardlab.profile.hardware import profile_with
     from shardlab.profile.store import SampleStore
-    from shardlab.experiments.train_autoshard import refit_cost_online
+    from shardlab.workflows.train_autoshard import refit_cost_online
 
     agent = AutoShardAgent(small_cost, seed=0)
     fast = profile_with("cpu", batch_size=256, repeats=2, warmup=1)

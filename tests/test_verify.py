@@ -13,7 +13,7 @@ from shardlab.costmodel.bundle import load_bundle
 from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import ModelEvaluator, estimate_plan
-from shardlab.experiments.verify import VerifiedSharder, best_heuristic
+from shardlab.workflows.verify import VerifiedSharder, best_heuristic
 from shardlab.plan import Plan, validate_plan
 from shardlab.search import get_sharder
 from tests.rounds_fakes import as_measured

@@ -14,10 +14,10 @@ from shardlab.cli.arguments import dataclass_from_args
 from shardlab.costmodel.bundle import load_bundle, resolve_model_path, write_calibration
 from shardlab.costmodel.train import calibrate_held_out, load_records, train_bundle
 from shardlab.errors import ShardlabError
-from shardlab.experiments.plan_campaign import run_plan_campaign
-from shardlab.experiments.rl_args import AutoShardArgs, DreamShardArgs
-from shardlab.experiments.train_autoshard import train_autoshard
-from shardlab.experiments.train_dreamshard import train_dreamshard
+from shardlab.workflows.plan_campaign import run_plan_campaign
+from shardlab.workflows.rl_args import AutoShardArgs, DreamShardArgs
+from shardlab.workflows.train_autoshard import train_autoshard
+from shardlab.workflows.train_dreamshard import train_dreamshard
 from shardlab.profile.broad_campaign import BroadSpace, run_broad_campaign
 from shardlab.profile.campaign import run_comm_campaign, run_compute_campaign, run_single_table_costs
 from shardlab.profile.hardware import profile_with

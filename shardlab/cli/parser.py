@@ -2,7 +2,7 @@
 ``--help``. Building it imports no torch (``shardlab --help`` is quick); each verb names the
 ``module:function`` of :mod:`shardlab.cli` that runs it, imported only when it runs. The RL
 policies' options are generated from their configuration dataclasses
-(:mod:`shardlab.experiments.rl_args`), one source for defaults and help.
+(:mod:`shardlab.workflows.rl_args`), one source for defaults and help.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 from shardlab import constants as C
 from shardlab.cli.arguments import (VerbFormatter, add_dataclass_arguments, add_evaluator_arguments, add_verb,
                                     dims, setting)
-from shardlab.experiments.rl_args import AutoShardArgs, DreamShardArgs
+from shardlab.workflows.rl_args import AutoShardArgs, DreamShardArgs
 
 DESCRIPTION = ("shardlab: embedding-table sharding for DLRM training -- make tasks, shard them, measure and "
                "compare the plans, train cost models and RL policies.")

@@ -15,7 +15,7 @@ from shardlab.data.importers import load_table_list
 from shardlab.data.tasks import generate_task, task_dims
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import MeasuredEvaluator
-from shardlab.experiments.verify import VerifiedSharder
+from shardlab.workflows.verify import VerifiedSharder
 from shardlab.export import export_torchrec
 from shardlab.io import load_plan, load_task, save_plan, save_task, write_json_atomic
 from shardlab.loads import device_loads, imbalance

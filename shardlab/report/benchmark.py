@@ -1,4 +1,4 @@
-"""Summaries of a search benchmark's rows (:mod:`shardlab.experiments.benchmark` runs it and
+"""Summaries of a search benchmark's rows (:mod:`shardlab.workflows.benchmark` runs it and
 documents the rows): ratio to the lower bound, win rates against each baseline, and search time,
 as numbers and as table rows. Pure functions over rows: nothing here runs a sharder or measures.
 

@@ -1,5 +1,5 @@
 """Figures and the standalone HTML page of a search benchmark (rows of
-:func:`shardlab.experiments.benchmark.run_benchmark`): cost / lower bound per method (box with every
+:func:`shardlab.workflows.benchmark.run_benchmark`): cost / lower bound per method (box with every
 task as a point, one panel per setting), search time per method (s, log axis), and win rates
 against each baseline (heatmap per setting). Every figure names where its costs come from
 (``simulated by model:...``, no uncertainty, or ``measured:<profile>`` in paired rounds) and,

@@ -3,8 +3,8 @@ off-policy correction (IMPALA-style), rewarded by a neural cost model that is re
 from measured shards.
 
 The networks and the episode are here; the training loop, readable top to bottom (CleanRL
-style, one ``AutoShardArgs``, V-trace included), is :mod:`shardlab.experiments.train_autoshard`
-(it measures shards, so it sits in the experiments layer). The RL machinery is written by hand
+style, one ``AutoShardArgs``, V-trace included), is :mod:`shardlab.workflows.train_autoshard`
+(it measures shards, so it sits in the workflows layer). The RL machinery is written by hand
 (V-trace is ~25 lines): the maintained libraries that have it (TorchRL, RLlib) pin torch
 releases or pull in large stacks, which this CPU-pinned install (torch 2.13.0 +
 fbgemm-gpu-cpu 1.8.0) cannot take.

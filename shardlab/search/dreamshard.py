@@ -2,8 +2,8 @@
 whose reward comes from a cost network, with measured plans refreshing that network.
 
 The networks and the episode are here; the training loop, readable top to bottom (CleanRL
-style, one ``DreamShardArgs``), is :mod:`shardlab.experiments.train_dreamshard` (it measures
-plans, so it sits in the experiments layer).
+style, one ``DreamShardArgs``), is :mod:`shardlab.workflows.train_dreamshard` (it measures
+plans, so it sits in the workflows layer).
 
 1. ``PolicyNet``: its own table encoder (21 -> 128 -> 32, ReLU) summed per device, concatenated
    with an embedding (3 -> 64 -> 32) of that device's cost-network predictions (fw compute, bw
@@ -12,7 +12,7 @@ plans, so it sits in the experiments layer).
 2. Episode (:func:`~shardlab.search.episode.play_episodes`): tables sorted by predicted
    single-table cost (descending); each step places the next table; reward = minus the cost
    network's predicted plan cost (overall head, ms). No hardware.
-3. Training (experiments layer): per iteration, (a) measure plans of the current policy through
+3. Training (workflows layer): per iteration, (a) measure plans of the current policy through
    the evaluator into a store, (b) refit the cost network on every measured plan, (c) REINFORCE
    on the estimated MDP (episodes in batches per task, rewards standardised per batch, entropy
    bonus, Adam, linear decay).

@@ -26,7 +26,7 @@ from shardlab.data.model_families import FAMILY_SETS, family_set, family_task
 from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import Evaluation, MeasuredEvaluator, compare_to_reference, device_tables, estimate_plan
-from shardlab.experiments.verify import VerifiedSharder
+from shardlab.workflows.verify import VerifiedSharder
 from shardlab.plan import Plan
 from shardlab.profile.hardware import HardwareProfile, environment, get_profile
 from shardlab.profile.store import SampleStore, load_measured
@@ -74,7 +74,7 @@ def heldout_tasks(set_name: str, n: int, ngpu: int, batch_size: int, mem_cap_gb:
 
 def heldout_sharder(method: str, model: str | None, profile: HardwareProfile, rounds: int, seed: int) -> Any:
     """The sharder of ``method``: a sharder spec, or ``<spec>+verify<K>`` -- that sharder
-    verified (:class:`~shardlab.experiments.verify.VerifiedSharder`: its K best plans and the
+    verified (:class:`~shardlab.workflows.verify.VerifiedSharder`: its K best plans and the
     best heuristic measured in ``rounds`` paired rounds here, the measured best kept)."""
     name, _, verify = method.partition("+verify")
     config = {"model": model} if model is not None and name.startswith("neuroshard") else {}

@@ -5,7 +5,7 @@ per-device costs, 1 = perfectly balanced), DreamShard's mean predicted plan cost
 network) per REINFORCE update, iteration by iteration; and, for policies trained with
 ``--probe-every``, the probe curve: the greedy policy's cost on fixed probe tasks divided by
 lookup-greedy's, both judged by one fixed model (a simulation; see
-:mod:`shardlab.experiments.policy_probe`), the one curve whose yardstick does not move. Each
+:mod:`shardlab.workflows.policy_probe`), the one curve whose yardstick does not move. Each
 curve is cut into ``--bins`` equal spans (mean and standard deviation per span); "converged"
 asks that the least-squares slope over the last 30% of the curve is within 2 standard errors of
 zero. Reads shipped files only; writes results/rl_learning_curves.{json,md,html} (the HTML

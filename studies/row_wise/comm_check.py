@@ -18,7 +18,7 @@ import numpy as np
 
 from shardlab.costmodel.metrics import errors
 from shardlab.evaluate.values import comm_pattern
-from shardlab.experiments.criteo import criteo_plans, row_layouts
+from shardlab.workflows.criteo import criteo_plans, row_layouts
 from shardlab.plan import Plan
 from shardlab.schedule import forward_delays
 from studies.row_wise.tasks import Spec, build_task

@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 
 from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
 from shardlab.evaluate.stats import bootstrap_median_ci, paired_ratios, verdict  # noqa: E402
-from shardlab.experiments.criteo import criteo_plans, row_layouts  # noqa: E402
+from shardlab.workflows.criteo import criteo_plans, row_layouts  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.profile.hardware import environment  # noqa: E402
 from studies.common.methods import respelled  # noqa: E402

@@ -4,7 +4,7 @@ rounds; the verdict is NeuroShard vs ``torchrec_free``.
 
 Tasks are held out from every training step: the Criteo 1TB tables and the public model
 families of ``datasets/heldout_models`` (rows and cap divided by one factor where this
-machine's memory needs it: :func:`~shardlab.experiments.criteo.scaled_task`), and the pool's test
+machine's memory needs it: :func:`~shardlab.workflows.criteo.scaled_task`), and the pool's test
 tables at dim 64 with the cap at a share of the largest table's memory.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from shardlab.data.model_families import family_set
 from shardlab.data.tasks import pool_tables
 from shardlab.evaluate import MeasuredEvaluator
-from shardlab.experiments.criteo import criteo_plans, criteo_task, row_layouts, scaled_task
+from shardlab.workflows.criteo import criteo_plans, criteo_task, row_layouts, scaled_task
 from shardlab.search.row_wise import oversized
 from shardlab.tables import Task
 

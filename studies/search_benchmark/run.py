@@ -5,7 +5,7 @@ by one cost model (simulated, no uncertainty) and, with --measure, on this machi
 with 95% intervals and paired verdicts against each baseline); ratio to the lower bound, win
 rates against each baseline (measured: significant wins only), search time; and NeuroShard's
 search time at 100 x 8 and 2,000 x 128.
-Writes results/search_benchmark.{json,md}. The runs are shardlab.experiments.benchmark, the
+Writes results/search_benchmark.{json,md}. The runs are shardlab.workflows.benchmark, the
 summaries and words shardlab.report.benchmark{,_text} (also used by notebooks/benchmark.ipynb).
 
     .venv/bin/python studies/search_benchmark/run.py [--tasks 5] [--measure [--rounds 3]] [--model neuroshard]
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from shardlab.costmodel.bundle import load_bundle  # noqa: E402
 from shardlab.data.model_families import FAMILY_SETS  # noqa: E402
-from shardlab.experiments.benchmark import (METHODS, ROUNDS, SETTINGS, benchmark_tasks,  # noqa: E402
+from shardlab.workflows.benchmark import (METHODS, ROUNDS, SETTINGS, benchmark_tasks,  # noqa: E402
                                             neuroshard_scaling, run_benchmark)
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile  # noqa: E402

@@ -1,7 +1,7 @@
-"""DreamShard's training loop (ALGORITHMS.md section 5), top to bottom, CleanRL style.
+"""DreamShard's training loop (docs/methods.md), top to bottom, CleanRL style.
 
 Networks, agent and episode: :mod:`shardlab.search.dreamshard`. Every knob is a field of
-:class:`~shardlab.experiments.rl_args.DreamShardArgs` (re-exported here). Per iteration:
+:class:`~shardlab.workflows.rl_args.DreamShardArgs` (re-exported here). Per iteration:
 
 1. *Measure* ``measure_per_iteration`` plans of the current policy on this machine, through the
    evaluator, into the store (kind ``plan:<G>``), spread over the device counts ``ngpu``.
@@ -12,7 +12,7 @@ Networks, agent and episode: :mod:`shardlab.search.dreamshard`. Every knob is a 
    ``episodes`` episodes of one training task; reward = minus the predicted plan cost, standardised
    per batch; entropy bonus; Adam with the learning rate decayed linearly to 0.
 4. Every ``probe_every`` updates, *probe* the greedy policy on fixed tasks against lookup-greedy,
-   judged by a fixed model (:mod:`shardlab.experiments.policy_probe`): the learning curve.
+   judged by a fixed model (:mod:`shardlab.workflows.policy_probe`): the learning curve.
 
 Same seed -> same policy, up to the measured costs (real timings).
 """
@@ -28,12 +28,12 @@ from tqdm.auto import tqdm
 from shardlab import constants as C
 from shardlab.costmodel.dreamshard import DreamShardCost
 from shardlab.costmodel.neural_base import seeded
-from shardlab.data.samples import as_compute_records, as_plan_records
+from shardlab.profile.records import as_compute_records, as_plan_records
 from shardlab.data.tasks import generate_task
-from shardlab.experiments.plan_campaign import run_plan_campaign
-from shardlab.experiments.policy_probe import make_probe
-from shardlab.experiments.policy_provenance import policy_provenance
-from shardlab.experiments.rl_args import DreamShardArgs
+from shardlab.workflows.plan_campaign import run_plan_campaign
+from shardlab.workflows.policy_probe import make_probe
+from shardlab.workflows.policy_provenance import policy_provenance
+from shardlab.workflows.rl_args import DreamShardArgs
 from shardlab.profile.store import SampleStore
 from shardlab.search.dreamshard import DreamShardAgent
 from shardlab.tables import Task

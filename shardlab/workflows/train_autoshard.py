@@ -1,7 +1,7 @@
-"""AutoShard's training loop (ALGORITHMS.md section 6), top to bottom, CleanRL style.
+"""AutoShard's training loop (docs/methods.md), top to bottom, CleanRL style.
 
 Networks, agent and episode: :mod:`shardlab.search.autoshard`. Every knob is a field of
-:class:`~shardlab.experiments.rl_args.AutoShardArgs` (re-exported here). Per update:
+:class:`~shardlab.workflows.rl_args.AutoShardArgs` (re-exported here). Per update:
 
 1. *Actors* play ``episodes`` episodes of one training task with the behaviour policy, a copy of
    the learner's refreshed every ``sync_every`` updates (so their data is off-policy).
@@ -12,7 +12,7 @@ Networks, agent and episode: :mod:`shardlab.search.autoshard`. Every knob is a f
    evaluator and *refit* the cost model on the compute samples plus every measured device shard
    (:func:`refit_cost_online`).
 4. Every ``probe_every`` updates, *probe* the greedy policy on fixed tasks against lookup-greedy,
-   judged by a fixed model (:mod:`shardlab.experiments.policy_probe`): the learning curve.
+   judged by a fixed model (:mod:`shardlab.workflows.policy_probe`): the learning curve.
 
 Actors run in this process, one after another: the structure and the correction are IMPALA's,
 the parallelism is not. Same seed -> same policy, up to measured costs (real timings).
@@ -31,12 +31,12 @@ from tqdm.auto import tqdm
 from shardlab import constants as C
 from shardlab.costmodel.neural import AutoShardCompute
 from shardlab.costmodel.neural_base import seeded
-from shardlab.data.samples import ComputeRecord, as_compute_records, as_plan_records
+from shardlab.profile.records import ComputeRecord, as_compute_records, as_plan_records
 from shardlab.data.tasks import generate_task
-from shardlab.experiments.plan_campaign import plan_prefix, run_plan_campaign
-from shardlab.experiments.policy_probe import make_probe
-from shardlab.experiments.policy_provenance import policy_provenance
-from shardlab.experiments.rl_args import AutoShardArgs
+from shardlab.workflows.plan_campaign import plan_prefix, run_plan_campaign
+from shardlab.workflows.policy_probe import make_probe
+from shardlab.workflows.policy_provenance import policy_provenance
+from shardlab.workflows.rl_args import AutoShardArgs
 from shardlab.profile.store import SampleStore
 from shardlab.search.autoshard import AutoShardAgent
 

@@ -21,7 +21,7 @@ from shardlab.evaluate import Evaluation, device_tables, measure_plan
 from shardlab.plan import Plan
 from shardlab.profile.comm import CommBench
 from shardlab.profile.hardware import HardwareProfile, get_profile
-from shardlab.profile.provenance import environment
+from shardlab.profile.hardware import environment
 from shardlab.profile.store import SampleStore
 from shardlab.search import get_sharder, run_sharder
 from shardlab.tables import Task
