@@ -168,3 +168,28 @@ def names_list(value: str | Iterable[str]) -> list[str]:
     if isinstance(value, str):
         value = [v.strip().strip("'\"") for v in value.strip().strip("[]").split(",")]
     return [str(v).strip() for v in value if str(v).strip()]
+
+
+def option_value(text: str) -> Any:
+    """A method option as text (a spec's ``key=value`` or ``--set key=value``) parsed: JSON where
+    it parses (``4``, ``0.5``, ``[1, 2]``, ``null``), ``true``/``false`` in any case, else the
+    text itself (``analytic``)."""
+    text = text.strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def strict_bool(value: Any, name: str) -> bool:
+    """A boolean notebook parameter as papermill passes it: ``value`` if it is a bool, or the
+    strings ``"true"`` / ``"false"`` (any case). Anything else -- ``"no"``, ``"yes"``, ``1``,
+    ``None`` -- is a one-line error naming the parameter (``-p measure no`` injects the string
+    ``"no"``, which Python would take as true)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ShardlabError(f"parameter '{name}' = {value!r} must be True or False")

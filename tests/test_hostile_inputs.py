@@ -12,7 +12,7 @@ import pytest
 from shardlab import ShardlabError, Task
 from shardlab.cli import main
 from shardlab.io import save_plan, save_task
-from shardlab.params import strict_bool
+from shardlab.io import strict_bool
 from shardlab.search import get_sharder, run_sharder
 from tests.conftest import make_table
 

@@ -78,3 +78,17 @@ def test_at_most_eleven_names_and_every_old_name_still_builds():
     assert not [n for n in names if n.startswith("neuroshard_")]
     for old, spec in ALIASES.items():
         assert get_sharder(old).name == old and parse_method(old) == parse_method(spec)
+
+
+@pytest.mark.parametrize("spec,needle", [("neuroshard[beam_width=oops]", "option 'beam_width' = 'oops' must be int"),
+                                         ("neuroshard[columns=1]", "option 'columns' = 1 must be bool"),
+                                         ("torchrec[fast_above=2.5]", "option 'fast_above' = 2.5 must be int")])
+def test_an_option_of_the_wrong_type_is_one_line(spec, needle):
+    with pytest.raises(ShardlabError) as e:
+        get_sharder(spec)
+    assert "\n" not in str(e.value) and needle in str(e.value)
+
+
+def test_option_values_take_the_field_types():
+    s = get_sharder("neuroshard[caps=[1, 1.25],max_splits=2]")
+    assert s.caps == (1.0, 1.25) and isinstance(s.caps, tuple) and s.max_splits == 2

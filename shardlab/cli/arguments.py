@@ -10,12 +10,13 @@ import argparse
 import ast
 import dataclasses
 import inspect
-import json
 import sys
 import textwrap
 import types
 import typing
 from typing import Any, Sequence
+
+from shardlab.io import option_value
 
 #: Argument types a dataclass field may have on the command line (bool is a --flag/--no-flag pair).
 SCALARS = (int, float, str)
@@ -51,19 +52,13 @@ def dims(text: str) -> list[int]:
 
 
 def setting(text: str) -> tuple[str, Any]:
-    """``--set key=value``: the key and the value parsed as a method spec's option values are:
-    JSON where it parses (``3``, ``0.5``, ``[4, 8]``, ``null``), ``true``/``false`` in any
-    case, else the text itself (``analytic``)."""
+    """``--set key=value``: the key and the value parsed as a method spec's option values are
+    (:func:`shardlab.io.option_value`)."""
     key, eq, raw = text.partition("=")
-    key, raw = key.strip(), raw.strip()
+    key = key.strip()
     if not eq or not key.isidentifier():
         raise argparse.ArgumentTypeError(f"--set takes key=value with a field name as key, got {text!r}")
-    if raw.lower() in ("true", "false"):
-        return key, raw.lower() == "true"
-    try:
-        return key, json.loads(raw)
-    except ValueError:
-        return key, raw
+    return key, option_value(raw)
 
 
 def field_docs(cls: type) -> dict[str, str]:

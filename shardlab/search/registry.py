@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 import re
 import sys
 import time
+import types
+import typing
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from shardlab import constants as C
 from shardlab.errors import ShardlabError
-from shardlab.io import names_list
+from shardlab.io import names_list, option_value
 from shardlab.plan import Plan, validate_plan
 from shardlab.tables import Task
 
@@ -97,18 +98,6 @@ def register_sharder(name: str, factory: Callable[..., Sharder] | str, /, **defa
 def sharder_names() -> list[str]:
     """Names of the registered sharders, in registration order (aliases not included)."""
     return list(_REGISTRY)
-
-
-def option_value(text: str) -> Any:
-    """A spec or ``--set`` value: JSON where it parses (``4``, ``0.5``, ``true``, ``[1,2]``),
-    ``True``/``False`` in any case, else the text itself (``analytic``)."""
-    text = text.strip()
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def parse_method(spec: str) -> tuple[str, dict[str, Any]]:
@@ -187,8 +176,33 @@ def get_sharder(spec: str, /, **config: Any) -> Sharder:
                 takes = [p for p in accepted if p != "name"]
                 raise ShardlabError(f"method '{label}': option '{key}' does not apply (it takes "
                                     f"{', '.join(takes) if takes else 'no options'})")
+    options = {key: _checked(label, factory, key, value) for key, value in options.items()}
     named = {"name": label} if accepted is None or "name" in accepted else {}
     return factory(**{**dict(reg.defaults), **named, **options})
+
+
+def _checked(label: str, factory: Callable[..., Any], key: str, value: Any) -> Any:
+    """``value`` of option ``key`` if it has the type the sharder's field declares (a list for
+    a tuple field becomes a tuple; an int for a float field is taken); else a one-line
+    :class:`ShardlabError` naming the option and the type it takes. Fields typed ``Any`` or
+    with no annotation take anything."""
+    try:
+        hint = typing.get_type_hints(factory).get(key, Any)
+    except Exception:    # noqa: BLE001 -- an annotation this module cannot resolve: not checked
+        return value
+    kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    for kind in kinds:
+        if kind is Any:
+            return value
+        base = typing.get_origin(kind) or kind
+        if base is tuple and isinstance(value, (list, tuple)):
+            return tuple(value)
+        if base is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(base, type) and isinstance(value, base) and not (base is int and isinstance(value, bool)):
+            return value
+    want = " or ".join(getattr(typing.get_origin(k) or k, "__name__", str(k)) for k in kinds)
+    raise ShardlabError(f"method '{label}': option '{key}' = {value!r} must be {want}")
 
 
 def method_list(methods: str | Sequence[str]) -> list[str]:
