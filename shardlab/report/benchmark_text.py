@@ -33,7 +33,8 @@ def section_title(key: str, rounds: int | None = None) -> str:
 def markdown_report(report: Mapping[str, Any], tasks_per_setting: int,
                     baselines: Sequence[str] = BASELINE_METHODS) -> str:
     """The benchmark's Markdown page (``studies/search_benchmark/results/search_benchmark.md``)
-    from the JSON report ``studies/search_benchmark/run.py`` writes (date, environment, profile, judge, ``rounds`` when measured, summary per cost key,
+    from the JSON report ``studies/search_benchmark/run.py`` writes (date, environment, profile,
+    judge, ``rounds`` when measured, summary per cost key,
     neuroshard_search_seconds)."""
     prof, rounds = report["profile"], report.get("rounds")
     lines = ["# Search benchmark", "", f"{report['date']}; {report['environment']['hardware']}; profile cpu "
