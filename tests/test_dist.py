@@ -1,4 +1,4 @@
-"""``python -m shardlab.dist`` under torchrun (issue 15): shardlab's own measurement and the comm
+"""``python -m shardlab.dist`` under torchrun: shardlab's own measurement and the comm
 campaign between torchrun-started ranks (two "nodes" on 127.0.0.1, gloo), and a rank that dies."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The five heuristic sharders: valid, memory-feasible, deterministic by seed, and greedy as
-specified (ALGORITHMS.md section 3)."""
+specified (docs/methods.md)."""
 
 from __future__ import annotations
 

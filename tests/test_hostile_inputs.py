@@ -1,5 +1,5 @@
 """Hostile and nonsensical inputs: each gets exit status 2 and one line naming the option or
-field and its value -- never a traceback, never a silently odd result (issue 12's list)."""
+field and its value -- never a traceback, never a silently odd result."""
 
 from __future__ import annotations
 

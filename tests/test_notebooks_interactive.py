@@ -1,6 +1,6 @@
 """Every notebook run headless by papermill with ``interactive = True`` (the widgets are built
 but nobody draws them) still finishes without error or hang: the widgets redraw through
-FigureWidget updates, never through ``interactive_output`` (STACK_NOTES.md). A hang fails at
+FigureWidget updates, never through ``interactive_output`` (measured on this stack). A hang fails at
 the execution timeout instead of eating the CI budget."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DreamShard and AutoShard never fail where a plan exists (issue 16): on memory-tight random
+"""DreamShard and AutoShard never fail where a plan exists: on memory-tight random
 tasks where ``size_greedy`` finds a plan, both shipped policies find one too; an impossible task
 is the one-line infeasibility error naming the table and the GB short."""
 

@@ -1,4 +1,4 @@
-"""The learning-curve probe of the RL training loops (issue 16): a fixed yardstick."""
+"""The learning-curve probe of the RL training loops: a fixed yardstick."""
 
 from __future__ import annotations
 

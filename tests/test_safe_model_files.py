@@ -1,4 +1,4 @@
-"""Loading a model or policy file never runs code from it (issue 13, must-show 6): a pickle
+"""Loading a model or policy file never runs code from it: a pickle
 whose unpickling would call a function is refused in one line, and the call never happens; the
 shipped files load as plain data."""
 

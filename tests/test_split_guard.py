@@ -1,4 +1,4 @@
-"""Split calibration and NeuroShard's split guard (issue 14, must-show 3): a column-wise plan is
+"""Split calibration and NeuroShard's split guard: a column-wise plan is
 returned only where every judge, charging split devices its calibrated factor, predicts it
 faster than the table-wise plan."""
 
