@@ -30,8 +30,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
-import torch
-
 from shardlab import constants as C
 from shardlab.errors import ShardlabError, field_error
 
@@ -167,6 +165,8 @@ def cpu_name() -> str:
 
 def hardware_name(device: str) -> str:
     """``"<gpu name>"`` for a CUDA device, else ``"<cpu model> (<n> cpus)"``."""
+    import torch    # here, not at the top: the profiles are read by code that never measures
+
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
     return f"{cpu_name()} ({os.cpu_count()} cpus)"
@@ -197,6 +197,8 @@ def fbgemm_version() -> str:
 
 def environment(device: str = "cpu") -> dict[str, Any]:
     """Everything a measurement must carry: hardware, versions, time (UTC), command, revision."""
+    import torch
+
     return {"hardware": hardware_name(device), "device": device, "torch": str(torch.__version__),
             "fbgemm_gpu": fbgemm_version(), "python": platform.python_version(),
             "platform": platform.platform(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
