@@ -122,7 +122,6 @@ def test_malformed_published_file_names_the_field(tmp_path):
 PUBLISHED = S.published_stats_path()
 
 
-@pytest.mark.skipif(PUBLISHED is None or not PUBLISHED.exists(), reason="$SHARDLAB_PUBLISHED_STATS unset or absent")
 @pytest.mark.parametrize("name", POOL_NAMES)
 def test_published_file_agrees_with_the_presets_copy(name):
     ref = S.published_reference(name)

@@ -13,11 +13,10 @@ import pytest
 
 from shardlab import constants as C
 from shardlab.cli import main
-from shardlab.costmodel.bundle import CostModelBundle, load_bundle, models_dir, write_calibration
-from shardlab.costmodel.calibration import (MIN_SPLIT_SHARDS, SplitCalibration, calibrate_splits,
-                                            is_column_slice)
+from shardlab.costmodel.bundle import (MIN_SPLIT_SHARDS, CostModelBundle, SplitCalibration, calibrate_splits,
+                                       is_column_slice, load_bundle, models_dir, write_calibration)
 from shardlab.costmodel.train import calibrate_if_possible
-from shardlab.data.samples import ComputeRecord
+from shardlab.profile.records import ComputeRecord
 from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
 from shardlab.search import get_sharder
@@ -26,9 +25,24 @@ from shardlab.search.split_guard import Judge, State, guard_order
 
 class DimSquared:
     """A compute model that over-rewards splits: a shard costs sum(dim^2)/100 ms forward and as
-    much backward, so halving a table halves its cost on each device."""
+    much backward, so halving a table halves its cost on each device. Incremental, as NeuroShard's
+    search needs: a table's row is its dim^2, a shard's the sum of its tables' rows."""
 
     source = "test:dim-squared"
+    target = "compute"
+    embed_dim = 1
+
+    def fit(self, samples, val_samples=None):
+        return self
+
+    def save(self, path):
+        raise NotImplementedError("a test model is never saved")
+
+    def embed(self, tables):
+        return np.array([[float(t.dim ** 2)] for t in tables]).reshape(len(tables), 1)
+
+    def predict_sums(self, sums, counts):
+        return np.repeat(np.asarray(sums, dtype=float).reshape(-1, 1) / 100.0, 2, axis=1)
 
     def predict(self, shards):
         return np.array([[sum(t.dim ** 2 for t in s) / 100.0] * 2 for s in shards]).reshape(len(shards), 2)

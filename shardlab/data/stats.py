@@ -6,12 +6,13 @@ data-exploration notebook (``notebooks/explore_data.ipynb``) and its figures
 rows and lookups as counts, histograms as fractions over the 17 reuse bins
 (``constants.N_REUSE_BINS``; bin i holds access counts in (2**(i-1), 2**i], bin 0 exactly 1).
 
-The published numbers are read from a JSON transcription of the dataset's per-file locality
-statistics (``dlrm_locality_stats.json``: a ``files`` list, one entry per published file) named
-by the environment variable ``SHARDLAB_PUBLISHED_STATS``. Where it is unset or the file is
-absent, :func:`published_reference` falls back to the copies of the target numbers kept in the
-generator presets (:func:`shardlab.data.presets.published_target`, checked against the file by
-the tests when it is there) and says so in its ``source`` field.
+The published numbers are read from ``datasets/published/dlrm_locality_stats.json``: the per-file
+locality statistics published with Meta's synthetic lookup traces (a ``files`` list, one entry
+per published file; its ``PROVENANCE.md`` says where each came from).
+``$SHARDLAB_PUBLISHED_STATS`` may name another file of the same shape. Where the file is absent,
+:func:`published_reference` falls back to the copies of the target numbers kept in the generator
+presets (:func:`shardlab.data.presets.published_target`, checked against the file by the tests)
+and says so in its ``source`` field.
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ FEATURE_UNITS = {"rows": "rows", "dim": "columns", "pooling_factor": "lookups pe
 
 
 # ----------------------------------------------------------------------------- published
-def published_stats_path() -> Path | None:
-    """The published statistics file named by ``$SHARDLAB_PUBLISHED_STATS``, or None when unset."""
+def published_stats_path() -> Path:
+    """The published statistics file: ``$SHARDLAB_PUBLISHED_STATS`` where set, else the shipped
+    ``datasets/published/dlrm_locality_stats.json``."""
     env = os.environ.get(PUBLISHED_STATS_ENV)
-    return Path(env) if env else None
+    return Path(env) if env else datasets_dir() / "published" / "dlrm_locality_stats.json"
 
 
 def load_published_files(path: str | Path | None = None) -> list[dict[str, Any]] | None:

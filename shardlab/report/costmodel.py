@@ -46,7 +46,7 @@ def predicted_vs_measured_figure(series: Mapping[str, tuple], title: str) -> go.
 
 def error_by_tables_figure(result: Mapping[str, Any], set_name: str = "unseen_tables") -> go.Figure:
     """MAPE per model, by tables per shard, on one held-out set of
-    :func:`~shardlab.costmodel.assess.assess`'s result."""
+    :func:`~shardlab.costmodel.metrics.assess.assess`'s result."""
     models = result.get(set_name, {}).get("models", {})
     fig = go.Figure()
     for name, e in models.items():

@@ -17,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from shardlab.data.pool import TablePool
+from shardlab.data.tasks import TablePool
 from shardlab.data.stats import (BIN_LABELS, bin_differences, compare_histograms,
                                  lookup_concentration, per_table_histograms)
 
