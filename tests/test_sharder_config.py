@@ -58,6 +58,9 @@ def test_a_variant_is_a_spec_of_options_not_a_name():
     assert method_list("random, neuroshard[columns=false,top_n=5],torchrec") == [
         "random", "neuroshard[columns=false,top_n=5]", "torchrec"]
     assert method_list(["neuroshard[columns=false]"]) == ["neuroshard[columns=false]"]
+    # key:value for a papermill parameter line (no second '='); plans carry the key=value label
+    assert method_list(["neuroshard[columns:false, top_n : 5]"]) == ["neuroshard[columns=false,top_n=5]"]
+    assert get_sharder("neuroshard[columns:false]").name == "neuroshard[columns=false]"
 
 
 @pytest.mark.parametrize("spec,needle", [("neuroshard[colums=false]", "option 'colums'"),

@@ -102,21 +102,38 @@ def sharder_names() -> list[str]:
 
 def parse_method(spec: str) -> tuple[str, dict[str, Any]]:
     """``"neuroshard[columns=false,max_splits=4]"`` -> ``("neuroshard", {"columns": False,
-    "max_splits": 4})``; an alias resolves to its spec (its options first). One-line
+    "max_splits": 4})``; an alias resolves to its spec (its options first). ``key:value`` is
+    read as ``key=value`` (a papermill parameter line holds no second ``=``). One-line
     :class:`ShardlabError` for a spec that is not ``name`` or ``name[key=value,...]``."""
-    m = _SPEC.fullmatch(str(spec))
-    if not m:
-        raise ShardlabError(f"method '{spec}' must look like 'name' or 'name[key=value,...]'")
-    name, body = m.group(1), m.group(2)
+    name, pairs = _spec_parts(spec)
     options: dict[str, Any] = {}
     if name in ALIASES:
         name, options = parse_method(ALIASES[name])
-    for item in _split_top(body or ""):
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip().isidentifier():
-            raise ShardlabError(f"method '{spec}': option '{item.strip()}' must look like key=value")
-        options[key.strip()] = option_value(value)
+    options.update((key, option_value(raw)) for key, raw in pairs)
     return name, options
+
+
+def method_label(spec: str) -> str:
+    """The method name a plan carries: ``name`` or ``name[key=value,...]`` with the options as
+    written, white space dropped and every ``key:value`` written ``key=value``."""
+    name, pairs = _spec_parts(spec)
+    if not pairs:
+        return name
+    return name + "[" + ",".join(k + "=" + re.sub(r"\s+", "", v) for k, v in pairs) + "]"
+
+
+def _spec_parts(spec: str) -> tuple[str, list[tuple[str, str]]]:
+    """(name, [(key, value text), ...]) of a spec; one-line errors for a malformed one."""
+    m = _SPEC.fullmatch(str(spec))
+    if not m:
+        raise ShardlabError(f"method '{spec}' must look like 'name' or 'name[key=value,...]'")
+    pairs = []
+    for item in _split_top(m.group(2) or ""):
+        key, sep, value = item.partition("=") if "=" in item else item.partition(":")
+        if not sep or not key.strip().isidentifier():
+            raise ShardlabError(f"method '{spec}': option '{item.strip()}' must look like key=value")
+        pairs.append((key.strip(), value.strip()))
+    return m.group(1), pairs
 
 
 def _split_top(text: str) -> list[str]:
@@ -162,7 +179,7 @@ def get_sharder(spec: str, /, **config: Any) -> Sharder:
     Its plans carry ``spec`` as their method. One-line errors for an unknown method or an
     option it does not take."""
     name, options = parse_method(spec)
-    label = re.sub(r"\s+", "", str(spec))
+    label = method_label(spec)
     if label in ALIASES and label not in _WARNED:
         _WARNED.add(label)
         print(f"shardlab: method '{label}' is deprecated; spell it '{ALIASES[label]}'", file=sys.stderr)
@@ -209,7 +226,8 @@ def method_list(methods: str | Sequence[str]) -> list[str]:
     """Method specs from a list, or from a string as papermill's ``-p methods ...`` passes it:
     comma-separated (``random,neuroshard[columns=false]``: commas inside brackets belong to
     the spec) or a JSON/Python-style list (``["random"]``). Every method must be registered
-    (one-line error naming the bad one)."""
+    (one-line error naming the bad one). Returns the labels plans will carry
+    (:func:`method_label`)."""
     if isinstance(methods, str) and not methods.strip().startswith(("[", "(")):
         names = _split_top(methods)
     else:
@@ -221,7 +239,7 @@ def method_list(methods: str | Sequence[str]) -> list[str]:
             _registration(parse_method(spec)[0])
         except ShardlabError:
             raise ShardlabError(f"field 'methods': '{spec}' is not a sharder; known: {', '.join(_REGISTRY)}") from None
-    return names
+    return [method_label(spec) for spec in names]
 
 
 def check_search_gpus(task: Task, bound: int = C.MAX_SEARCH_GPUS, method: str = "search") -> None:
