@@ -1,4 +1,4 @@
-"""The package's layers import one way (README, "Package layout"), and the studies stay apart:
+"""The package's layers import one way (docs/extending.md, "The house rules"), and the studies stay apart:
 
     tables, plan, schedule, constants, errors, io, paths, loads  <-  data  <-  profile  <-  costmodel
     <-  evaluate  <-  search  <-  workflows  <-  report  <-  CLI, notebooks
@@ -139,3 +139,25 @@ def test_every_study_says_how_to_regenerate_its_results():
             assert f".venv/bin/python studies/{d.name}/{p.name}" in readme, f"{d.name}/README.md: no command for {p.name}"
         for r in sorted((d / "results").glob("*.md")) if (d / "results").exists() else []:
             assert f"results/{r.stem}" in readme, f"{d.name}/README.md does not mention {r.name}"
+
+
+#: Packages a function may import where it needs them: optional or slow to import.
+LAZY_OK = {"torch", "torchrec", "fbgemm_gpu", "plotly", "ipywidgets", "IPython", "papermill", "nbformat"}
+
+
+def test_imports_inside_functions_are_only_optional_heavy_packages():
+    """Everything else -- shardlab's own modules, the standard library, numpy -- is imported at
+    the top of the module, where a reader sees what the module depends on."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""]
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                else:
+                    continue
+                for n in names:
+                    assert n.split(".")[0] in LAZY_OK, f"{path.relative_to(PACKAGE.parent)}:{node.lineno} imports {n} in a function"
