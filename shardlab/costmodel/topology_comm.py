@@ -1,0 +1,152 @@
+"""An analytic all-to-all model for GPU clusters with a topology: hosts of ``gpus_per_host``
+GPUs joined by NVLink inside a host and by one NIC per GPU between hosts.
+
+Nothing here was measured by shardlab. It is an analytic model whose constants are public
+figures, cited in its ``source`` label (``docs/clusters.md``, "Public hardware figures"):
+
+- ``intra_gbps`` = 370 GB/s: NCCL all-to-all bus bandwidth on 8 H100 SXM over NVLink 4
+  (NVIDIA/nccl-tests issue 212);
+- ``inter_gbps`` = 48 GB/s: cross-host all-to-all bus bandwidth per GPU with one 400 Gb/s
+  ConnectX-7 NIC per GPU (NVIDIA/nccl-tests issue 267);
+- ``latency_us``: a fixed cost per collective. No public figure for it is cited yet, so the
+  default is 0 and the label says "latency 0 us (not cited)"; set it from your own nccl-tests
+  run at small sizes.
+
+The pooled-embedding all-to-all (forward; the gradients take the same path backward): rank r,
+holding tables of dim sum d_r, sends every peer the pooled rows of its tables for that peer's
+batch slice, ``B/G x d_r x bytes_per_value`` bytes, and receives ``B/G x d_p x bytes_per_value``
+from every peer p. Bytes to peers in its own host (ranks ``r // gpus_per_host`` alike) move at
+``intra_gbps``, bytes to other hosts at ``inter_gbps``, both at once, so rank r needs
+``latency + max(intra bytes / intra_gbps, inter bytes / inter_gbps)`` with bytes the larger of
+sent and received. Bus bandwidth is what nccl-tests reports for exactly these bytes (the share
+of a rank's buffer that leaves it). The collective ends with its slowest rank: every rank's
+comm is that time, and forward adds each rank's wait for the straggler
+(``max(delays) - delay_r``), as :mod:`shardlab.schedule` and the measured evaluators count it.
+
+Row-wise collectives (:meth:`TopologyComm.increment`, the interface of
+:class:`~shardlab.costmodel.rowwise_comm.RowWiseComm`): tables split by rows over every device
+reduce-scatter their pooled partial sums forward and all-gather the slices' gradients backward
+(each rank sends ``(G-1)/G x B x dim x bytes_per_value``), and every row block receives its
+rows' indices (8-byte ids, ``index_counts[r][o]`` from rank r to owner o) in one more
+all-to-all; each collective pays the latency and moves its bytes over the same two links.
+
+TorchRec's planner models the same two links with intra-node 600 GB/s and cross-node 12.5 GB/s
+(its V100-era defaults), per-byte only, with no wait for the straggler; here the defaults are
+H100-era bus bandwidths measured by collective benchmarks, and the straggler's wait is counted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from shardlab.errors import ShardlabError
+from shardlab.io import read_json, write_json_atomic
+
+#: Bytes of one row index in the row-wise index all-to-all (int64).
+INDEX_BYTES = 8
+#: The model file's ``kind``.
+KIND = "topology_comm"
+#: Constructor fields, in order (the model file holds them).
+FIELDS = ("batch_size", "bytes_per_value", "gpus_per_host", "intra_gbps", "inter_gbps", "latency_us", "name")
+
+
+class TopologyComm:
+    """The analytic GPU-cluster all-to-all (module docstring). ``batch_size``: samples per step
+    (global, B); ``bytes_per_value``: 4 for fp32 pooled rows; bandwidths in GB/s (1e9 bytes/s);
+    ``latency_us`` per collective (µs); ``name`` begins the label."""
+
+    target = "comm"
+
+    def __init__(self, batch_size: int = 65536, bytes_per_value: int = 4, gpus_per_host: int = 8,
+                 intra_gbps: float = 370.0, inter_gbps: float = 48.0, latency_us: float = 0.0,
+                 name: str = "h100-nvlink4+ib400"):
+        self.batch_size = batch_size
+        self.bytes_per_value = bytes_per_value
+        self.gpus_per_host = gpus_per_host
+        self.intra_gbps = intra_gbps
+        self.inter_gbps = inter_gbps
+        self.latency_us = latency_us
+        self.name = name
+
+    @property
+    def source(self) -> str:
+        """Evaluation label: analytic, with every constant and where it was published."""
+        cite = {370.0: " (nccl-tests#212, 8x H100 NVLink)", 48.0: " (nccl-tests#267, 400 Gb/s NIC per GPU)"}
+        latency = f"latency {self.latency_us:g} us" + (" (not cited)" if self.latency_us == 0 else " (given)")
+        return (f"analytic:{self.name}[hosts of {self.gpus_per_host}; intra {self.intra_gbps:g} GB/s"
+                f"{cite.get(float(self.intra_gbps), ' (given)')}; inter {self.inter_gbps:g} GB/s"
+                f"{cite.get(float(self.inter_gbps), ' (given)')}; {latency}; batch {self.batch_size}]")
+
+    def setting(self, key: str, value: Any = None) -> Any:
+        """``value`` if given, else this model's ``key`` (``batch_size``, ``bytes_per_value``)."""
+        return getattr(self, key) if value is None else value
+
+    def fit(self, samples: Any = None, val_samples: Any = None) -> "TopologyComm":
+        """Nothing to fit: the constants are given (module docstring). Returns self."""
+        return self
+
+    def save(self, path: str) -> None:
+        """The constants as JSON (``kind`` plus :data:`FIELDS`), written atomically."""
+        write_json_atomic(path, {"kind": KIND, **{f: getattr(self, f) for f in FIELDS}, "source": self.source})
+
+    @classmethod
+    def load(cls, path: str) -> "TopologyComm":
+        """Inverse of :meth:`save`; one-line error for a file of another kind."""
+        data = read_json(path)
+        if not isinstance(data, dict) or data.get("kind") != KIND:
+            raise ShardlabError(f"comm model '{path}': field 'kind' must be '{KIND}'")
+        return cls(**{f: data[f] for f in FIELDS if f in data})
+
+    def _same_host(self, g: int) -> np.ndarray:
+        """(G, G) True where two ranks share a host (ranks ``r // gpus_per_host`` alike), False
+        on the diagonal."""
+        host = np.arange(g) // max(1, self.gpus_per_host)
+        same = host[:, None] == host[None, :]
+        np.fill_diagonal(same, False)
+        return same
+
+    def _ms(self, sent: np.ndarray, received: np.ndarray) -> np.ndarray:
+        """(..., G) ms per rank of one collective from (..., G, G) bytes ``sent[r, p]`` and
+        ``received[r, p]`` (rank r with peer p), before waiting for the slowest rank."""
+        g = sent.shape[-1]
+        same = self._same_host(g)
+        other = ~same
+        np.fill_diagonal(other, False)
+        intra = np.maximum((sent * same).sum(-1), (received * same).sum(-1)) / (self.intra_gbps * 1e9)
+        inter = np.maximum((sent * other).sum(-1), (received * other).sum(-1)) / (self.inter_gbps * 1e9)
+        return self.latency_us * 1e-3 + 1e3 * np.maximum(intra, inter)
+
+    def predict(self, dim_sums: Any, delays_ms: Any = None) -> np.ndarray:
+        """(n, G, 2) forward and backward ms per rank of the pooled all-to-all; ``dim_sums`` and
+        ``delays_ms`` (ms, or None) are (n, G)."""
+        d = np.atleast_2d(np.asarray(dim_sums, dtype=float))
+        n, g = d.shape
+        chunk = self.batch_size / g * self.bytes_per_value * d            # (n, G) bytes to each peer
+        sent = np.repeat(chunk[:, :, None], g, axis=2)                    # sent[k, r, p] = chunk[k, r]
+        received = np.repeat(chunk[:, None, :], g, axis=1)                # received[k, r, p] = chunk[k, p]
+        t = self._ms(sent, received).max(axis=1, keepdims=True) * np.ones((1, g)) if g > 1 else np.zeros((n, g))
+        wait = np.zeros((n, g)) if delays_ms is None else np.atleast_2d(np.asarray(delays_ms, dtype=float))
+        wait = wait.max(axis=1, keepdims=True) - wait
+        return np.stack([t + wait, t], axis=2)
+
+    def increment(self, world_size: int, rowwise: Mapping[str, Any] | None, batch_size: int | None = None
+                  ) -> np.ndarray:
+        """(G, 2) forward and backward ms per rank that ``rowwise``'s collectives add
+        (``{"dim": columns reduce-scattered, "index_counts": G x G ids}``; zeros for none)."""
+        g = world_size
+        out = np.zeros((g, 2))
+        if not rowwise or g < 2:
+            return out
+        b = self.setting("batch_size", batch_size)
+        dim = float(rowwise.get("dim", 0) or 0)
+        if dim > 0:    # reduce-scatter forward, all-gather backward: (G-1)/G x B x dim bytes each way
+            part = np.full((g, g), b / g * dim * self.bytes_per_value)
+            np.fill_diagonal(part, 0.0)
+            out += self._ms(part, part).max()
+        counts = np.asarray(rowwise.get("index_counts") or np.zeros((g, g)), dtype=float) * INDEX_BYTES
+        if counts.any():    # the row blocks' index all-to-all, forward only
+            np.fill_diagonal(counts, 0.0)
+            out[:, 0] += self._ms(counts, counts.T).max()
+        return out
