@@ -75,3 +75,24 @@ def test_the_model_file_keeps_its_constants(tmp_path):
     assert again.source == model.source
     dims = np.array([[8, 16, 32, 64, 8, 16, 32, 64]])
     np.testing.assert_array_equal(again.predict(dims), model.predict(dims))
+
+
+def test_a_bundle_trained_on_gpu_compute_carries_the_topology_model_and_names_it(tmp_path):
+    from shardlab.cli import main
+    from shardlab.costmodel.bundle import load_bundle
+    from shardlab.data.tasks import generate_task
+    from shardlab.evaluate import ModelEvaluator
+    from shardlab.plan import Plan
+
+    out = tmp_path / "h100_analytic.json"
+    assert main(["train", "analytic", "--dataset", "h100", "--comm", "topology", "--out", str(out),
+                 "--no-progress"]) == 0
+    assert (tmp_path / "h100_analytic.comm.json").exists()
+    bundle = load_bundle(str(out))
+    assert isinstance(bundle.comm, TopologyComm) and bundle.comm.batch_size == 65536
+    assert bundle.provenance["comm"].startswith("given, not fitted: analytic:h100-nvlink4+ib400[")
+    assert not [k for k in bundle.heldout if k.startswith("comm")]      # no comm was measured, none judged
+    task = generate_task(ntables=8, ngpu=2, mem_cap_gb=16.0, batch_size=65536, seed=0)
+    plan = Plan.table_wise(task, [i % 2 for i in range(8)], "alternate")
+    ev = ModelEvaluator(bundle).evaluate(task, {"alternate": plan})["alternate"]
+    assert ev.source.startswith("analytic:h100[") and "+comm:analytic:h100-nvlink4+ib400[" in ev.source

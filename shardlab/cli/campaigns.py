@@ -12,6 +12,7 @@ from pathlib import Path
 from shardlab.cli import emit
 from shardlab.cli.arguments import dataclass_from_args
 from shardlab.costmodel.bundle import load_bundle, resolve_model_path, write_calibration
+from shardlab.costmodel.topology_comm import TopologyComm
 from shardlab.costmodel.train import calibrate_held_out, load_records, train_bundle
 from shardlab.errors import ShardlabError
 from shardlab.workflows.plan_campaign import run_plan_campaign
@@ -90,15 +91,22 @@ def cmd_train(args: argparse.Namespace) -> None:
         return train_policy(args)
     _existing_store(args.store)
     compute = load_records("compute", args.store, args.dataset, args.profile)
-    comm = load_records("comm", args.store, args.dataset, args.profile)
+    topology = None
+    if args.comm == "topology":   # GPU clusters where no comm was measured: the cited analytic model
+        comm = []
+        batch = compute[0].profile.get("batch_size") if compute else None
+        topology = TopologyComm(batch_size=int(batch or 65536))
+    else:
+        comm = load_records("comm", args.store, args.dataset, args.profile)
     label = f"store:{args.store}" if args.store else f"dataset:{args.dataset}"
     plans = load_records("plan", args.store, args.dataset, args.profile) if args.kind == "dreamshard" else []
     bundle = train_bundle(args.kind, compute, comm, seed=args.seed, epochs=args.epochs,
                           progress=not args.no_progress, data_label=label, plan_samples=plans,
-                          pretrain_epochs=args.pretrain_epochs)
+                          pretrain_epochs=args.pretrain_epochs, comm_model=topology)
     bundle.save(args.out)
     h = bundle.heldout
-    emit(args, f"train {args.kind}: {len(compute)} compute + {len(comm)} comm samples ({label}); held-out "
+    comm_note = f"{len(comm)} comm samples" if topology is None else "the analytic topology comm model"
+    emit(args, f"train {args.kind}: {len(compute)} compute samples + {comm_note} ({label}); held-out "
                f"compute MAPE {h['compute_total']['mape']:.3f}, Spearman {h['compute_total']['spearman']:.3f}"
                f" -> {args.out}", {"out": args.out, "heldout": h})
 

@@ -219,6 +219,9 @@ def _add_training_verbs(sub: argparse._SubParsersAction) -> None:
         _training_data(k)
         k.add_argument("--profile", default=None, help="only samples of this hardware profile")
         k.add_argument("--epochs", type=int, default=None, help="training epochs (neural kinds)")
+        k.add_argument("--comm", choices=("measured", "topology"), default="measured",
+                       help="comm model: fitted to the measured comm samples (default), or 'topology': the "
+                            "analytic GPU-cluster model with its cited constants, for data without comm")
         if kind == "dreamshard":
             k.add_argument("--pretrain-epochs", type=int, default=0,
                            help="compute-only epochs before the joint training on plans")

@@ -130,11 +130,14 @@ class CostModelBundle:
     def comm_for(self, ngpu: int) -> tuple[CommModel, str]:
         """The comm model for ``ngpu`` devices and the label to add to ``source``: the bundle's
         own, or -- where it has none for that G (a neural comm model is trained per G) -- the
-        shipped analytic comm model, labelled ``+analytic-comm``."""
+        shipped analytic comm model, labelled ``+analytic-comm``. A comm model that is not fitted to
+        the compute model's data (``labelled_apart``: the GPU-cluster topology model) is named in
+        the label, ``+comm:<its source>``."""
         if ngpu not in self._comm_by_g:
             try:
                 self.comm.predict([[4] * ngpu])
-                self._comm_by_g[ngpu] = (self.comm, "")
+                apart = getattr(self.comm, "labelled_apart", False)
+                self._comm_by_g[ngpu] = (self.comm, f"+comm:{self.comm.source}" if apart else "")
             except ShardlabError:
                 profile = getattr(self.compute, "profile_", {}).get("name", "cpu")
                 self._comm_by_g[ngpu] = (load_bundle("analytic", profile).comm, "+analytic-comm")
@@ -154,7 +157,7 @@ class CostModelBundle:
         p = Path(path)
         parts = {}
         for role, model in (("compute", self.compute), ("comm", self.comm)):
-            ext = "json" if type(model).__module__.endswith("analytic") else "pt"
+            ext = getattr(model, "file_ext", "json" if type(model).__module__.endswith("analytic") else "pt")
             name = f"{p.stem}.{role}.{ext}"
             model.save(str(p.parent / name))
             parts[role] = {"file": name, "class": f"{type(model).__module__}.{type(model).__name__}"}

@@ -58,6 +58,10 @@ class TopologyComm:
     ``latency_us`` per collective (µs); ``name`` begins the label."""
 
     target = "comm"
+    #: Its model file is JSON (the constants).
+    file_ext = "json"
+    #: A bundle's evaluations name it (``+comm:<source>``): it is not fitted to the bundle's data.
+    labelled_apart = True
 
     def __init__(self, batch_size: int = 65536, bytes_per_value: int = 4, gpus_per_host: int = 8,
                  intra_gbps: float = 370.0, inter_gbps: float = 48.0, latency_us: float = 0.0,

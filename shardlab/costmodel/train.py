@@ -84,16 +84,19 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
                  comm_samples: Sequence[CommRecord | Mapping[str, Any]], seed: int = 0, epochs: int | None = None,
                  progress: bool = True, data_label: str = "",
                  plan_samples: Sequence[PlanRecord | Mapping[str, Any]] = (),
-                 pretrain_epochs: int = 0) -> CostModelBundle:
+                 pretrain_epochs: int = 0, comm_model: Any = None) -> CostModelBundle:
     """Fit a bundle of ``kind`` on the train/val splits (by key) of the records (or rows);
     test errors in ``heldout``. Every model is fitted the same way: ``fit(train, val)``.
-    ``pretrain_epochs``: DreamShard's compute-only epochs before its joint training."""
+    ``pretrain_epochs``: DreamShard's compute-only epochs before its joint training.
+    ``comm_model``: an analytic comm model to bundle as it is (e.g.
+    :class:`~shardlab.costmodel.topology_comm.TopologyComm`, where no comm was measured): no comm
+    samples needed, none fitted, no comm errors."""
     if kind not in KINDS:
         raise ShardlabError(f"train: field 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
-    if not compute_samples or not comm_samples:
-        raise ShardlabError("train: needs both compute and comm samples")
+    if not compute_samples or not (comm_samples or comm_model is not None):
+        raise ShardlabError("train: needs compute samples, and comm samples or a given comm model")
     compute_records = as_compute_records(compute_samples, "train")
-    comm_records = as_comm_records(comm_samples, "train")
+    comm_records = [] if comm_model is not None else as_comm_records(comm_samples, "train")
     cs, ms = held_out_sets(compute_records), split_samples(comm_records)
     extra = {"seed": seed, "progress": progress, **({} if epochs is None else {"epochs": epochs})}
     compute: Any
@@ -111,7 +114,10 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
         compute = cls(**extra).fit(cs["train"], cs["val"])
         if kind == "neuroshard":
             comm = NeuroShardComm(**extra)
-    comm.fit(ms["train"], ms["val"])
+    if comm_model is not None:
+        comm = comm_model
+    else:
+        comm.fit(ms["train"], ms["val"])
     heldout = heldout_errors(compute, comm, cs["seen_tables"], ms["test"])
     if cs["unseen_tables"]:
         unseen = heldout_errors(compute, comm, cs["unseen_tables"], [])
@@ -129,6 +135,8 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
     for m in (compute, comm):
         m.provenance_ = prov
         m.metrics_ = heldout
+    if comm_model is not None:
+        prov["comm"] = f"given, not fitted: {comm.source}"
     return CostModelBundle(compute, comm, prov, heldout, calibration)
 
 
