@@ -96,3 +96,15 @@ def test_a_bundle_trained_on_gpu_compute_carries_the_topology_model_and_names_it
     plan = Plan.table_wise(task, [i % 2 for i in range(8)], "alternate")
     ev = ModelEvaluator(bundle).evaluate(task, {"alternate": plan})["alternate"]
     assert ev.source.startswith("analytic:h100[") and "+comm:analytic:h100-nvlink4+ib400[" in ev.source
+
+
+@pytest.mark.parametrize("name", ["analytic", "neuroshard"])
+def test_the_shipped_h100_bundles_were_fitted_to_gpu_compute_and_bundle_the_cited_comm(name):
+    from shardlab.costmodel.bundle import load_bundle
+
+    bundle = load_bundle(name, "h100")
+    assert isinstance(bundle.comm, TopologyComm)
+    assert bundle.provenance["data"] == "dataset:h100"
+    assert bundle.provenance["data_provenance"][0]["device"] == "cuda"
+    assert {"compute_total", "compute_total_unseen_tables"} <= set(bundle.heldout)
+    assert bundle.comm_for(8)[1].startswith("+comm:analytic:h100-nvlink4+ib400[")
