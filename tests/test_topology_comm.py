@@ -61,7 +61,8 @@ def test_it_is_a_labelled_comm_model_the_simulator_takes():
     assert isinstance(model, CommModel)
     label = model.source
     assert label.startswith("analytic:h100-nvlink4+ib400[")
-    assert "370 GB/s (nccl-tests#212" in label and "48 GB/s (nccl-tests#267" in label
+    assert "370 GB/s (nccl-tests all-to-all, 8x H100 NVLink)" in label
+    assert "48 GB/s (nccl-tests all-to-all, 400 Gb/s NIC per GPU)" in label
     assert "latency 0 us (not cited)" in label
     assert "(given)" in TopologyComm(intra_gbps=300.0, latency_us=5.0).source
     sims = simulate_many(np.ones((2, 8, 2)), np.full((2, 8), 64), model)

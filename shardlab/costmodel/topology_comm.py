@@ -4,10 +4,10 @@ GPUs joined by NVLink inside a host and by one NIC per GPU between hosts.
 Nothing here was measured by shardlab. It is an analytic model whose constants are public
 figures, cited in its ``source`` label (``docs/clusters.md``, "Public hardware figures"):
 
-- ``intra_gbps`` = 370 GB/s: NCCL all-to-all bus bandwidth on 8 H100 SXM over NVLink 4
-  (NVIDIA/nccl-tests issue 212);
+- ``intra_gbps`` = 370 GB/s: NCCL all-to-all bus bandwidth on 8 H100 SXM over NVLink 4, as
+  reported with NVIDIA's nccl-tests (the link is in ``docs/clusters.md``);
 - ``inter_gbps`` = 48 GB/s: cross-host all-to-all bus bandwidth per GPU with one 400 Gb/s
-  ConnectX-7 NIC per GPU (NVIDIA/nccl-tests issue 267);
+  ConnectX-7 NIC per GPU, likewise from nccl-tests (``docs/clusters.md``);
 - ``latency_us``: a fixed cost per collective. No public figure for it is cited yet, so the
   default is 0 and the label says "latency 0 us (not cited)"; set it from your own nccl-tests
   run at small sizes.
@@ -77,7 +77,7 @@ class TopologyComm:
     @property
     def source(self) -> str:
         """Evaluation label: analytic, with every constant and where it was published."""
-        cite = {370.0: " (nccl-tests#212, 8x H100 NVLink)", 48.0: " (nccl-tests#267, 400 Gb/s NIC per GPU)"}
+        cite = {370.0: " (nccl-tests all-to-all, 8x H100 NVLink)", 48.0: " (nccl-tests all-to-all, 400 Gb/s NIC per GPU)"}
         latency = f"latency {self.latency_us:g} us" + (" (not cited)" if self.latency_us == 0 else " (given)")
         return (f"analytic:{self.name}[hosts of {self.gpus_per_host}; intra {self.intra_gbps:g} GB/s"
                 f"{cite.get(float(self.intra_gbps), ' (given)')}; inter {self.inter_gbps:g} GB/s"

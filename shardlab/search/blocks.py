@@ -46,13 +46,13 @@ def split_block(blocks: tuple[Block, ...], i: int) -> tuple[Block, ...]:
 
 
 class ShardCoster:
-    """Predicted fused compute (fw, bw ms) of device shards, incremental where the model allows."""
+    """A compute model's per-block rows for the search's incremental costing (``embed``, cached
+    per sub-table); ``incremental`` says whether the model has them (``embed``/``predict_sums``)."""
 
     def __init__(self, model: Any):
         self.model = model
         self.incremental = isinstance(model, IncrementalComputeModel)
         self._emb: dict[Table, np.ndarray] = {}
-        self._cache: dict[tuple, np.ndarray] = {}
 
     def embed(self, blocks: Sequence[Block]) -> np.ndarray:
         """(n, d) encodings of the blocks (cached per sub-table). Each table is encoded alone:
@@ -63,12 +63,3 @@ class ShardCoster:
             if b.table not in self._emb:
                 self._emb[b.table] = self.model.embed([b.table])[0]
         return np.stack([self._emb[b.table] for b in blocks])
-
-    def shards(self, shards: Sequence[Sequence[Table]]) -> np.ndarray:
-        """(n, 2) fw/bw ms through ``predict``, cached by shard content."""
-        keys = [tuple(sorted((t.name, t.dim) for t in s)) for s in shards]
-        todo = [i for i, k in enumerate(keys) if k not in self._cache]
-        if todo:
-            for i, row in zip(todo, self.model.predict([shards[i] for i in todo])):
-                self._cache[keys[i]] = np.asarray(row, dtype=float)
-        return np.stack([self._cache[k] for k in keys]) if keys else np.zeros((0, 2))
