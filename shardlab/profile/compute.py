@@ -6,10 +6,20 @@ Each table's lookups come from :func:`shardlab.data.lookups.table_lookups` at th
 batch size: regenerated from its own generator, from a generator fitted to its reuse bins and
 pooling factor (:mod:`shardlab.data.fit_lookups`), or replayed from its real trace;
 ``profile.input_batches`` distinct batches are rotated through the runs so that caches do not
-flatter the result. After ``warmup`` untimed runs, ``repeats`` runs are timed with
-``time.perf_counter`` after synchronisation; the cost is the median, and the spread
-(25th/75th percentile, min, max) is recorded. The backward pass includes TBE's fused
-optimizer update, as in training.
+flatter the result. After ``warmup`` untimed runs, ``repeats`` runs are timed; the cost is the
+median (ms), and the spread (25th/75th percentile, min, max, ms) is recorded. The backward pass
+includes TBE's fused optimizer update, as in training.
+
+**Timers** (:func:`timer_for`). On CPU each pass is timed with ``time.perf_counter`` on the host
+(:class:`PerfCounterTimer`). On CUDA, host clocks around ``torch.cuda.synchronize()`` would add
+the host's launch and synchronisation latency (~0.5 ms on an H100) to every pass, so each pass
+is timed with ``torch.cuda.Event(enable_timing=True)`` pairs recorded on the current stream
+before the forward, between forward and backward, and after the backward, with one
+synchronisation after each run (:class:`CudaEventTimer`): a pass's time is then what the
+stream spent on it, its kernels plus any gap the host leaves between launches on an idle stream.
+The method is in each record's provenance (``compute_timing``: ``"perf_counter"`` or
+``"cuda_events"``) and in :func:`~shardlab.profile.hardware.environment`, which the campaigns
+store with every sample.
 
 **On one GPU** (:func:`run_jobs_prefetched`) lookup batches are made in CPU worker processes
 while this process times the ops, one at a time, on the GPU. At the seeds' batch of 65536 a
@@ -29,7 +39,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -38,7 +48,7 @@ from tqdm.auto import tqdm
 from shardlab import constants as C
 from shardlab.data.lookups import table_lookups
 from shardlab.errors import ShardlabError
-from shardlab.profile.hardware import HardwareProfile, get_profile
+from shardlab.profile.hardware import TIMING_METHODS, HardwareProfile, get_profile
 from shardlab.profile.records import ComputeRecord, spread_ms
 from shardlab.profile.store import SampleStore
 from shardlab.tables import Table
@@ -59,6 +69,87 @@ def _threads(n: int) -> Iterator[None]:
     finally:
         torch.set_num_threads(before)
 
+
+# ----------------------------------------------------------------------------- timers
+
+class Timer(Protocol):
+    """Times one run: :meth:`start` before the forward, :meth:`mark` between forward and
+    backward, :meth:`stop` after the backward, which returns ``(fw_ms, bw_ms, total_ms)``."""
+
+    method: str
+
+    def start(self) -> None: ...
+
+    def mark(self) -> None: ...
+
+    def stop(self) -> tuple[float, float, float]: ...
+
+
+class PerfCounterTimer:
+    """Host wall clock (``time.perf_counter``), ``sync`` called before each reading (on CPU a
+    no-op: the kernels have returned when the call does)."""
+
+    method = TIMING_METHODS["cpu"]
+
+    def __init__(self, sync: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.perf_counter):
+        self.sync, self.clock = sync, clock
+        self._t: list[float] = []
+
+    def _read(self) -> None:
+        self.sync()
+        self._t.append(self.clock())
+
+    def start(self) -> None:
+        self._t = []
+        self._read()
+
+    def mark(self) -> None:
+        self._read()
+
+    def stop(self) -> tuple[float, float, float]:
+        self._read()
+        t0, t1, t2 = self._t
+        return (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t2 - t0) * 1e3
+
+
+class CudaEventTimer:
+    """CUDA events recorded on the current stream; one ``synchronize()`` after each run, then
+    ``elapsed_time`` (ms) between the events. ``event`` makes a timing event and
+    ``synchronize`` waits for the device (defaults: ``torch.cuda``'s, looked up when used, so
+    the timer can be built, and tested with fakes, without a GPU)."""
+
+    method = TIMING_METHODS["cuda"]
+
+    def __init__(self, event: Callable[[], Any] | None = None, synchronize: Callable[[], None] | None = None):
+        self.event = event or (lambda: torch.cuda.Event(enable_timing=True))
+        self.synchronize = synchronize or torch.cuda.synchronize
+        self._events: list[Any] = []
+
+    def _record(self) -> None:
+        e = self.event()
+        e.record()
+        self._events.append(e)
+
+    def start(self) -> None:
+        self._events = []
+        self._record()
+
+    def mark(self) -> None:
+        self._record()
+
+    def stop(self) -> tuple[float, float, float]:
+        self._record()
+        self.synchronize()
+        e0, e1, e2 = self._events
+        return float(e0.elapsed_time(e1)), float(e1.elapsed_time(e2)), float(e0.elapsed_time(e2))
+
+
+def timer_for(device: torch.device | str) -> Timer:
+    """The timer for ``device``: CUDA events on a ``cuda`` device, else ``perf_counter``."""
+    return CudaEventTimer() if torch.device(device).type == "cuda" else PerfCounterTimer()
+
+
+# ----------------------------------------------------------------------------- one fused op
 
 def build_tbe(tables: Sequence[Table], profile: HardwareProfile, device: torch.device) -> torch.nn.Module:
     """The fused TBE op for ``tables`` (rows x dim each) under the profile's optimizer and
@@ -103,7 +194,9 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
     batches ``first_batch`` .. ``first_batch + profile.input_batches - 1`` of every table (the
     same for every caller by default, so ops measured for different plans see the same lookups).
     ``inputs``: those batches made beforehand (:func:`fused_inputs` of ``tables``, on any device;
-    a GPU campaign prepares them in other processes while it times), used instead."""
+    a GPU campaign prepares them in other processes while it times), used instead. Each pass is
+    timed by :func:`timer_for` the device (ms); the record's provenance names the timer
+    (``compute_timing``)."""
     profile = get_profile(profile)
     if not tables:
         raise ShardlabError("measure_compute: field 'tables' is empty")
@@ -115,7 +208,6 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
     device = torch.device("cuda" if profile.device == "cuda" else "cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ShardlabError(f"hardware profile '{profile.name}': field 'device' = 'cuda' but no GPU is visible")
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     if inputs is None:
         inputs = [fused_inputs(tables, profile.batch_size, k)
                   for k in range(first_batch, first_batch + profile.input_batches)]
@@ -124,23 +216,24 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
     with _threads(profile.threads):
         op = build_tbe(tables, profile, device)
         grad = torch.ones(profile.batch_size, sum(t.dim for t in tables), device=device)
+        timer = timer_for(device)
+        if device.type == "cuda":
+            torch.cuda.synchronize()      # the inputs' copies and the op's initialisation are done
         for i in range(profile.warmup + profile.repeats):
             indices, offsets = batches[i % len(batches)]
-            sync()
-            t0 = time.perf_counter()
+            timer.start()
             out = op(indices, offsets)
-            sync()
-            t1 = time.perf_counter()
+            timer.mark()
             out.backward(grad)
-            sync()
-            t2 = time.perf_counter()
+            f, b, t = timer.stop()
             if i >= profile.warmup:
-                fw.append((t1 - t0) * 1e3)
-                bw.append((t2 - t1) * 1e3)
-                tot.append((t2 - t0) * 1e3)
+                fw.append(f)
+                bw.append(b)
+                tot.append(t)
         del op
     return ComputeRecord("", tuple(tables), float(np.median(fw)), float(np.median(bw)), float(np.median(tot)),
-                         profile.to_dict(), {}, spread_ms(fw), spread_ms(bw), spread_ms(tot))
+                         profile.to_dict(), {"compute_timing": timer.method}, spread_ms(fw), spread_ms(bw),
+                         spread_ms(tot))
 
 
 # ----------------------------------------------------------------------------- campaigns on one GPU

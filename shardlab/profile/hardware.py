@@ -13,7 +13,10 @@ Where ``os.sched_setaffinity`` does not exist (macOS, Windows) or refuses, nothi
 the functions say so by returning None / False. What pinning buys here is measured in
 ``datasets/cpu/NOTES.md``.
 
-**Provenance**: which machine, which versions, when, by which command, at which code revision.
+**Provenance**: which machine, which versions, when, by which command, at which code revision,
+how compute was timed (``compute_timing``), and on a CUDA device the GPU's state
+(:func:`gpu_info`: name, driver, CUDA runtime, SM and memory clocks in MHz, current and
+maximum, P-state, power limit in W), read from ``nvidia-smi`` where it answers.
 """
 
 from __future__ import annotations
@@ -28,12 +31,24 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from shardlab import constants as C
 from shardlab.errors import ShardlabError, field_error
 
 ROOT = Path(__file__).resolve().parents[2]
+
+#: How the compute profiler times a pass on each device kind (shardlab.profile.compute).
+TIMING_METHODS = {"cpu": "perf_counter", "cuda": "cuda_events"}
+
+#: What :func:`gpu_info` asks ``nvidia-smi --query-gpu`` for, and the name each is recorded under
+#: (clocks in MHz, power in W).
+NVIDIA_SMI_FIELDS = (("name", "name"), ("driver_version", "driver_version"), ("clocks.sm", "sm_clock_mhz"),
+                     ("clocks.mem", "mem_clock_mhz"), ("clocks.max.sm", "max_sm_clock_mhz"),
+                     ("clocks.max.mem", "max_mem_clock_mhz"), ("pstate", "pstate"),
+                     ("power.limit", "power_limit_w"))
+NVIDIA_SMI_QUERY = ["nvidia-smi", "--query-gpu=" + ",".join(q for q, _ in NVIDIA_SMI_FIELDS),
+                    "--format=csv,noheader,nounits"]
 
 @dataclass(frozen=True)
 class HardwareProfile:
@@ -195,11 +210,90 @@ def fbgemm_version() -> str:
         return "absent"
 
 
-def environment(device: str = "cpu") -> dict[str, Any]:
-    """Everything a measurement must carry: hardware, versions, time (UTC), command, revision."""
+#: The nvidia-smi fields recorded as text; the others are numbers (MHz, W).
+_SMI_TEXT = {"name", "driver_version", "pstate"}
+
+
+def _smi_value(name: str, text: str) -> str | float | None:
+    text = text.strip()
+    if not text or text.startswith("[") or text in ("N/A", "Not Supported"):   # [N/A], [Not Supported]
+        return None
+    if name in _SMI_TEXT:
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_nvidia_smi(line: str) -> dict[str, Any]:
+    """One CSV line of :data:`NVIDIA_SMI_QUERY`'s answer as ``{recorded name: value}``: name,
+    driver version and P-state as text, clocks (MHz) and power limit (W) as floats,
+    ``[N/A]`` / ``[Not Supported]`` as None. A line with the wrong number of fields is refused
+    (``ValueError``), never guessed at."""
+    parts = line.split(",")
+    if len(parts) != len(NVIDIA_SMI_FIELDS):
+        raise ValueError(f"nvidia-smi: {len(parts)} fields, expected {len(NVIDIA_SMI_FIELDS)}: {line!r}")
+    return {name: _smi_value(name, v) for (_, name), v in zip(NVIDIA_SMI_FIELDS, parts)}
+
+
+def nvidia_smi(gpu_name: str | None = None, timeout_s: float = 5.0,
+               run: Callable[..., Any] = subprocess.run) -> dict[str, Any]:
+    """:func:`parse_nvidia_smi` of the GPU called ``gpu_name`` (the first listed where none or
+    several match), or ``{"nvidia_smi": why not}`` where ``nvidia-smi`` is missing, fails,
+    times out (``timeout_s`` seconds) or answers something unreadable. Never raises."""
+    try:
+        res = run(NVIDIA_SMI_QUERY, capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        return {"nvidia_smi": "absent"}
+    except subprocess.TimeoutExpired:
+        return {"nvidia_smi": f"timed out after {timeout_s:g} s"}
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"nvidia_smi": f"failed: {e}"}
+    if res.returncode != 0:
+        return {"nvidia_smi": f"failed: exit {res.returncode}: {(res.stderr or res.stdout or '').strip()[:200]}"}
+    try:
+        gpus = [parse_nvidia_smi(line) for line in res.stdout.splitlines() if line.strip()]
+    except ValueError as e:
+        return {"nvidia_smi": f"unreadable: {e}"}
+    if not gpus:
+        return {"nvidia_smi": "no GPU listed"}
+    same = [g for g in gpus if gpu_name and g["name"] == gpu_name]
+    return {**(same or gpus)[0], "gpus_listed": len(gpus)}
+
+
+def gpu_info(device: str = "cuda") -> dict[str, Any]:
+    """The GPU behind ``device``: torch's CUDA runtime version (``torch.version.cuda``), the
+    device's name and compute capability as torch sees them, and :func:`nvidia_smi`'s driver,
+    clocks (MHz), P-state and power limit (W). What cannot be read is left out or says why."""
     import torch
 
-    return {"hardware": hardware_name(device), "device": device, "torch": str(torch.__version__),
-            "fbgemm_gpu": fbgemm_version(), "python": platform.python_version(),
-            "platform": platform.platform(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(shlex.quote(a) for a in sys.argv), "git": git_revision()}
+    out: dict[str, Any] = {"cuda_runtime": torch.version.cuda}
+    name = None
+    try:
+        if torch.cuda.is_available():
+            dev = torch.device(device)
+            name = torch.cuda.get_device_name(dev)
+            out["torch_name"] = name
+            out["capability"] = ".".join(str(v) for v in torch.cuda.get_device_capability(dev))
+        else:
+            out["torch_name"] = None
+    except (RuntimeError, AssertionError) as e:       # a driver torch cannot use
+        out["torch_error"] = str(e)[:200]
+    return {**out, **nvidia_smi(name)}
+
+
+def environment(device: str = "cpu") -> dict[str, Any]:
+    """Everything a measurement must carry: hardware, versions, time (UTC), command, revision,
+    the compute timer (``compute_timing``, :data:`TIMING_METHODS`); on a ``cuda`` device also
+    ``gpu``: :func:`gpu_info` (nothing GPU-related on CPU)."""
+    import torch
+
+    env = {"hardware": hardware_name(device), "device": device, "torch": str(torch.__version__),
+           "fbgemm_gpu": fbgemm_version(), "python": platform.python_version(),
+           "platform": platform.platform(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "command": " ".join(shlex.quote(a) for a in sys.argv), "git": git_revision(),
+           "compute_timing": TIMING_METHODS["cuda" if device.startswith("cuda") else "cpu"]}
+    if device.startswith("cuda"):
+        env["gpu"] = gpu_info(device)
+    return env
