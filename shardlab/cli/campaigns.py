@@ -11,9 +11,9 @@ from pathlib import Path
 
 from shardlab.cli import emit
 from shardlab.cli.arguments import dataclass_from_args
-from shardlab.costmodel.bundle import load_bundle, resolve_model_path, write_calibration
+from shardlab.costmodel.bundle import load_bundle, models_dir, resolve_model_path, write_calibration
 from shardlab.costmodel.topology_comm import TopologyComm
-from shardlab.costmodel.train import calibrate_held_out, load_records, train_bundle
+from shardlab.costmodel.train import calibrate_held_out, load_records, load_samples, train_bundle
 from shardlab.errors import ShardlabError
 from shardlab.workflows.plan_campaign import run_plan_campaign
 from shardlab.workflows.rl_args import AutoShardArgs, DreamShardArgs
@@ -100,15 +100,21 @@ def cmd_train(args: argparse.Namespace) -> None:
         comm = load_records("comm", args.store, args.dataset, args.profile)
     label = f"store:{args.store}" if args.store else f"dataset:{args.dataset}"
     plans = load_records("plan", args.store, args.dataset, args.profile) if args.kind == "dreamshard" else []
+    held_out_plans = load_samples("plan_compute", args.store, args.dataset, args.profile, required=False)
     bundle = train_bundle(args.kind, compute, comm, seed=args.seed, epochs=args.epochs,
                           progress=not args.no_progress, data_label=label, plan_samples=plans,
-                          pretrain_epochs=args.pretrain_epochs, comm_model=topology)
+                          pretrain_epochs=args.pretrain_epochs, comm_model=topology,
+                          plan_compute_samples=held_out_plans)
     bundle.save(args.out)
     h = bundle.heldout
     comm_note = f"{len(comm)} comm samples" if topology is None else "the analytic topology comm model"
+    if args.kind == "dreamshard":
+        comm_note += f", {len(plans)} measured plans" if plans else ", plans composed from measured ops"
+    whole = "".join(f"; {k.replace('_', ' ')} MAPE {v['mape']:.3f}, Spearman {v['spearman']:.3f}"
+                    for k, v in h.items() if k.startswith("plan_compute_"))
     emit(args, f"train {args.kind}: {len(compute)} compute samples + {comm_note} ({label}); held-out "
                f"compute MAPE {h['compute_total']['mape']:.3f}, Spearman {h['compute_total']['spearman']:.3f}"
-               f" -> {args.out}", {"out": args.out, "heldout": h})
+               f"{whole} -> {args.out}", {"out": args.out, "heldout": h})
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
@@ -127,22 +133,30 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 
 
 def train_policy(args: argparse.Namespace) -> None:
-    """DreamShard / AutoShard policy training; measured plans of the policy go to --store. The
-    training configuration is the dataclass built from the options it generated."""
-    if not args.store:
-        raise ShardlabError(f"train {args.kind}: field 'store' is required (measured plans of the policy go there)")
+    """DreamShard / AutoShard policy training; measured plans of the policy go to --store
+    (required unless --measure is 0: then nothing is measured and the reward is the cost
+    model's alone). The training configuration is the dataclass built from the options it
+    generated; the policy's provenance names the cost-model bundle and the compute data."""
+    dream = args.kind == "dreamshard_policy"
+    config = dataclass_from_args(DreamShardArgs if dream else AutoShardArgs, args)
+    measures = config.measure_per_iteration if dream else config.measure_plans
+    if not args.store and measures:
+        raise ShardlabError(f"train {args.kind}: field 'store' is required (measured plans of the policy go there; "
+                            "--measure 0 measures none)")
     compute = [s for s in load_records("compute", None, args.dataset) if ":train:" in s.key]
-    if args.kind == "dreamshard_policy":
-        config = dataclass_from_args(DreamShardArgs, args)
-        cost = load_bundle(args.cost_model or "dreamshard", config.profile).compute
+    name = args.cost_model or ("dreamshard" if dream else "autoshard")
+    cost = load_bundle(name, config.profile).compute
+    if dream:
         agent = train_dreamshard(config, args.store, cost, compute, initial_plans=load_records("plan", None, args.dataset))
         last = agent.history_[-1]["mean_predicted_cost_ms"][-10:]
         summary = f"{len(agent.history_)} iterations, last mean predicted cost {sum(last) / len(last):.2f} ms"
     else:
-        config = dataclass_from_args(AutoShardArgs, args)
-        cost = load_bundle(args.cost_model or "autoshard", config.profile).compute
         agent = train_autoshard(config, cost, compute, store=args.store)
         last = [h["mean_reward"] for h in agent.history_[-10:]]
         summary = f"{len(agent.history_)} updates, last mean reward {sum(last) / len(last):.3f}"
+    path = resolve_model_path(name, str(config.profile))
+    shipped = path.resolve().parent == models_dir(str(config.profile)).resolve()
+    agent.provenance_.update({"cost_model_bundle": f"datasets/{config.profile}/models/{path.name}" if shipped else str(name),
+                              "compute_samples": f"dataset:{args.dataset} ({len(compute)} of the pool's train tables)"})
     agent.save(args.out)
     emit(args, f"train {args.kind}: {summary} -> {args.out}", {"out": args.out, "history": agent.history_})

@@ -7,6 +7,19 @@ cost model covers compute only), ``dreamshard`` (DreamShardCost, trained on meas
 overall head predicts plan costs for DreamShard's MDP). Every bundle records the data it was trained on (dataset or
 store, sample counts, the data's own provenance: hardware, versions, dates, command), the
 training command, seed, versions, and the held-out errors (test split by key).
+
+**Composed plans** (:func:`compose_plans`): where no plan was measured and the comm model is
+given (``--comm topology``: one GPU measured compute, no all-to-all), DreamShard's plans are
+composed from measured fused ops: G ops with disjoint tables, one per device, each device's
+fw/bw compute as measured (a whole plan's compute on one GPU is measured the same way: each
+device's fused op timed in turn), comm from the given model, the plan cost as
+:func:`~shardlab.costmodel.base.simulate` adds them. Plans of each split are composed from
+that split's ops only, and the bundle's provenance says so (``plans``).
+
+**Held-out whole plans' compute** (:func:`plan_compute_errors`): where the data holds
+``plan_compute:<G>`` records (whole plans of held-out tasks, the slowest device's measured
+fw + bw; never trained on), every bundle's ``heldout`` gets ``plan_compute_<G>``: its compute
+model's slowest-device fw + bw against the measured one (median over the paired rounds).
 """
 
 from __future__ import annotations
@@ -14,34 +27,45 @@ from __future__ import annotations
 import sys
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from shardlab import constants as C
 from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute
+from shardlab.costmodel.base import simulate_from
 from shardlab.costmodel.bundle import (MIN_SPLIT_SHARDS, CostModelBundle, SplitCalibration, calibrate_splits,
                                        heldout_errors, split_shards)
 from shardlab.costmodel.dreamshard import DreamShardCost
 from shardlab.costmodel.metrics import errors, held_out_sets, split_samples
 from shardlab.costmodel.neural import AutoShardCompute, NeuroShardCompute
 from shardlab.costmodel.neural_comm import NeuroShardComm
+from shardlab.data.lookups import row_block_table
 from shardlab.errors import ShardlabError
+from shardlab.plan import Plan
 from shardlab.profile.hardware import environment
 from shardlab.profile.records import (CommRecord, ComputeRecord, PlanRecord, Record, as_comm_records,
                                      as_compute_records, as_plan_records, as_records)
 from shardlab.profile.store import SampleStore, dataset_folder, kind_file, load_measured
+from shardlab.tables import Table, Task
 
 KINDS = ("analytic", "neuroshard", "autoshard", "dreamshard")
+#: Kinds measured per device count (``<kind>:<G>``, files ``<kind>_<G>.jsonl.gz``): asked for by the bare name.
+PER_G_KINDS = ("comm", "plan", "plan_compute")
+#: Device counts of composed plans (:func:`compose_plans`): those of the measured plan sets.
+COMPOSED_NGPU = (4, 8)
 
 
 def load_samples(kind: str, store: str | None = None, dataset: str = "cpu",
-                 profile: str | None = None) -> list[dict[str, Any]]:
+                 profile: str | None = None, required: bool = True) -> list[dict[str, Any]]:
     """Measured samples of ``kind`` (``compute``, ``single``, ``comm`` = every ``comm:<G>``,
-    ``plan`` = every ``plan:<G>``) as the stored JSON rows, each with its provenance, from a
-    SQLite store if given, else from the shipped dataset (``"cpu+cpu/broad"``: several, joined);
-    optionally one profile only. Cost
+    ``plan`` = every ``plan:<G>``, ``plan_compute`` = every ``plan_compute:<G>``) as the stored
+    JSON rows, each with its provenance, from a SQLite store if given, else from the shipped
+    dataset (``"cpu+cpu/broad"``: several, joined; one of them must have the kind unless
+    ``required`` is False); optionally one profile only. Cost
     models take the typed records of :func:`load_records`; the rows serve code that reads them
     as dicts (:func:`shardlab.evaluate.stats.subadditivity`, :mod:`shardlab.report.measured`)."""
     if store is not None:
         with SampleStore(store) as s:
-            kinds = [k for k in s.kinds() if k == kind or (kind in ("comm", "plan") and k.startswith(kind + ":"))]
+            kinds = [k for k in s.kinds() if k == kind or (kind in PER_G_KINDS and k.startswith(kind + ":"))]
             out = [x for k in kinds for x in s.samples(k)]
     else:
         names = [d for d in dataset.split("+") if d]
@@ -50,13 +74,14 @@ def load_samples(kind: str, store: str | None = None, dataset: str = "cpu",
         out = []
         for name in names:   # "cpu+cpu/broad": every named dataset that has the kind (one must)
             folder = dataset_folder(name)
-            if kind in ("comm", "plan"):
-                kinds = sorted(p.name[: -len(".jsonl.gz")].replace("_", ":")
-                               for p in folder.glob(f"{kind}_*.jsonl.gz"))
+            if kind in PER_G_KINDS:      # plan_<G>, not plan_compute_<G>: the rest is the device count
+                kinds = sorted(f"{kind}:{p.name[len(kind) + 1: -len('.jsonl.gz')]}"
+                               for p in folder.glob(f"{kind}_*.jsonl.gz")
+                               if p.name[len(kind) + 1: -len(".jsonl.gz")].isdigit())
             else:
-                kinds = [kind] if len(names) == 1 or (folder / kind_file(kind)).exists() else []
+                kinds = [kind] if (len(names) == 1 and required) or (folder / kind_file(kind)).exists() else []
             out += [x for k in kinds for x in load_measured(k, name)]
-        if not out and len(names) > 1:
+        if not out and len(names) > 1 and required:
             raise ShardlabError(f"load: no dataset of {dataset!r} has measured samples of kind '{kind}'")
     if profile is not None:
         out = [x for x in out if x["provenance"]["profile"]["name"] == profile]
@@ -84,13 +109,17 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
                  comm_samples: Sequence[CommRecord | Mapping[str, Any]], seed: int = 0, epochs: int | None = None,
                  progress: bool = True, data_label: str = "",
                  plan_samples: Sequence[PlanRecord | Mapping[str, Any]] = (),
-                 pretrain_epochs: int = 0, comm_model: Any = None) -> CostModelBundle:
+                 pretrain_epochs: int = 0, comm_model: Any = None,
+                 plan_compute_samples: Sequence[Mapping[str, Any]] = ()) -> CostModelBundle:
     """Fit a bundle of ``kind`` on the train/val splits (by key) of the records (or rows);
     test errors in ``heldout``. Every model is fitted the same way: ``fit(train, val)``.
     ``pretrain_epochs``: DreamShard's compute-only epochs before its joint training.
     ``comm_model``: an analytic comm model to bundle as it is (e.g.
     :class:`~shardlab.costmodel.topology_comm.TopologyComm`, where no comm was measured): no comm
-    samples needed, none fitted, no comm errors."""
+    samples needed, none fitted, no comm errors; DreamShard without measured plans then trains
+    on plans composed from each split's measured ops (module docstring, :func:`compose_plans`).
+    ``plan_compute_samples``: ``plan_compute:<G>`` rows of held-out tasks, judged, never
+    trained on (``heldout["plan_compute_<G>"]``, :func:`plan_compute_errors`)."""
     if kind not in KINDS:
         raise ShardlabError(f"train: field 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
     if not compute_samples or not (comm_samples or comm_model is not None):
@@ -105,9 +134,15 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
     if kind == "analytic":
         compute = AnalyticCompute().fit(cs["train"], cs["val"])
     elif kind == "dreamshard":
-        if not plan_samples:
-            raise ShardlabError("train dreamshard: needs measured plans (kind plan:<G>; `shardlab profile plans`)")
-        ps = split_samples(as_plan_records(plan_samples, "train dreamshard"))
+        if plan_samples:
+            ps = split_samples(as_plan_records(plan_samples, "train dreamshard"))
+        elif comm_model is not None:       # no plan measured: composed from each split's measured ops
+            ps = {part: [p for g in COMPOSED_NGPU for p in compose_plans(cs[ops], comm_model, g, seed, part)]
+                  for part, ops in (("train", "train"), ("val", "val"), ("test", "seen_tables"),
+                                    ("unseen_tables", "unseen_tables"))}
+        else:
+            raise ShardlabError("train dreamshard: needs measured plans (kind plan:<G>; `shardlab profile plans`), "
+                                "or a given comm model (--comm topology) to compose plans from measured ops")
         compute = DreamShardCost(**extra, pretrain_epochs=pretrain_epochs).fit(ps["train"] + cs["train"], (ps["val"] or ps["train"][:1]) + cs["val"])
     else:
         cls = NeuroShardCompute if kind == "neuroshard" else AutoShardCompute
@@ -125,8 +160,14 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
     heldout["split"] = {"rule": "sha256(key): 80% train, 10% validation, 10% test; compute samples on the "
                                 "pool's test tables are all held out (unseen tables)",
                         "compute": {k: len(v) for k, v in cs.items()}, "comm": {k: len(v) for k, v in ms.items()}}
-    if kind == "dreamshard":
+    composed = kind == "dreamshard" and not plan_samples
+    if composed:       # composed plans' costs are measured compute + analytic comm: named apart
+        heldout["plans_composed"] = dreamshard_plan_errors(compute, ps["test"])
+        heldout["plans_composed_unseen_tables"] = dreamshard_plan_errors(compute, ps["unseen_tables"])
+        heldout["split"]["plans_composed"] = {k: len(v) for k, v in ps.items()}
+    elif kind == "dreamshard":
         heldout["plans"] = dreamshard_plan_errors(compute, ps["test"])
+    heldout.update(plan_compute_errors(compute, plan_compute_samples))
     calibration = calibrate_if_possible(compute, compute_records, data_label or "given samples")
     prov = {**environment("cpu"), "kind": kind, "seed": seed, "epochs": epochs,
             **({"pretrain_epochs": pretrain_epochs} if kind == "dreamshard" else {}), "data": data_label,
@@ -137,6 +178,17 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
         m.metrics_ = heldout
     if comm_model is not None:
         prov["comm"] = f"given, not fitted: {comm.source}"
+    if composed:
+        prov["plans"] = (f"composed from measured train-split fused ops, not measured plans: per plan G = "
+                         f"{' or '.join(map(str, COMPOSED_NGPU))} ops with disjoint tables, one per device, compute "
+                         f"(fw, bw) as measured; comm {comm.source}; plan cost = the straggler's compute + comm as "
+                         f"simulated; seed {seed}; validation and test plans composed alike from the validation and "
+                         "test splits' ops")
+    judged = {k: v for k, v in heldout.items() if k.startswith("plan_compute_")}
+    if judged:
+        prov["heldout_plan_compute"] = (f"{data_label or 'given samples'}: " + ", ".join(
+            f"plan_compute:{k.rsplit('_', 1)[1]} ({v['n']} plans of {v['tasks']} held-out tasks)"
+            for k, v in judged.items()) + "; judged, never trained on")
     return CostModelBundle(compute, comm, prov, heldout, calibration)
 
 
@@ -168,3 +220,78 @@ def dreamshard_plan_errors(model: Any, plans: Sequence[PlanRecord | Mapping[str,
     if len(records) < 2:
         return {"n": len(records)}
     return errors([model.predict_plan(p.devices)[1] for p in records], [p.cost_ms for p in records])
+
+
+def compose_plans(ops: Sequence[ComputeRecord], comm: Any, ngpu: int, seed: int = 0, label: str = "train",
+                  n: int | None = None) -> list[PlanRecord]:
+    """``n`` plans (default: one per op) over ``ngpu`` devices composed from the measured fused
+    ops ``ops`` (module docstring): each plan takes ``ngpu`` ops with pairwise disjoint table
+    names, in the order of a seeded permutation, one per device, their measured fw/bw compute
+    as the devices'; the comm model ``comm`` (given, not fitted) predicts the all-to-alls and
+    :func:`~shardlab.costmodel.base.simulate_from` the plan cost. Keys
+    ``plan:<G>:composed:<label>:s<seed>:<i>``; each plan's provenance names its ops and the comm
+    model. Same ops and seed -> the same plans; none where fewer than ``ngpu`` disjoint ops exist."""
+    out: list[PlanRecord] = []
+    rng = np.random.default_rng([seed, ngpu, 0xC0])
+    for i in range(len(ops) if n is None else n):
+        chosen: list[ComputeRecord] = []
+        names: set[str] = set()
+        for j in rng.permutation(len(ops)):
+            tables = {t.name for t in ops[j].tables}
+            if not tables & names:
+                chosen.append(ops[j])
+                names |= tables
+                if len(chosen) == ngpu:
+                    break
+        if len(chosen) < ngpu:
+            return out
+        c = np.array([[r.fw_ms, r.bw_ms] for r in chosen])
+        sim = simulate_from(c, [sum(t.dim for t in r.tables) for r in chosen], comm)
+        prov = {"composed": "measured fused ops, one per device; comm predicted", "ops": [r.key for r in chosen],
+                "comm": comm.source, "ops_provenance": dict(chosen[0].provenance)}
+        out.append(PlanRecord(f"plan:{ngpu}:composed:{label}:s{seed}:{i}", tuple(r.tables for r in chosen),
+                              tuple(c[:, 0]), tuple(c[:, 1]), tuple(sim.fw_comm), tuple(sim.bw_comm), sim.cost_ms,
+                              dict(chosen[0].profile), prov))
+    return out
+
+
+def plan_device_tables(task: Task, plan: Plan) -> list[list[Table]]:
+    """Each device's (sub)tables, as the evaluator measures them
+    (:func:`shardlab.evaluate.values.device_tables`, a layer above this one, names them the same):
+    column blocks as tables of ``cols`` columns, row blocks with their own lookups."""
+    out: list[list[Table]] = [[] for _ in range(plan.ngpu)]
+    for p in plan.placements:
+        t = task.table(p.table)
+        name = t.name
+        if p.rows != t.rows:
+            name = f"{name}[r{p.row_offset}:{p.row_offset + p.rows}]"
+            t = row_block_table(t, p.row_offset, p.rows, task.batch_size)
+        if p.cols != t.dim:
+            name = f"{name}[{p.col_offset}:{p.col_offset + p.cols}]"
+        out[p.device].append(t.with_dim(p.cols, name=name))
+    return out
+
+
+def plan_compute_errors(compute: Any, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``plan_compute_<G>`` per device count G of the measured ``plan_compute:<G>`` rows
+    (whole plans of held-out tasks; rows of plans skipped as infeasible are left out):
+    :func:`~shardlab.costmodel.metrics.errors` of ``compute``'s predicted slowest-device fw + bw
+    (ms) against the measured one (the median over the record's paired rounds), with ``tasks``
+    and what the numbers cover."""
+    by_g: dict[int, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if "rounds_cost_ms" in r:
+            by_g.setdefault(int(r["ngpu"]), []).append(r)
+    out: dict[str, Any] = {}
+    for g, rs in sorted(by_g.items()):
+        pred, meas = [], []
+        for r in rs:
+            shards = plan_device_tables(Task.from_dict(r["task"]), Plan.from_dict(r["plan"]))
+            busy = [k for k, s in enumerate(shards) if s]
+            per = np.asarray(compute.predict([shards[k] for k in busy]), dtype=float).sum(axis=1)
+            pred.append(float(per.max()))
+            meas.append(float(np.median(r["rounds_cost_ms"])))
+        out[f"plan_compute_{g}"] = {**errors(pred, meas), "tasks": len({r["task"]["name"] for r in rs}),
+                                    "covers": "predicted vs measured slowest device's fused fw + bw (ms; median "
+                                              "over paired rounds) of every method's plan of held-out tasks"}
+    return out

@@ -24,7 +24,8 @@ class DreamShardArgs:
     iterations: int = 10
     """Outer iterations, each: measure plans, refit the cost network, REINFORCE (iterations)."""
     measure_per_iteration: int = 4
-    """Plans of the current policy measured per iteration, over all device counts (plans; 0: none)."""
+    """Plans of the current policy measured per iteration, over all device counts (plans; 0: none, and without
+    measured or given plans no cost-network update: the reward is the cost model's alone)."""
     updates_per_iteration: int = 50
     """REINFORCE updates per iteration (policy-gradient steps)."""
     episodes: int = 16
@@ -88,7 +89,7 @@ class AutoShardArgs:
     refit_every: int = 100
     """Updates between online refits of the cost model; refits happen only with a sample store (updates)."""
     measure_plans: int = 2
-    """Greedy policy plans measured per refit (plans)."""
+    """Greedy policy plans measured per refit (plans; 0: none, no refits: the reward is the cost model's alone)."""
     cost_epochs: int | None = None
     """Epochs of each online refit (epochs; None: the pre-trained cost model's own)."""
     profile: str | HardwareProfile = "cpu"
@@ -104,7 +105,7 @@ class AutoShardArgs:
 
     def __post_init__(self) -> None:
         check_rl_args(self, {"updates": 1, "episodes": 1, "n_tasks": 1, "sync_every": 1, "refit_every": 1,
-                            "measure_plans": 1, "probe_every": 0})
+                            "measure_plans": 0, "probe_every": 0})
 
 
 def check_rl_args(args: object, counts: dict[str, int]) -> None:

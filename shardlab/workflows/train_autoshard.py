@@ -8,9 +8,10 @@ Networks, agent and episode: :mod:`shardlab.search.autoshard`. Every knob is a f
 2. The *learner* replays those actions with the current policy and corrects with V-trace
    (:func:`vtrace`); loss = policy gradient + ``value_coef`` value error - ``entropy_coef``
    entropy; Adam; gradient norm clipped at ``max_grad_norm``.
-3. With a store, every ``refit_every`` updates *measure* ``measure_plans`` greedy plans through the
-   evaluator and *refit* the cost model on the compute samples plus every measured device shard
-   (:func:`refit_cost_online`).
+3. With a store and ``measure_plans`` > 0, every ``refit_every`` updates *measure*
+   ``measure_plans`` greedy plans through the evaluator and *refit* the cost model on the compute
+   samples plus every measured device shard (:func:`refit_cost_online`); otherwise the reward is
+   the given cost model's alone (the policy's provenance says which).
 4. Every ``probe_every`` updates, *probe* the greedy policy on fixed tasks against lookup-greedy,
    judged by a fixed model (:mod:`shardlab.workflows.policy_probe`): the learning curve.
 
@@ -77,7 +78,7 @@ def train_autoshard(args: AutoShardArgs, cost: AutoShardCompute, compute_samples
         history.append({"update": k, "mean_reward": float(played.reward.mean()),
                         "feasible": float((played.reward >= 0).float().mean())})
         # 3. online refit on measured shards
-        if store and (k + 1) % args.refit_every == 0:
+        if store and args.measure_plans and (k + 1) % args.refit_every == 0:
             g = args.ngpu[((k + 1) // args.refit_every - 1) % len(args.ngpu)]
             agent.cost = refit_cost_online(agent, store, compute_samples, g, args, seed=args.seed + k)
         # 4. probe: the greedy policy on fixed tasks, judged by a fixed model
@@ -85,6 +86,10 @@ def train_autoshard(args: AutoShardArgs, cost: AutoShardCompute, compute_samples
             history[-1].update(probe(agent))
     agent.history_ = history
     agent.provenance_ = policy_provenance(agent.cost, args)
+    refits = args.updates // args.refit_every if store and args.measure_plans else 0
+    agent.provenance_["reward"] = (
+        f"the cost model, refitted {refits} times on plans measured into the store" if refits else
+        "model only: the cost model as given, never refitted (no plan measured by this run)")
     return agent
 
 

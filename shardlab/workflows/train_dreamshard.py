@@ -14,6 +14,10 @@ Networks, agent and episode: :mod:`shardlab.search.dreamshard`. Every knob is a 
 4. Every ``probe_every`` updates, *probe* the greedy policy on fixed tasks against lookup-greedy,
    judged by a fixed model (:mod:`shardlab.workflows.policy_probe`): the learning curve.
 
+With ``measure_per_iteration`` 0 nothing is measured (no store needed); without given plans the
+cost network is then never updated and the reward is its prediction alone (a hardware that is
+not at hand, e.g. a GPU profile's model trained elsewhere); the policy's provenance says which.
+
 Same seed -> same policy, up to the measured costs (real timings).
 """
 
@@ -30,6 +34,7 @@ from shardlab.costmodel.dreamshard import DreamShardCost
 from shardlab.costmodel.neural_base import seeded
 from shardlab.profile.records import as_compute_records, as_plan_records
 from shardlab.data.tasks import generate_task
+from shardlab.errors import ShardlabError
 from shardlab.workflows.plan_campaign import run_plan_campaign
 from shardlab.workflows.policy_probe import make_probe
 from shardlab.workflows.policy_provenance import policy_provenance
@@ -39,10 +44,14 @@ from shardlab.search.dreamshard import DreamShardAgent
 from shardlab.tables import Task
 
 
-def train_dreamshard(args: DreamShardArgs, store: str, cost: DreamShardCost,
+def train_dreamshard(args: DreamShardArgs, store: str | None, cost: DreamShardCost,
                      compute_samples: Sequence[Any] = (), initial_plans: Sequence[Any] = ()) -> DreamShardAgent:
     """Train a DreamShard policy against ``cost`` (a fitted cost network); measured plans go to
-    the sample store ``store``; ``compute_samples`` also supervise every refit's compute heads."""
+    the sample store ``store`` (None: only with ``measure_per_iteration`` 0); ``compute_samples``
+    also supervise every refit's compute heads."""
+    if store is None and args.measure_per_iteration:
+        raise ShardlabError("train dreamshard_policy: field 'store' is required to measure plans "
+                            f"(measure_per_iteration = {args.measure_per_iteration})")
     agent = DreamShardAgent(cost, seed=args.seed)
     compute = as_compute_records(compute_samples)
     rng = np.random.default_rng(args.seed)
@@ -55,13 +64,17 @@ def train_dreamshard(args: DreamShardArgs, store: str, cost: DreamShardCost,
         # 1. measure: this iteration's share of the policy's plans for each G, on the hardware
         for k, g in enumerate(args.ngpu):
             done = len(range(k, (it + 1) * args.measure_per_iteration, len(args.ngpu)))
-            run_plan_campaign(store, done, g, args.profile, ntables=args.ntables, seed=args.seed + 1000,
-                              plan_for=lambda task, i: agent.plan(task, i), progress=False)
+            if store is not None:
+                run_plan_campaign(store, done, g, args.profile, ntables=args.ntables, seed=args.seed + 1000,
+                                  plan_for=lambda task, i: agent.plan(task, i), progress=False)
         # 2. update the cost network on every measured plan so far, from its current weights
-        with SampleStore(store) as s:
-            plans = as_plan_records(list(initial_plans) + [p for k in s.kinds() if k.startswith("plan:")
-                                                           for p in s.samples(k)])
-        agent.cost = agent.cost.fine_tuned(plans + compute, args.cost_epochs, seed=args.seed + it)
+        measured = []
+        if store is not None:
+            with SampleStore(store) as s:
+                measured = [p for k in s.kinds() if k.startswith("plan:") for p in s.samples(k)]
+        plans = as_plan_records(list(initial_plans) + measured)
+        if plans:        # none measured, none given: the cost network stays as trained
+            agent.cost = agent.cost.fine_tuned(plans + compute, args.cost_epochs, seed=args.seed + it)
         # 3. REINFORCE on the estimated MDP, on fresh training tasks
         tasks = [generate_task(ntables=int(rng.integers(args.ntables[0], args.ntables[1] + 1)),
                                ngpu=args.ngpu[j % len(args.ngpu)], batch_size=batch,
@@ -73,6 +86,10 @@ def train_dreamshard(args: DreamShardArgs, store: str, cost: DreamShardCost,
     bar.close()
     agent.history_ = history
     agent.provenance_ = policy_provenance(agent.cost, args)
+    agent.provenance_["reward"] = (
+        f"the cost network, updated each iteration on {len(plans)} plans ({len(measured)} measured into the store "
+        "by this run)" if plans else
+        "model only: the cost network as given, never updated (no plan measured by this run, none given)")
     return agent
 
 
