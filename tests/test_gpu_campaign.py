@@ -119,3 +119,49 @@ def test_plan_verdicts_follow_the_paired_rounds():
     got = {r["method"]: r["verdict"] for r in out["per_task"]}
     assert got == {"fast": "faster", "slow": "slower", "same": "within noise"}
     assert out["counts"]["G=4 fast"] == {"faster": 1, "slower": 0, "within noise": 0}
+
+
+# ----------------------------------------------------------------------------- scripts/gpu/campaign.py on CPU
+
+def _campaign_script():
+    """scripts/gpu/campaign.py as a module: it imports on a machine without a GPU."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "campaign.py"
+    spec = importlib.util.spec_from_file_location("gpu_campaign_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_fused_phase_times_the_h100_ops_again_under_their_keys(tmp_path):
+    from shardlab.profile.store import load_measured
+
+    camp = _campaign_script()
+    before = list(load_measured("compute", "h100"))
+    jobs = camp.fused_jobs(PROF)
+    assert len(jobs) == len(before) and len(camp.fused_jobs(PROF, limit=3)) == 3
+    for (key, tables), old in zip(jobs, before):
+        assert key == old["key"].replace("compute:h100:", f"compute:{PROF.name}:", 1) and tables == old["tables"]
+    path = str(tmp_path / "f.db")
+    assert camp.run_fused(path, PROF, workers=0, limit=2, deadline=None) == 2
+    assert camp.run_fused(path, PROF, workers=0, limit=2, deadline=None) == 0          # resumes: nothing left
+    with SampleStore(path) as store:
+        rows = list(store.samples("compute"))
+    assert [r["tables"] for r in rows] == [s["tables"] for s in before[:2]]
+    assert len(same_ops(before, rows)[0]) == 2                                         # pairs op by op
+    assert rows[0]["provenance"]["compute_timing"] == "perf_counter"                   # a CPU dry run
+    assert rows[0]["provenance"]["campaign"]["replays"] == "the compute ops of datasets/h100"
+
+
+def test_plans_phase_covers_every_method_and_leaves_out_what_cannot_run():
+    from shardlab.search import sharder_names
+    from studies.common.methods import TABLE_WISE
+
+    camp = _campaign_script()
+    methods = camp.plan_methods()
+    assert set(methods) == set(sharder_names()) | {TABLE_WISE} and len(methods) == len(set(methods))
+    ok, left_out = camp.runnable(["random", "no_such_sharder", "size_greedy"], 128)
+    assert ok == ["random", "size_greedy"] and list(left_out) == ["no_such_sharder"]
+    assert set(camp.PHASES) == {"fused", "compute", "test", "broad", "single", "plans"}
