@@ -54,9 +54,18 @@ COLUMN_SLICE_MARK = "[cols "
 #: ``datasets/cpu/`` (new measured data ships next to the old).
 DATASET_MOVED = {"cpu_broad": "cpu/broad"}
 
-#: The shipped cost-model bundle NeuroShard searches with by default (CLI, notebooks, sharders):
-#: trained on the pool campaign and the broad campaign together (``--dataset cpu+cpu/broad``).
-DEFAULT_NEUROSHARD_MODEL = "neuroshard_broad"
+#: The hardware profile plans are made for where none is named (CLI, notebooks, sharders, the
+#: model evaluator): ``h100``, the cost models fitted to kernels measured on one H100 with the
+#: analytic GPU-cluster comm model (``datasets/h100/NOTES.md``; docs/clusters.md).
+PLAN_PROFILE = "h100"
+#: The profile measurements on this machine take where none is named (``--measure``, the
+#: notebooks' ``measure``, verification): ``cpu``, the one every machine can run.
+MEASURE_PROFILE = "cpu"
+
+#: Per hardware profile, the shipped cost-model bundle NeuroShard searches with by default.
+#: cpu: trained on the pool campaign and the broad campaign together (``--dataset cpu+cpu/broad``);
+#: h100: trained on the H100 fused ops (``--dataset h100 --comm topology``).
+SEARCH_MODELS = {"cpu": "neuroshard_broad", "h100": "neuroshard"}
 #: The row-wise comm model's file name in ``datasets/<profile>/models/`` (analytic, fitted to
 #: measured row-wise comm: ``studies/row_wise/comm_model.py``).
 ROWWISE_COMM_MODEL = "analytic_rowwise_comm"
@@ -66,9 +75,10 @@ ROWWISE_COMM_MODEL = "analytic_rowwise_comm"
 #: split to win even when the model under-predicts its shards as badly as in 1 case of 4.
 SPLIT_GUARD_QUANTILE = 0.75
 
-#: Judges beside the search's own model that NeuroShard's split guard asks (shipped bundles of
-#: the profile; ``search/split_guard.py``): the analytic model fitted to the pool and broad data.
-SPLIT_GUARD_JUDGES = ("analytic_broad",)
+#: Per hardware profile, the judges beside the search's own model that NeuroShard's split guard
+#: asks (shipped bundles of the profile; ``search/split_guard.py``): the analytic model fitted to
+#: the same measurements (cpu: the pool and broad data; h100: the H100 fused ops).
+SPLIT_GUARD_JUDGES = {"cpu": ("analytic_broad",), "h100": ("analytic",)}
 
 #: Guarded scores within this fraction of the best are tied, and the state with fewest column
 #: splits wins: 1% is far below what a paired measurement resolves here (~6%), so a split is

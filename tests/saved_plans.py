@@ -4,7 +4,9 @@ redesigned, so a test can check that the redesign changed no plan.
 ``python -m tests.saved_plans`` (re)writes ``tests/data/saved_plans.json``: the tasks as Task
 JSON and, per task, each method's placements, plus NeuroShard's one-state-at-a-time search
 (``batched=False``, the greedy path since removed) under the key ``neuroshard@one-by-one``.
-Only run it to record a new reference; ``tests/test_saved_plans.py`` reads the file.
+Only run it to record a new reference; ``tests/test_saved_plans.py`` reads the file. It ran
+before sharders took a hardware profile, when every one used the ``cpu`` profile's models: the
+test asks for that profile.
 """
 
 from __future__ import annotations

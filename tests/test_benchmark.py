@@ -196,7 +196,7 @@ def test_measured_benchmark_shares_one_bound_per_task(model):
     tasks = benchmark_tasks(["2x6"], 1, seed=5)
     lines = []
     rows = run_benchmark(tasks, ["random", "size_greedy", "no_such_method"], model, measure=True, progress=False,
-                         profile=fast, log=lines.append, rounds=3)
+                         measure_profile=fast, log=lines.append, rounds=3)
     measured = [r for r in rows if "measured_ms" in r]
     assert [r["method"] for r in measured] == ["random", "size_greedy"] and "measured_ms" not in rows[2]
     assert len({r["measured_bound_ms"] for r in measured}) == 1 and measured[0]["measured_bound_ms"] > 0

@@ -86,9 +86,12 @@ def test_evaluate_measure(tmp_path, capsys):
                  "--out", str(task_path)]) == 0
     assert main(["shard", str(task_path), "--method", "dim_greedy", "--out", str(plan_path)]) == 0
     capsys.readouterr()
-    assert main(["evaluate", str(task_path), str(plan_path), "--json"]) == 0  # the shipped analytic model
+    assert main(["evaluate", str(task_path), str(plan_path), "--json"]) == 0  # the h100 profile's analytic model
     est = json.loads(capsys.readouterr().out)
-    assert est["source"].startswith("analytic:cpu") and est["cost_ms"] > 0 and est["lower_bound_ms"] > 0
+    assert est["source"].startswith("analytic:h100") and "+comm:analytic:h100-nvlink4+ib400[" in est["source"]
+    assert est["cost_ms"] > 0 and est["lower_bound_ms"] > 0
+    assert main(["evaluate", str(task_path), str(plan_path), "--profile", "cpu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"].startswith("analytic:cpu")
     assert main(["evaluate", str(task_path), str(plan_path), "--model", "no-such-model"]) == 2
     assert "cost model 'no-such-model'" in capsys.readouterr().err
     assert main(["evaluate", str(task_path), str(plan_path), "--measure", "--batch-size", "128",

@@ -28,7 +28,7 @@ def test_slices_split_a_batch_as_the_profiler_does():
 
 def test_the_search_charges_the_pattern_the_evaluators_use():
     task = _task(ngpu=4, share=0.45)
-    plan = run_sharder(get_sharder("neuroshard[rowwise_comm=shipped]"), task)    # the shipped row-wise comm model
+    plan = run_sharder(get_sharder("neuroshard[rowwise_comm=shipped,profile=cpu]"), task)  # the cpu profile's row-wise comm model
     validate_plan(task, plan)
     assert plan.metadata["row_wise_comm"].startswith("analytic-rowwise")
     rows = RowBlocks(task, Block)
@@ -66,6 +66,8 @@ def test_by_default_row_blocks_count_on_their_devices_all_to_all():
     plain = run_sharder(get_sharder("neuroshard"), task)
     assert "row_wise_comm" not in plain.metadata and plain.metadata["row_wise"]
     assert get_sharder("neuroshard").rowwise_model() is None
-    assert get_sharder("neuroshard[rowwise_comm=shipped]", profile="h100").rowwise_model() is None   # no model shipped for it
+    h100 = get_sharder("neuroshard[rowwise_comm=shipped]", profile="h100")   # ships no row-wise model of its own:
+    assert h100.rowwise_model() is h100.bundle().comm                       # its bundle's GPU-cluster comm costs them
+    assert h100.rowwise_model().source.startswith("analytic:h100-nvlink4+ib400")
     fitted = _shipped()
     assert get_sharder("neuroshard", rowwise_comm=fitted).rowwise_model() is fitted

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from shardlab.errors import ShardlabError
-from shardlab.search import get_sharder, registry, run_sharder
+from shardlab.search import registry, run_sharder, sharder_for
 from shardlab.tables import Task
 from tests.saved_plans import METHODS, PATH, placements
 
@@ -28,7 +28,7 @@ def _outcome_of(spec: str, name: str):
 
 def _outcome(spec: str, task: Task):
     try:
-        return placements(run_sharder(get_sharder(spec), task))
+        return placements(run_sharder(sharder_for(spec, "cpu"), task))     # saved with the cpu profile's models
     except ShardlabError as e:
         return {"error": type(e).__name__}
 
@@ -50,7 +50,7 @@ def test_old_names_are_aliases_of_the_same_sharders(capsys, monkeypatch):
     monkeypatch.setattr(registry, "_WARNED", set())
     task = TASKS["dlrm-synth-test-50x4-seed1000"]
     for old in ("neuroshard_tw", "neuroshard_unguarded"):
-        plan = run_sharder(get_sharder(old), task)
+        plan = run_sharder(sharder_for(old, "cpu"), task)
         assert plan.method == old
         assert placements(plan) == SAVED["plans"][task.name][old]
     assert "deprecated; spell it 'neuroshard[columns=false]'" in capsys.readouterr().err

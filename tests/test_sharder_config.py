@@ -15,7 +15,9 @@ def test_config_overrides_the_registration_defaults_once():
     tw = get_sharder("neuroshard[columns=false]", model="analytic", beam_width=5)
     assert (tw.name, tw.columns, tw.model, tw.beam_width) == ("neuroshard[columns=false]", False, "analytic", 5)
     fresh = get_sharder("neuroshard[columns=false]")          # the registration itself is unchanged
-    assert (fresh.model, fresh.beam_width, fresh.columns) == (C.DEFAULT_NEUROSHARD_MODEL, 3, False)
+    assert (fresh.model, fresh.beam_width, fresh.columns) == ("", 3, False)
+    assert (fresh.profile, fresh.model_name()) == (C.PLAN_PROFILE, C.SEARCH_MODELS[C.PLAN_PROFILE])
+    assert get_sharder("neuroshard", profile="cpu").model_name() == C.SEARCH_MODELS["cpu"]
     assert get_sharder("torchrec_free").sharding_types != get_sharder("torchrec").sharding_types
 
 

@@ -100,8 +100,8 @@ def test_bad_calibration_in_a_manifest_is_a_one_line_error_naming_the_field(tmp_
 
 
 def test_every_shipped_bundle_neuroshard_searches_with_is_calibrated():
-    for name in (C.DEFAULT_NEUROSHARD_MODEL, "neuroshard", *C.SPLIT_GUARD_JUDGES):
-        cal = load_bundle(name).split_calibration()
+    for name in (C.SEARCH_MODELS["cpu"], "neuroshard", *C.SPLIT_GUARD_JUDGES["cpu"]):
+        cal = load_bundle(name, "cpu").split_calibration()
         assert cal is not None and cal.n >= MIN_SPLIT_SHARDS and cal.quantile == C.SPLIT_GUARD_QUANTILE
         assert "validation and test splits" in cal.data
 

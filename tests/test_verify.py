@@ -91,13 +91,13 @@ def test_verify_refuses_methods_without_candidates_and_bad_k(analytic):
         VerifiedSharder(get_sharder("neuroshard", model=analytic), ScaledEvaluator({}), k=0)
 
 
-def test_cli_verify_measures_and_records_the_choice(tmp_path, capsys):
+def test_cli_verify_measures_and_records_the_choice(tmp_path, capsys, monkeypatch):
     small = generate_task(ntables=6, ngpu=2, mem_cap_gb=4.0, batch_size=256, seed=2)
     path = tmp_path / "t.json"
     path.write_text(json.dumps(small.to_dict()))
     out = tmp_path / "p.json"
     assert main(["shard", str(path), "--method", "neuroshard[columns=false]", "--model", "analytic", "--verify", "2",
-                 "--rounds", "3", "--out", str(out)]) == 0
+                 "--rounds", "3", "--profile", "cpu", "--out", str(out)]) == 0
     plan = Plan.from_dict(json.loads(out.read_text()))
     v = plan.metadata["verification"]
     assert plan.method == "neuroshard[columns=false]+verify2" and v["source"].startswith("measured:")
@@ -105,3 +105,8 @@ def test_cli_verify_measures_and_records_the_choice(tmp_path, capsys):
     assert "measured best of" in capsys.readouterr().out
     assert main(["shard", str(path), "--method", "random", "--rounds", "3"]) == 2       # --rounds needs --verify
     assert main(["shard", str(path), "--method", "random", "--verify", "2"]) == 2       # no candidates
+    capsys.readouterr()
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)     # a machine without a GPU
+    assert main(["shard", str(path), "--method", "neuroshard[columns=false]", "--verify", "2"]) == 2   # h100 by default
+    assert "profile 'h100' measures on a CUDA GPU" in capsys.readouterr().err

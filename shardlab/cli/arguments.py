@@ -149,13 +149,17 @@ def dataclass_from_args(cls: type, args: argparse.Namespace) -> Any:
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
-def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, default_model: str | None) -> None:
-    """The options that choose and configure the evaluator (shared by evaluate/compare/report)."""
+def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, search_model: bool = False) -> None:
+    """The options that choose and configure the evaluator (shared by evaluate/compare/report).
+    ``search_model``: the default model is the profile's NeuroShard bundle
+    (``constants.SEARCH_MODELS``), else the profile's analytic model."""
     how = p.add_mutually_exclusive_group()
     how.add_argument("--measure", action="store_true", help="measure on this machine (real kernels, real ranks)")
-    how.add_argument("--model", default=default_model,
-                     help="cost model: a manifest JSON path or a shipped name (neuroshard, ...)"
-                          + (" (default %(default)s)" if default_model else ""))
+    how.add_argument("--model", default=None,
+                     help="cost model: a manifest JSON path or a shipped name of the profile (neuroshard, ...) "
+                          + ("(default: the profile's NeuroShard model, h100: neuroshard, cpu: neuroshard_broad)"
+                             if search_model else "(default: the profile's analytic model)"))
+    p.set_defaults(search_model=search_model)
     how.add_argument("--analytic", action="store_true", help="the shipped analytic model")
     how.add_argument("--torchrec", action="store_true",
                      help="apply each plan in TorchRec's DistributedModelParallel here and time real training steps")
@@ -176,7 +180,10 @@ def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, def
     p.add_argument("--no-pin", action="store_true", help="--measure: do not pin ranks and compute to cores")
     p.add_argument("--journal", default=None,
                    help="--measure: append every measurement to this JSON-lines file as it is taken")
-    p.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
+    p.add_argument("--profile", default=None,
+                   help="hardware profile: the shipped models predict for it (default h100: models of measured "
+                        "H100 kernels + the analytic GPU-cluster comm), --measure/--torchrec measure under it "
+                        "(default cpu: this machine)")
     p.add_argument("--batch-size", type=int, default=None, help="override the profile's batch size")
     p.add_argument("--repeats", type=int, default=None, help="override the profile's timed runs per op")
     p.add_argument("--warmup", type=int, default=None, help="override the profile's warm-up runs per op")

@@ -84,7 +84,7 @@ def check_args(args: argparse.Namespace) -> None:
             if getattr(args, dest, None) not in (None, False):
                 raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --torchrec")
     if verb == "shard" and not getattr(args, "verify", None):
-        for dest in ("rounds", "profile"):
+        for dest in ("rounds",):
             if getattr(args, dest, None) is not None:
                 raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --verify")
     if verb == "export-torchrec" and not MODULE_PATH.fullmatch(args.module or ""):

@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shardlab import constants as C
 from shardlab.cli import emit
 from shardlab.errors import ShardlabError
-from shardlab.evaluate import MeasuredEvaluator, ModelEvaluator
+from shardlab.evaluate import MeasuredEvaluator, ModelEvaluator, costs_label
 from shardlab.evaluate.torchrec_step import TorchRecEvaluator
 from shardlab.io import load_plan, load_task, write_json_atomic
 from shardlab.paths import safe_filename
@@ -24,20 +25,25 @@ from shardlab.report.uncertainty import ci_text, ratio_text, verdict_text
 
 
 def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
-    """The Evaluator the arguments ask for: TorchRec steps, measured in rounds, or a cost model."""
+    """The Evaluator the arguments ask for: TorchRec steps, measured in rounds, or a cost model.
+    The profile where none is given: ``constants.MEASURE_PROFILE`` to measure here,
+    ``constants.PLAN_PROFILE`` to predict."""
+    measuring = bool(args.torchrec or args.measure)
+    profile = args.profile or (C.MEASURE_PROFILE if measuring else C.PLAN_PROFILE)
     if args.torchrec:
-        return TorchRecEvaluator(profile_with(args.profile, args.batch_size), rounds=args.rounds or args.default_rounds,
+        return TorchRecEvaluator(profile_with(profile, args.batch_size), rounds=args.rounds or args.default_rounds,
                                  steps=args.steps or 5, warmup_steps=2 if args.warmup_steps is None else args.warmup_steps,
                                  seed=args.seed, reference=reference, whole_step=args.whole_step)
     if args.measure:
-        prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
+        prof = profile_with(profile, args.batch_size, args.repeats, args.warmup)
         rounds = args.rounds or args.default_rounds
         warm = args.warmup_rounds if args.warmup_rounds is not None else (1 if rounds > 1 else 0)
         return MeasuredEvaluator(prof, rounds=rounds, warmup_rounds=warm, seed=args.seed, reference=reference,
                                  lower_bound=not args.no_bound, pin=not args.no_pin,
                                  progress=not args.no_progress, journal=args.journal)
-    return ModelEvaluator("analytic" if args.analytic or not args.model else args.model, args.profile,
-                          lower_bound=not args.no_bound, reference=reference)
+    model = args.model or ("analytic" if args.analytic or not args.search_model
+                           else C.SEARCH_MODELS.get(profile, "analytic"))
+    return ModelEvaluator(model, profile, lower_bound=not args.no_bound, reference=reference)
 
 
 def load_plans(task: Any, paths: list[str], reference: str | None) -> tuple[dict[str, Any], str | None]:
@@ -138,9 +144,10 @@ def cmd_report(args: argparse.Namespace) -> None:
     """A standalone HTML comparison of plans of one task (costs from a model or measured)."""
     task = load_task(args.task)
     plans, ref = load_plans(task, args.plans, args.reference)
-    evaluations = build_evaluator(args, ref).evaluate(task, plans)
+    evaluator = build_evaluator(args, ref)
+    evaluations = evaluator.evaluate(task, plans)
     html = args.html or f"reports/{safe_filename(task.name, '.html')}"
-    out = write_report(html, task, plans, evaluations, {"command": " ".join(sys.argv)},
+    out = write_report(html, task, plans, evaluations, {"command": " ".join(sys.argv), "costs": costs_label(evaluator)},
                        environment=environment("cpu"))
     best = min(evaluations.items(), key=lambda kv: (kv[1].cost_ms, kv[0]))   # ties: by name, not by order
     emit(args, f"report {task.name}: {len(plans)} plans, best {best[0]} {best[1].cost_ms:.3f} ms "

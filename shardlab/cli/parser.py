@@ -83,7 +83,10 @@ def _add_task_verbs(sub: argparse._SubParsersAction) -> None:
                    help="measure the model's K best plans and the best heuristic plan in paired rounds and "
                         "return the measured best (verdicts in the plan's metadata)")
     p.add_argument("--rounds", type=int, default=None, help="paired measurement rounds with --verify (default 5)")
-    p.add_argument("--profile", default=None, help="hardware profile that measures with --verify (default cpu)")
+    p.add_argument("--profile", default=None,
+                   help="hardware profile the plan is made for: model-based methods search with its shipped "
+                        "models, --verify measures under it (default h100; --verify on a machine without a GPU: "
+                        "--profile cpu)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="where to write the Plan JSON")
     p.add_argument("--json", action="store_true", help="print the Plan JSON to stdout")
@@ -173,7 +176,7 @@ def _add_evaluation_verbs(sub: argparse._SubParsersAction) -> None:
         command="evaluate:cmd_evaluate")
     p.add_argument("task", help="Task JSON file")
     p.add_argument("plan", help="Plan JSON file")
-    add_evaluator_arguments(p, default_rounds=1, default_model=None)
+    add_evaluator_arguments(p, default_rounds=1)
     p.add_argument("--out", help="where to write the Evaluation JSON")
     p.add_argument("--json", action="store_true")
 
@@ -182,7 +185,7 @@ def _add_evaluation_verbs(sub: argparse._SubParsersAction) -> None:
         command="evaluate:cmd_compare")
     p.add_argument("task", help="Task JSON file")
     p.add_argument("plans", nargs="+", help="Plan JSON files of the task")
-    add_evaluator_arguments(p, default_rounds=8, default_model=None)
+    add_evaluator_arguments(p, default_rounds=8)
     p.add_argument("--out", help="where to write the Evaluations (a JSON list)")
     p.add_argument("--json", action="store_true", help="print the Evaluations (a JSON list)")
 
@@ -193,7 +196,7 @@ def _add_evaluation_verbs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("plans", nargs="+", help="Plan JSON files of the same task")
     p.add_argument("--task", required=True, help="Task JSON file")
     p.add_argument("--html", default=None, help="where to write the report (default reports/<task>.html)")
-    add_evaluator_arguments(p, default_rounds=8, default_model=C.DEFAULT_NEUROSHARD_MODEL)
+    add_evaluator_arguments(p, default_rounds=8, search_model=True)
     p.add_argument("--json", action="store_true")
 
 

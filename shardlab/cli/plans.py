@@ -19,7 +19,7 @@ from shardlab.workflows.verify import VerifiedSharder
 from shardlab.export import export_torchrec
 from shardlab.io import load_plan, load_task, save_plan, save_task, write_json_atomic
 from shardlab.loads import device_loads, imbalance
-from shardlab.search import get_sharder, run_sharder, sharder_options
+from shardlab.search import run_sharder, sharder_for, sharder_options
 
 
 def cmd_tasks(args: argparse.Namespace) -> None:
@@ -69,9 +69,10 @@ def cmd_shard(args: argparse.Namespace) -> None:
         if "model" in config and config["model"] != args.model:
             raise ShardlabError(f"option '--model' = {args.model!r} disagrees with --set model={config['model']!r}")
         config["model"] = args.model
-    sharder = get_sharder(args.method, **config)
+    sharder = sharder_for(args.method, args.profile or C.PLAN_PROFILE, **config)   # its profile's shipped models
     if args.verify:
-        evaluator = MeasuredEvaluator(args.profile or "cpu", rounds=args.rounds or 5, seed=args.seed,
+        evaluator = MeasuredEvaluator(getattr(sharder, "profile", args.profile or C.MEASURE_PROFILE),
+                                      rounds=args.rounds or 5, seed=args.seed,
                                       progress=not args.json)
         sharder = VerifiedSharder(sharder, evaluator, args.verify)
     plan = run_sharder(sharder, task, args.seed)

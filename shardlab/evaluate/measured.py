@@ -189,7 +189,7 @@ class MeasuredEvaluator:
     warm-up round, ms: what the warm-up rounds would have added) and ``seconds_`` (wall time of
     the whole evaluation, s)."""
 
-    def __init__(self, profile: str | HardwareProfile = "cpu", rounds: int = 5, warmup_rounds: int = 1,
+    def __init__(self, profile: str | HardwareProfile = C.MEASURE_PROFILE, rounds: int = 5, warmup_rounds: int = 1,
                  seed: int = 0, reference: str | None = None, lower_bound: bool = True, pin: bool = True,
                  progress: bool = True, journal: str | None = None, group: Any | None = None):
         self.profile = profile
@@ -208,7 +208,13 @@ class MeasuredEvaluator:
             raise field_error("measured evaluator", "rounds", self.rounds, "must be >= 1")
         if int(self.warmup_rounds) < 0:
             raise field_error("measured evaluator", "warmup_rounds", self.warmup_rounds, "must be >= 0")
-        return get_profile(self.profile)
+        prof = get_profile(self.profile)
+        if prof.device == "cuda" and self.group is None:
+            import torch
+            if not torch.cuda.is_available():
+                raise ShardlabError(f"hardware profile '{prof.name}' measures on a CUDA GPU and this machine has "
+                                    f"none: measure here with profile '{C.MEASURE_PROFILE}'")
+        return prof
 
     def evaluate(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, Evaluation]:
         """Measured Evaluations of ``plans`` in paired rounds, compared to the reference."""

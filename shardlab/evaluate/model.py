@@ -63,15 +63,17 @@ class ModelEvaluator:
     """The :class:`~shardlab.evaluate.values.Evaluator` of a cost model.
 
     ``model``: a cost-model bundle, or the name / manifest path of one (loaded for
-    ``profile``); ``lower_bound``: also predict the task's bound; ``reference``: the plan to
+    ``profile``, default ``constants.PLAN_PROFILE``); ``lower_bound``: also predict the task's bound; ``reference``: the plan to
     compare against (default: the best baseline, see
     :func:`~shardlab.evaluate.values.resolve_reference`). Predictions carry no uncertainty,
     so their comparisons have a ratio but no interval and no verdict. ``rowwise_comm``: the
     row-wise comm model for plans with row blocks (:func:`estimate_plan`): a fitted
     :class:`~shardlab.costmodel.rowwise_comm.RowWiseComm`, a path, ``"shipped"`` (default: the
-    profile's ``datasets/<profile>/models/analytic_rowwise_comm.json`` where it exists) or None."""
+    profile's ``datasets/<profile>/models/analytic_rowwise_comm.json`` where it exists, else the
+    bundle's own comm model where it costs row-wise collectives, as the analytic GPU-cluster
+    model does) or None."""
 
-    def __init__(self, model: Any = "analytic", profile: str = "cpu", lower_bound: bool = True,
+    def __init__(self, model: Any = "analytic", profile: str = C.PLAN_PROFILE, lower_bound: bool = True,
                  reference: str | None = None, rowwise_comm: Any = "shipped"):
         self.model = model
         self.profile = profile
@@ -93,6 +95,8 @@ class ModelEvaluator:
         """Predicted Evaluations of ``plans``, one shared predicted bound, compared to the reference."""
         check_plans(task, plans)
         model, rowwise = self.bundle(), self.rowwise_model()
+        if rowwise is None and self.rowwise_comm == "shipped" and hasattr(model.comm, "increment"):
+            rowwise = model.comm
         out, bound = {}, None
         for k, p in plans.items():
             e = estimate_plan(task, p, model, lower_bound=self.lower_bound and bound is None, rowwise_comm=rowwise)

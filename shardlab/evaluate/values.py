@@ -166,6 +166,19 @@ class Evaluator(Protocol):
         """Evaluations of ``plans`` (a non-empty mapping name -> Plan of ``task``)."""
 
 
+def costs_label(evaluator: Any) -> str:
+    """What an evaluator's costs are, for a report's reader: ``"predicted for profile h100 by
+    neuroshard"`` for a cost model (it has ``model``), else ``"measured on this machine under
+    profile cpu"`` (the measured and TorchRec evaluators)."""
+    profile = getattr(evaluator, "profile", "?")
+    profile = getattr(profile, "name", profile)
+    model = getattr(evaluator, "model", None)
+    if model is not None:
+        name = model if isinstance(model, str) else getattr(model, "source", type(model).__name__)
+        return f"predicted for profile {profile} by {name}"
+    return f"measured on this machine under profile {profile}"
+
+
 def check_plans(task: Task, plans: Mapping[str, Plan]) -> None:
     """One-line errors for an empty mapping or a plan of another task / device count."""
     if not plans:

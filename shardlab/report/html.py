@@ -79,6 +79,11 @@ def _sources(evaluations: Iterable[Evaluation]) -> str:
     return ", ".join(sorted({e.source for e in evaluations}))
 
 
+#: Provenance keys shown above the costs as well: which hardware profile the plans were made for
+#: and which profile (and how) the cost columns are for.
+PROFILE_KEYS = ("plans made for", "costs")
+
+
 def report_html(task: Task, plans: Mapping[str, Plan], evaluations: Mapping[str, Evaluation],
                 provenance: Mapping[str, Any], title: str = "", seed: int = 0) -> str:
     """The report as one HTML string (module docstring). Evaluations without any comparison are
@@ -91,7 +96,10 @@ def report_html(task: Task, plans: Mapping[str, Plan], evaluations: Mapping[str,
         row["seed"] = None if plan is None else plan.seed
     figs = [plan_cost_figure(evaluations), device_cost_figure(evaluations),
             device_load_figure(task, plans, height=640)]
+    hardware = "".join(f"<li>{html.escape(key)}: {html.escape(str(provenance[key]))}</li>"
+                       for key in PROFILE_KEYS if key in provenance)
     body = f"""<p>{html.escape(task_summary(task))}</p>
+{f'<ul class="profiles">{hardware}</ul>' if hardware else ''}
 <h2>Cost per method</h2>
 <p>Costs in ms per training step at the cost source's batch size; the source column says whether a
 number was measured or predicted, and by what. The plan cost is the straggler's compute plus

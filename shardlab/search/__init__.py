@@ -9,7 +9,8 @@ once (``docs/methods.md`` lists every method's options).
 from shardlab.search import heuristics  # noqa: F401  (registers the heuristics)
 from shardlab.search import neuroshard  # noqa: F401  (registers neuroshard)
 from shardlab.search.registry import (ALIASES, CandidateSharder, Sharder, get_sharder, method_list, parse_method,
-                                      register_sharder, run_sharder, run_sharders, sharder_names, sharder_options)
+                                      register_sharder, run_sharder, run_sharders, sharder_for, sharder_names,
+                                      sharder_options)
 from shardlab.search.torchrec_planner import CONSTRAINED, FREE, TorchRecSharder
 
 register_sharder("dreamshard", "shardlab.search.dreamshard:DreamShardSharder")
@@ -18,4 +19,4 @@ register_sharder("torchrec", TorchRecSharder, name="torchrec", sharding_types=CO
 register_sharder("torchrec_free", TorchRecSharder, name="torchrec_free", sharding_types=FREE)
 
 __all__ = ["ALIASES", "CandidateSharder", "Sharder", "get_sharder", "method_list", "parse_method", "register_sharder",
-           "run_sharder", "run_sharders", "sharder_names", "sharder_options"]
+           "run_sharder", "run_sharders", "sharder_for", "sharder_names", "sharder_options"]

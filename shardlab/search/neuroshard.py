@@ -13,8 +13,8 @@ multiples of 4; each is halved, the table-wise search re-run and the plan simula
 
 Split guard (``search/split_guard.py``): a model may over-reward splits, so a guarded
 column-wise search returns a split plan only if every judge -- the search's own bundle and
-``guard_models`` (default ``constants.SPLIT_GUARD_JUDGES``: the analytic model fitted to the same
-measurements) -- predicts it faster than the table-wise plan with every device holding a split
+``guard_models`` (default: the profile's ``constants.SPLIT_GUARD_JUDGES``, the analytic model
+fitted to the same measurements) -- predicts it faster than the table-wise plan with every device holding a split
 charged the judge's split-calibration factor. ``metadata["split_guard"]`` says what happened
 (``overruled``: the unguarded best was set aside); ``split_guard=False`` turns it off.
 
@@ -32,7 +32,9 @@ plans within noise of each other (``studies/row_wise``), so the default is None.
 
 Options (``neuroshard[key=value,...]``): ``columns`` (column-wise splits; false: table-wise
 only), ``model``, ``split_guard``, ``rowwise_comm``, ``beam_width``, ``max_splits``, ``top_n``,
-``caps``, ``row_wise``, ``host_size``, ``profile`` (the dataclass fields below).
+``caps``, ``row_wise``, ``host_size``, ``profile`` (the dataclass fields below). ``profile``
+(default ``constants.PLAN_PROFILE``, h100) picks the shipped models: ``model`` left empty is the
+profile's ``constants.SEARCH_MODELS`` bundle.
 
 Bounds: column-wise search refuses ``ngpu > constants.MAX_NEUROSHARD_GPUS`` at once (one line);
 table-wise (``neuroshard[columns=false]``) answers up to ``constants.MAX_SEARCH_GPUS``.
@@ -74,27 +76,47 @@ class Ranked:
 
 @dataclass
 class NeuroShardSharder:
-    """NeuroShard (module docstring) over a cost-model bundle (name of a shipped one or a path)."""
+    """NeuroShard (module docstring) over a cost-model bundle: ``model`` names a shipped one of
+    ``profile`` or a manifest path ("": the profile's default, ``constants.SEARCH_MODELS``)."""
 
     name: str = "neuroshard"
-    model: str | CostModelBundle = C.DEFAULT_NEUROSHARD_MODEL
+    model: str | CostModelBundle = ""
     columns: bool = True
     caps: tuple[float, ...] = DEFAULT_CAPS
     beam_width: int = 3
     max_splits: int = 10
     top_n: int = 10
-    profile: str = "cpu"
+    profile: str = C.PLAN_PROFILE
     split_guard: bool = True
-    guard_models: tuple[str | CostModelBundle, ...] = C.SPLIT_GUARD_JUDGES
+    guard_models: tuple[str | CostModelBundle, ...] | None = None
     row_wise: bool = True
     host_size: int = C.DEFAULT_HOST_SIZE
     rowwise_comm: Any = None
     _bundle: CostModelBundle | None = field(default=None, repr=False)
 
+    def model_name(self) -> str:
+        """The name or path of the cost model searched with: ``model``, or the profile's default;
+        a one-line error for a profile with no shipped NeuroShard model."""
+        if isinstance(self.model, CostModelBundle):
+            return "search model"
+        if self.model:
+            return str(self.model)
+        if self.profile not in C.SEARCH_MODELS:
+            raise ShardlabError(f"method '{self.name}': profile '{self.profile}' ships no NeuroShard cost model "
+                                f"(shipped for {', '.join(C.SEARCH_MODELS)}); name one with field 'model'")
+        return C.SEARCH_MODELS[self.profile]
+
+    def judges(self) -> tuple[str | CostModelBundle, ...]:
+        """The split guard's judges beside the search model: ``guard_models``, or the profile's."""
+        if self.guard_models is not None:
+            return self.guard_models
+        return C.SPLIT_GUARD_JUDGES.get(self.profile, ())
+
     def bundle(self) -> CostModelBundle:
         """The cost model (loaded once)."""
         if self._bundle is None:
-            self._bundle = self.model if isinstance(self.model, CostModelBundle) else load_bundle(self.model, self.profile)
+            self._bundle = self.model if isinstance(self.model, CostModelBundle) else load_bundle(
+                self.model_name(), self.profile)
         return self._bundle
 
     def coster(self) -> ShardCoster:
@@ -107,8 +129,14 @@ class NeuroShardSharder:
         return coster
 
     def rowwise_model(self) -> Any:
-        """The row-wise comm model row layouts are costed with (:func:`~shardlab.costmodel.rowwise_comm.load_rowwise_comm`)."""
-        return load_rowwise_comm(self.rowwise_comm, self.profile)
+        """The row-wise comm model row layouts are costed with
+        (:func:`~shardlab.costmodel.rowwise_comm.load_rowwise_comm`); ``"shipped"`` where the
+        profile ships none: the bundle's own comm model if it costs row-wise collectives (the
+        analytic GPU-cluster model does)."""
+        model = load_rowwise_comm(self.rowwise_comm, self.profile)
+        if model is None and self.rowwise_comm == "shipped" and hasattr(self.bundle().comm, "increment"):
+            return self.bundle().comm
+        return model
 
     def table_wise_many(self, task: Task, states: Sequence[tuple[Block, ...]], coster: ShardCoster, comm: Any
                         ) -> list[tuple[list[int], Simulated] | None]:
@@ -238,12 +266,12 @@ class NeuroShardSharder:
         if not (self.columns and self.split_guard):
             order = sorted(range(len(evaluated)), key=lambda k: (round(evaluated[k].simulated.cost_ms, 9), k))
             return [Ranked(evaluated[k], {}) for k in order], {}
-        judges = [Judge(str(self.model) if isinstance(self.model, str) else "search model", self.bundle(), own=True)]
+        judges = [Judge(self.model_name(), self.bundle(), own=True)]
         missing = []
-        for i, g in enumerate(self.guard_models):
+        for i, g in enumerate(self.judges()):
             if isinstance(g, CostModelBundle):
                 judges.append(Judge(f"guard#{i + 1}", g))
-            elif g != self.model:
+            elif g != self.model_name():
                 try:
                     judges.append(Judge(g, load_bundle(g, self.profile)))
                 except ShardlabError:              # not shipped for this profile: said in the record

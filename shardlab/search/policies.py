@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from shardlab import constants as C
 from shardlab.costmodel.bundle import models_dir
 from shardlab.costmodel.neural_base import one_torch_thread
 from shardlab.errors import ShardlabError
@@ -19,11 +20,12 @@ from shardlab.tables import Task
 @dataclass
 class PolicySharder:
     """A sharder that decodes a trained RL policy (``agent_class.load``) greedily: ``model`` is
-    a shipped policy's name (``datasets/<profile>/models/<name>.pt``) or a path."""
+    a shipped policy's name (``datasets/<profile>/models/<name>.pt``; ``profile`` defaults to
+    ``constants.PLAN_PROFILE``) or a path."""
 
     name: str = ""
     model: str = ""
-    profile: str = "cpu"
+    profile: str = C.PLAN_PROFILE
     _agent: Any = field(default=None, repr=False)
     agent_class: ClassVar[Any] = None
 
@@ -31,6 +33,9 @@ class PolicySharder:
         """The policy (loaded once)."""
         if self._agent is None:
             path = self.model if os.path.exists(self.model) else str(models_dir(self.profile) / f"{self.model}.pt")
+            if not os.path.exists(path):
+                raise ShardlabError(f"method '{self.name}': field 'model' = {self.model!r}: no such file or shipped "
+                                    f"policy for profile '{self.profile}'")
             self._agent = self.agent_class.load(path)
         return self._agent
 

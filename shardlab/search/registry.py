@@ -198,6 +198,15 @@ def get_sharder(spec: str, /, **config: Any) -> Sharder:
     return factory(**{**dict(reg.defaults), **named, **options})
 
 
+def sharder_for(spec: str, profile: str, /, **config: Any) -> Sharder:
+    """:func:`get_sharder` for the hardware ``profile`` whose shipped models (cost models,
+    policies) the method uses, for methods that take a ``profile``; a profile in the spec or in
+    ``config`` wins, and methods without one ignore it."""
+    if "profile" in sharder_options(spec) and "profile" not in parse_method(spec)[1]:
+        config.setdefault("profile", profile)
+    return get_sharder(spec, **config)
+
+
 def _checked(label: str, factory: Callable[..., Any], key: str, value: Any) -> Any:
     """``value`` of option ``key`` if it has the type the sharder's field declares (a list for
     a tuple field becomes a tuple; an int for a float field is taken); else a one-line
@@ -262,6 +271,7 @@ def run_sharder(sharder: Sharder, task: Task, seed: int = 0) -> Plan:
     return plan
 
 
-def run_sharders(task: Task, methods: Sequence[str], seed: int = 0) -> dict[str, Plan]:
-    """Run each method spec on ``task``; returns spec -> validated plan."""
-    return {m: run_sharder(get_sharder(m), task, seed) for m in methods}
+def run_sharders(task: Task, methods: Sequence[str], seed: int = 0, profile: str = C.PLAN_PROFILE) -> dict[str, Plan]:
+    """Run each method spec on ``task``, model-based ones with the shipped models of hardware
+    ``profile`` (:func:`sharder_for`); returns spec -> validated plan."""
+    return {m: run_sharder(sharder_for(m, profile), task, seed) for m in methods}

@@ -32,13 +32,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from shardlab import constants as C
 from shardlab.constants import BASELINE_METHODS
 from shardlab.data.tasks import generate_task, pool_tables, task_from_tables
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import Evaluation, Evaluator, MeasuredEvaluator, ModelEvaluator, compare_to_reference
 from shardlab.io import names_list
 from shardlab.profile.hardware import get_profile
-from shardlab.search import get_sharder, run_sharder
+from shardlab.search import run_sharder, sharder_for
 from shardlab.search.neuroshard import NeuroShardSharder
 from shardlab.tables import Task
 
@@ -107,16 +108,18 @@ def benchmark_tasks(settings: Mapping[str, Setting] | Iterable[str], tasks_per_s
 
 
 def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], model: Any, measure: bool = False,
-                  progress: bool = True, seed: int = 0, profile: Any = "cpu",
+                  progress: bool = True, seed: int = 0, profile: str = C.PLAN_PROFILE,
+                  measure_profile: Any = C.MEASURE_PROFILE,
                   log: Callable[[str], None] | None = None, rounds: int = ROUNDS,
                   evaluator: Evaluator | None = None,
                   baselines: Sequence[str] = BASELINE_METHODS) -> list[dict[str, Any]]:
-    """Run every method on every task (sharder seed ``seed``) and judge each plan with
-    ``model`` (a cost-model bundle or its name, through a
-    :class:`~shardlab.evaluate.ModelEvaluator`: the simulated columns). Measured columns come
+    """Run every method on every task (sharder seed ``seed``; model-based sharders use the shipped
+    models of hardware ``profile``) and judge each plan with ``model`` (a cost-model bundle or
+    its name in ``profile``, through a :class:`~shardlab.evaluate.ModelEvaluator`: the simulated
+    columns). Measured columns come
     from ``evaluator`` (any :class:`~shardlab.evaluate.Evaluator`, called once per task with all
     its plans); with ``measure`` and no ``evaluator``, a
-    :class:`~shardlab.evaluate.MeasuredEvaluator` of ``profile`` with ``rounds`` paired rounds
+    :class:`~shardlab.evaluate.MeasuredEvaluator` of ``measure_profile`` with ``rounds`` paired rounds
     and ``seed`` (slow: real fused fbgemm ops, G gloo ranks, the bound measured in every round).
     Each measured row gets its rounds, interval and, against every other one of ``baselines``
     measured on the task, the paired verdict (module docstring).
@@ -125,9 +128,9 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
     blocks, torchrec missing) gives a skipped row, not an exception. ``progress``: a tqdm bar
     on stderr; ``log``: called with one line per row (``print`` without a bar, ``tqdm.write``
     with one)."""
-    judge = ModelEvaluator(ModelEvaluator(model).bundle())
+    judge = ModelEvaluator(ModelEvaluator(model, profile).bundle())
     if evaluator is None and measure:
-        evaluator = MeasuredEvaluator(profile, rounds=rounds, seed=seed, progress=False)
+        evaluator = MeasuredEvaluator(measure_profile, rounds=rounds, seed=seed, progress=False)
     rows: list[dict[str, Any]] = []
     index: dict[str, int] = {}
     bar = tqdm(total=len(tasks) * len(methods), disable=not progress, unit="plan", desc="benchmark")
@@ -137,7 +140,7 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
         for m in methods:
             bar.set_postfix_str(f"{setting} task {k} {m}", refresh=False)
             try:
-                plan = run_sharder(get_sharder(m), task, seed=seed)
+                plan = run_sharder(sharder_for(m, profile), task, seed=seed)
                 sim = judge.evaluate(task, {m: plan})[m]
                 plans[m] = plan
                 mine.append({"setting": setting, "task": k, "method": m, "search_s": plan.search_seconds,

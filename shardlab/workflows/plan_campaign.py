@@ -23,7 +23,7 @@ from shardlab.profile.comm import CommBench
 from shardlab.profile.hardware import HardwareProfile, get_profile
 from shardlab.profile.hardware import environment
 from shardlab.profile.store import SampleStore
-from shardlab.search import get_sharder, run_sharder
+from shardlab.search import run_sharder, sharder_for
 from shardlab.tables import Task
 
 
@@ -70,7 +70,7 @@ def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = 4, profile: str
                 if plan_for is not None:
                     plan = plan_for(task, i)
                 else:
-                    plan = run_sharder(get_sharder(methods[i % len(methods)]), task, seed=i)
+                    plan = run_sharder(sharder_for(methods[i % len(methods)], prof.name), task, seed=i)
                 ev = measure_plan(task, plan, prof, bench=bench, lower_bound=False)
                 added += store.add(f"plan:{ngpu}", f"{prefix}{i}", plan_record(task, plan, ev, prof), provenance)
     return added

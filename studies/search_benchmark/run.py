@@ -55,6 +55,7 @@ def main() -> int:
         tasks += [(f"family:{name}", t) for name in FAMILY_SETS
                   for t in heldout_tasks(name, args.families, 4, prof.batch_size, 4.0, 2_000_000)]
     rows = done(run_benchmark(tasks, methods, model, measure=args.measure, progress=False, rounds=args.rounds,
+                              profile="cpu",
                               log=lambda line: print(line, flush=True)))
     keys = ["simulated_ms"] + (["measured_ms"] if args.measure else [])
     summaries = {k: summarise(rows, methods, k) for k in keys}

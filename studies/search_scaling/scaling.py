@@ -66,7 +66,7 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
-def time_search(ntables: int, ngpu: int, column_wise: bool, model: str = C.DEFAULT_NEUROSHARD_MODEL,
+def time_search(ntables: int, ngpu: int, column_wise: bool, model: str = C.SEARCH_MODELS["cpu"],
                 mem_cap_gb: float = 16.0, seed: int = 0) -> dict[str, Any]:
     """One point (module docstring): search time (s, the model already loaded), the plan's
     simulated cost under ``model`` (ms), splits, RSS before and at peak (MB), and how far the
