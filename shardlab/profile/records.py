@@ -8,7 +8,8 @@ and the cost models train on. One record type per kind of measurement:
 - :class:`PlanRecord`: one measured plan (kind ``plan:<G>``): each device's tables and measured
   compute and comm ms, and the plan cost.
 
-A record fresh from a profiler has ``key`` ``""`` and no provenance; the campaigns store its
+A record fresh from a profiler has ``key`` ``""`` and, as provenance, only how it was timed
+(``compute_timing``, :mod:`shardlab.profile.compute`); the campaigns store its
 :meth:`payload` under a key with a provenance record, and a stored row (``{"key", "provenance",
 **payload}``) parses back with ``from_dict``. Tables are parsed once into
 :class:`~shardlab.tables.Table` values (validated, hashable). :func:`as_record` and the
