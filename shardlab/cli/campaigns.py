@@ -147,7 +147,8 @@ def train_policy(args: argparse.Namespace) -> None:
     name = args.cost_model or ("dreamshard" if dream else "autoshard")
     cost = load_bundle(name, config.profile).compute
     if dream:
-        agent = train_dreamshard(config, args.store, cost, compute, initial_plans=load_records("plan", None, args.dataset))
+        agent = train_dreamshard(config, args.store, cost, compute,
+                                 initial_plans=load_records("plan", None, args.dataset))
         last = agent.history_[-1]["mean_predicted_cost_ms"][-10:]
         summary = f"{len(agent.history_)} iterations, last mean predicted cost {sum(last) / len(last):.2f} ms"
     else:
@@ -156,7 +157,8 @@ def train_policy(args: argparse.Namespace) -> None:
         summary = f"{len(agent.history_)} updates, last mean reward {sum(last) / len(last):.3f}"
     path = resolve_model_path(name, str(config.profile))
     shipped = path.resolve().parent == models_dir(str(config.profile)).resolve()
-    agent.provenance_.update({"cost_model_bundle": f"datasets/{config.profile}/models/{path.name}" if shipped else str(name),
+    bundle = f"datasets/{config.profile}/models/{path.name}" if shipped else str(name)
+    agent.provenance_.update({"cost_model_bundle": bundle,
                               "compute_samples": f"dataset:{args.dataset} ({len(compute)} of the pool's train tables)"})
     agent.save(args.out)
     emit(args, f"train {args.kind}: {summary} -> {args.out}", {"out": args.out, "history": agent.history_})

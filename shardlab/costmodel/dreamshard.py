@@ -9,15 +9,18 @@ independent of the numbers of tables and devices.
 Training data (``fit(samples)``, one list): measured plans (:class:`~shardlab.profile.records.PlanRecord`:
 each device's tables and measured fw/bw compute and fw/bw comm, and the plan cost), optionally
 mixed with measured compute samples (:class:`~shardlab.profile.records.ComputeRecord`), which
-supervise the two compute heads alone. Loss: the sum of the four MSEs on log(1 + ms /
-scale) (see :mod:`shardlab.costmodel.neural` for why log), with two scales: the compute heads'
-is the median shard compute (as NeuroShard's), comm's and overall's the median plan cost. With
-one scale for all (the plan cost's, ~5x a shard's compute) the log was nearly linear over the
-small shards. Measured on the pool's unseen tables (compute MAPE; NeuroShard's: 0.12): one scale,
-0.22; own compute scale, 0.18; plus ``pretrain_epochs`` (the encoder and compute heads trained
-on compute samples first), 0.135. The kept epoch is the one with the best validation loss over
-plans and, when given, held-out compute samples. As a :class:`ComputeModel` it predicts (fw, bw)
-compute per shard, so it plugs into the same simulation and search code.
+supervise the two compute heads alone. Where no plan was measured but the comm model is given
+(one GPU measured compute only), the plans are composed from measured ops
+(:func:`shardlab.costmodel.train.compose_plans`) and the bundle's provenance says so. Loss: the
+sum of the four MSEs on log(1 + ms / scale) (see :mod:`shardlab.costmodel.neural` for why log),
+with two scales: the compute heads' is the median shard compute (as NeuroShard's), comm's and
+overall's the median plan cost. With one scale for all (the plan cost's, ~5x a shard's compute)
+the log was nearly linear over the small shards. Measured on the pool's unseen tables (compute
+MAPE; NeuroShard's: 0.12): one scale, 0.22; own compute scale, 0.18; plus ``pretrain_epochs``
+(the encoder and compute heads trained on compute samples first), 0.135. The kept epoch is the
+one with the best validation loss over plans and, when given, held-out compute samples. As a
+:class:`ComputeModel` it predicts (fw, bw) compute per shard, so it plugs into the same
+simulation and search code.
 """
 
 from __future__ import annotations

@@ -143,7 +143,8 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
         else:
             raise ShardlabError("train dreamshard: needs measured plans (kind plan:<G>; `shardlab profile plans`), "
                                 "or a given comm model (--comm topology) to compose plans from measured ops")
-        compute = DreamShardCost(**extra, pretrain_epochs=pretrain_epochs).fit(ps["train"] + cs["train"], (ps["val"] or ps["train"][:1]) + cs["val"])
+        compute = DreamShardCost(**extra, pretrain_epochs=pretrain_epochs).fit(
+            ps["train"] + cs["train"], (ps["val"] or ps["train"][:1]) + cs["val"])
     else:
         cls = NeuroShardCompute if kind == "neuroshard" else AutoShardCompute
         compute = cls(**extra).fit(cs["train"], cs["val"])

@@ -1,0 +1,179 @@
+"""The h100 models: cost-model bundles fitted to one H100's measured fused ops, with the cited
+analytic GPU-cluster comm model; DreamShard's plans composed from measured ops (no plan was
+measured there) and labelled so; every bundle judged on the measured whole-plan compute of
+held-out tasks (``plan_compute:<G>``, never trained on); RL policies trained against them with
+no measurement (the reward is the model's alone), and their provenance says so."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardlab.costmodel.base import simulate_from
+from shardlab.costmodel.bundle import load_bundle
+from shardlab.costmodel.metrics import errors, held_out_sets
+from shardlab.costmodel.topology_comm import TopologyComm
+from shardlab.costmodel.train import (compose_plans, load_records, load_samples, plan_compute_errors,
+                                      plan_device_tables)
+from shardlab.plan import Plan
+from shardlab.tables import Task
+
+BUNDLES = ["analytic", "neuroshard", "autoshard", "dreamshard"]
+POLICIES = {"dreamshard_policy": "dreamshard", "autoshard_policy": "autoshard"}
+COMM = "analytic:h100-nvlink4+ib400["
+
+
+@pytest.fixture(scope="module")
+def plan_compute_rows():
+    return load_samples("plan_compute", dataset="h100")
+
+
+@pytest.fixture(scope="module")
+def h100_compute():
+    return load_records("compute", dataset="h100")
+
+
+def test_plan_compute_records_are_their_own_kind_not_measured_plans(plan_compute_rows):
+    assert load_samples("plan", dataset="h100") == []            # plan_compute_<G> files are not plan:<G>
+    assert {r["key"].split(":")[1] for r in plan_compute_rows} == {"4", "8"}
+    assert len(plan_compute_rows) == 140 and all("rounds_cost_ms" in r for r in plan_compute_rows)
+    assert load_samples("plan_compute", dataset="cpu+cpu/broad", required=False) == []
+
+
+@pytest.mark.parametrize("name", BUNDLES)
+def test_every_h100_bundle_names_its_data_and_comm_and_is_judged_on_held_out_plans(name, plan_compute_rows):
+    bundle = load_bundle(name, "h100")
+    assert isinstance(bundle.comm, TopologyComm) and bundle.comm.batch_size == 65536
+    assert bundle.provenance["data"] == "dataset:h100"
+    assert bundle.provenance["data_provenance"][0]["device"] == "cuda"
+    assert bundle.provenance["comm"].startswith("given, not fitted: " + COMM)
+    assert bundle.comm_for(8)[1].startswith("+comm:" + COMM)
+    assert f"train {name} --dataset h100 --comm topology" in bundle.provenance["command"]
+    assert {"compute_total", "compute_total_unseen_tables"} <= set(bundle.heldout)
+    assert not [k for k in bundle.heldout if k.startswith("comm")]           # no comm measured, none judged
+    for g in (4, 8):
+        judged = bundle.heldout[f"plan_compute_{g}"]
+        assert judged["n"] == sum(r["ngpu"] == g for r in plan_compute_rows) and judged["tasks"] == 10
+        assert 0 < judged["mape"] < 10 and -1 <= judged["spearman"] <= 1
+    assert "plan_compute:4 (70 plans of 10 held-out tasks)" in bundle.provenance["heldout_plan_compute"]
+
+
+def test_dreamshard_h100_labels_its_composed_plans_and_claims_no_measured_plan():
+    bundle = load_bundle("dreamshard", "h100")
+    plans = bundle.provenance["plans"]
+    assert plans.startswith("composed from measured train-split fused ops, not measured plans")
+    assert "comm " + COMM in plans and f"seed {bundle.provenance['seed']}" in plans
+    assert "plans" not in bundle.heldout                                 # no measured plan to judge it on
+    assert {"plans_composed", "plans_composed_unseen_tables"} <= set(bundle.heldout)
+    counts = bundle.heldout["split"]["plans_composed"]
+    assert counts["train"] > counts["val"] > 0 and counts["test"] > 0
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_h100_policies_were_trained_against_the_h100_models_without_measurements(policy):
+    from shardlab.search import get_sharder, run_sharder
+    from shardlab.data.tasks import generate_task
+    from shardlab.plan import validate_plan
+
+    sharder = get_sharder(POLICIES[policy], profile="h100")
+    agent = sharder.agent()
+    prov = agent.provenance_
+    assert prov["cost_model"].startswith(f"model:{POLICIES[policy]}-")
+    assert "@h100[batch_size=65536]" in prov["cost_model"]
+    assert prov["cost_model_bundle"] == f"datasets/h100/models/{POLICIES[policy]}.json"
+    assert prov["cost_model_provenance"]["data"] == "dataset:h100"
+    assert prov["compute_samples"].startswith("dataset:h100 ")
+    assert prov["config"]["profile"] == "h100"
+    assert prov["config"]["measure_per_iteration" if policy == "dreamshard_policy" else "measure_plans"] == 0
+    assert prov["reward"].startswith("model only")
+    task = generate_task(ntables=12, ngpu=4, mem_cap_gb=16.0, batch_size=65536, seed=3)
+    validate_plan(task, run_sharder(sharder, task, seed=0))
+
+
+def test_composed_plans_are_seeded_measured_ops_on_disjoint_tables_with_the_given_comm(h100_compute):
+    ops = held_out_sets(h100_compute)["val"]
+    comm = TopologyComm()
+    plans = compose_plans(ops, comm, 4, seed=5, label="val")
+    assert len(plans) == len(ops)
+    assert [p.cost_ms for p in plans] == [p.cost_ms for p in compose_plans(ops, comm, 4, seed=5, label="val")]
+    assert [p.cost_ms for p in plans] != [p.cost_ms for p in compose_plans(ops, comm, 4, seed=6, label="val")]
+    by_key = {r.key: r for r in ops}
+    for p in plans:
+        assert p.key.startswith("plan:4:composed:val:s5:") and p.provenance["comm"] == comm.source
+        chosen = [by_key[k] for k in p.provenance["ops"]]               # every device: one measured op
+        names = [t.name for r in chosen for t in r.tables]
+        assert len(names) == len(set(names))                              # each table placed once
+        assert p.devices == tuple(r.tables for r in chosen)
+        assert p.fw_compute_ms == tuple(r.fw_ms for r in chosen) and p.bw_compute_ms == tuple(r.bw_ms for r in chosen)
+        sim = simulate_from(np.array([[r.fw_ms, r.bw_ms] for r in chosen]),
+                            [sum(t.dim for t in r.tables) for r in chosen], comm)
+        assert p.cost_ms == pytest.approx(sim.cost_ms) and p.cost_ms > max(r.fw_ms + r.bw_ms for r in chosen)
+    assert compose_plans(ops[:3], comm, 4) == []                           # fewer ops than devices: none
+
+
+def test_plan_device_tables_are_the_evaluators(plan_compute_rows):
+    from shardlab.evaluate.values import device_tables
+
+    split = 0
+    for r in plan_compute_rows:
+        task, plan = Task.from_dict(r["task"]), Plan.from_dict(r["plan"])
+        mine = plan_device_tables(task, plan)
+        assert mine == device_tables(task, plan)
+        split += sum("[" in t.name for d in mine for t in d)
+    assert split > 0                                                      # column blocks among them
+
+
+def test_plan_compute_errors_are_the_slowest_devices_predicted_vs_measured(plan_compute_rows):
+    bundle = load_bundle("analytic", "h100")
+    out = plan_compute_errors(bundle.compute, plan_compute_rows)
+    assert set(out) == {"plan_compute_4", "plan_compute_8"}
+    rows = [r for r in plan_compute_rows if r["ngpu"] == 8]
+    pred = []
+    for r in rows:
+        shards = plan_device_tables(Task.from_dict(r["task"]), Plan.from_dict(r["plan"]))
+        pred.append(max(float(bundle.compute.predict([s]).sum()) for s in shards if s))
+    want = errors(pred, [np.median(r["rounds_cost_ms"]) for r in rows])
+    assert out["plan_compute_8"]["mape"] == pytest.approx(want["mape"])
+    assert out["plan_compute_8"]["spearman"] == pytest.approx(want["spearman"])
+    assert bundle.heldout["plan_compute_8"]["mape"] == pytest.approx(want["mape"])   # the shipped one is this
+
+
+def test_train_dreamshard_with_the_topology_comm_composes_plans_deterministically(tmp_path):
+    from shardlab.cli import main
+
+    outs = []
+    for k in range(2):
+        out = tmp_path / f"dream{k}.json"
+        assert main(["train", "dreamshard", "--dataset", "h100", "--comm", "topology", "--epochs", "1",
+                     "--pretrain-epochs", "1", "--out", str(out), "--no-progress"]) == 0
+        outs.append(load_bundle(str(out)))
+    a, b = outs
+    assert a.provenance["plans"].startswith("composed from measured train-split fused ops")
+    assert a.heldout["plans_composed"] == b.heldout["plans_composed"]
+    assert a.heldout["plan_compute_4"] == b.heldout["plan_compute_4"]
+    assert a.compute.plan_scale_ms_ == b.compute.plan_scale_ms_
+
+
+def test_train_dreamshard_without_plans_or_a_given_comm_is_one_line(h100_compute):
+    from shardlab.costmodel.train import train_bundle
+    from shardlab.errors import ShardlabError
+
+    with pytest.raises(ShardlabError) as e:
+        train_bundle("dreamshard", h100_compute, load_records("comm", dataset="cpu")[:50], epochs=1, progress=False)
+    assert "needs measured plans" in str(e.value) and "--comm topology" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_policy_without_measurements_needs_no_store_and_says_its_reward_is_the_models(tmp_path, capsys):
+    from shardlab.cli import main
+    from shardlab.search.autoshard import AutoShardAgent
+
+    assert main(["train", "autoshard_policy", "--out", str(tmp_path / "p.pt"), "--measure", "3",
+                 "--profile", "h100", "--dataset", "h100"]) == 2
+    assert "field 'store' is required" in capsys.readouterr().err
+    out = tmp_path / "a.pt"
+    assert main(["train", "autoshard_policy", "--out", str(out), "--measure", "0", "--updates", "2",
+                 "--episodes", "2", "--n-tasks", "1", "--refit-every", "1", "--ntables", "5", "6",
+                 "--profile", "h100", "--dataset", "h100", "--no-progress"]) == 0
+    prov = AutoShardAgent.load(str(out)).provenance_
+    assert prov["reward"].startswith("model only")
+    assert prov["cost_model_bundle"] == "datasets/h100/models/autoshard.json"
