@@ -85,6 +85,11 @@ SPLIT_GUARD_JUDGES = {"cpu": ("analytic_broad",), "h100": ("analytic",)}
 #: never taken for a gain no one could measure.
 SPLIT_TIE = 0.01
 
+#: Equivalence margin of a paired comparison (dimensionless, 0.05 = 5%): a plan is
+#: ``equivalent`` to the reference when the 95% interval of their paired ratio plan / reference
+#: contains 1 and lies inside [1/(1+m), 1+m] (``evaluate/stats.py``; ``--margin`` on the command line).
+EQUIVALENCE_MARGIN = 0.05
+
 #: Name of the default shipped table pool.
 DEFAULT_POOL = "dlrm-synth"
 

@@ -17,6 +17,8 @@ from shardlab.costmodel.bundle import load_bundle
 from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.io import names_list
 from shardlab.constants import BASELINE_METHODS as BASELINES
+from shardlab.constants import EQUIVALENCE_MARGIN
+from shardlab.evaluate import VERDICTS, verdict
 from shardlab.workflows.benchmark import SETTINGS, as_settings, benchmark_tasks, parse_setting, run_benchmark
 from shardlab.report.benchmark import ratio, summarise, summary_rows
 from shardlab.report.benchmark_figures import (benchmark_widget, ratio_figure, win_matrix, win_rate_figure,
@@ -206,7 +208,9 @@ def test_measured_benchmark_shares_one_bound_per_task(model):
         lo, hi = r["measured_ci95_ms"]
         assert lo <= r["measured_ms"] <= hi
     assert set(measured[0]["measured_vs"]) == {"size_greedy"} and set(measured[1]["measured_vs"]) == {"random"}
-    assert measured[0]["measured_vs"]["size_greedy"]["verdict"] in ("faster", "slower", "within noise")
+    paired = measured[0]["measured_vs"]["size_greedy"]        # whatever the machine's load: the rule applied
+    assert paired["verdict"] in VERDICTS and paired["equivalence_margin"] == EQUIVALENCE_MARGIN
+    assert paired["verdict"] == verdict(tuple(paired["ratio_ci95"]), EQUIVALENCE_MARGIN)
     assert len(lines) == 3 and "measured" in lines[0] and "no_such_method" in lines[2]
 
 
@@ -220,18 +224,21 @@ def _measured(setting, task, method, cost, verdicts, ci=(0.9, 1.1)):
 
 
 def test_measured_wins_count_only_significant_ones():
-    """A lower median 'within noise' is no win on measured costs (it is one when simulated);
-    a task without a verdict (< 3 rounds) is not compared."""
-    rows = [_measured("s", 0, "a", 9.0, {"random": "within noise"}), _measured("s", 0, "random", 10.0, {}),
+    """Only 'faster' is a win on measured costs: a lower median that is 'equivalent' or
+    'inconclusive' (or an old record's 'within noise') is none (it is one when simulated); a task
+    without a verdict (< 3 rounds) is not compared."""
+    rows = [_measured("s", 0, "a", 9.0, {"random": "inconclusive"}), _measured("s", 0, "random", 10.0, {}),
             _measured("s", 1, "a", 8.0, {"random": "faster"}), _measured("s", 1, "random", 10.0, {}),
             _measured("s", 2, "a", 12.0, {"random": "slower"}), _measured("s", 2, "random", 10.0, {}),
-            _measured("s", 3, "a", 7.0, {"random": None}), _measured("s", 3, "random", 10.0, {})]
+            _measured("s", 3, "a", 7.0, {"random": None}), _measured("s", 3, "random", 10.0, {}),
+            _measured("s", 4, "a", 9.9, {"random": "equivalent"}), _measured("s", 4, "random", 10.0, {}),
+            _measured("s", 5, "a", 9.5, {"random": "within noise"}), _measured("s", 5, "random", 10.0, {})]
     measured = summarise(rows, ["a"], "measured_ms", baselines=["random"])[("s", "a")]
-    assert measured["wins"] == {"random": pytest.approx(1 / 3)}                 # task 1 only; task 3 has no verdict
+    assert measured["wins"] == {"random": pytest.approx(1 / 5)}                 # task 1 only; task 3 has no verdict
     assert measured["ci_half_width_pct"] == pytest.approx(10.0)
-    assert summarise(rows, ["a"], "simulated_ms", baselines=["random"])[("s", "a")]["wins"] == {"random": 0.75}
+    assert summarise(rows, ["a"], "simulated_ms", baselines=["random"])[("s", "a")]["wins"] == {"random": 5 / 6}
     table = summary_rows(rows, ["a"], "measured_ms", baselines=["random"])[0]
-    assert table["significant wins vs random"] == 0.33 and table["mean 95% CI half-width (%)"] == 10.0
+    assert table["significant wins vs random"] == 0.2 and table["mean 95% CI half-width (%)"] == 10.0
     assert "wins vs random" in summary_rows(rows, ["a"], "simulated_ms", baselines=["random"])[0]
 
 
@@ -274,7 +281,8 @@ def test_measured_costs_come_from_the_evaluator(model, tmp_path):
     paths = write_benchmark(tmp_path, rows, methods, ("simulated_ms", "measured_ms"), ["random", "size_greedy"])
     text = paths["html"].read_text()
     assert "<h1>Search benchmark</h1>" in text
-    assert "significant wins vs random" in text and "wholly below 1" in text and "within noise" in text
+    assert "significant wins vs random" in text and "wholly below 1" in text and "within noise" not in text
+    assert "&#x27;equivalent&#x27; and &#x27;inconclusive&#x27; are not wins" in text       # html-escaped
     assert "(no uncertainty)" in text and "median of 5 paired rounds with 95% CIs" in text
     report = {"date": "d", "environment": {"hardware": "h"}, "profile": {"batch_size": 4096}, "judge": "j",
               "rounds": 5, "summary": {k: {f"{s} {m}": v for (s, m), v in summarise(rows, methods, k).items()}

@@ -36,14 +36,17 @@ def test_every_benchmark_task_has_tables_that_fit_no_device():
 
 
 def test_verdicts_count_only_tasks_where_both_have_a_plan():
-    def rec(name, verdict, ref="torchrec_free"):
-        return {"task": name, "reference": ref, "evaluations": {"neuroshard": {"verdict": verdict}} if verdict else {}}
+    def rec(name, verdict, ref="torchrec_free", ci=None):
+        ev = {"verdict": verdict, **({"ratio_ci95": ci} if ci else {})}
+        return {"task": name, "reference": ref, "evaluations": {"neuroshard": ev} if verdict else {}}
 
-    out = verdicts([rec("a", "faster"), rec("b", "within noise"), rec("c", "slower"), rec("d", None),
-                    rec("e", "faster", ref=None)])
-    assert out["counts"] == {"faster": 1, "within noise": 1, "slower": 1}
-    assert out["judged"] == 3 and out["not_judged"] == ["d", "e"]
-    assert out["not_slower_share"] == pytest.approx(2 / 3)
+    # an old record's "within noise" counts as what its interval says now (5% margin)
+    out = verdicts([rec("a", "faster"), rec("b", "within noise", ci=[0.98, 1.03]), rec("c", "slower"),
+                    rec("d", None), rec("e", "faster", ref=None), rec("f", "within noise", ci=[0.9, 1.1]),
+                    rec("g", "inconclusive"), rec("h", "equivalent")])
+    assert out["counts"] == {"faster": 1, "slower": 1, "equivalent": 2, "inconclusive": 2}
+    assert out["judged"] == 6 and out["not_judged"] == ["d", "e"]
+    assert out["faster_or_equivalent_share"] == pytest.approx(3 / 6)
 
 
 def test_row_layouts_lists_the_devices_of_each_row_split_table():

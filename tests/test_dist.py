@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from shardlab.data.tasks import generate_task
+from shardlab.evaluate import verdict
 from shardlab.evaluate.measured import MeasuredEvaluator
 from shardlab.io import save_plan, save_task
 from shardlab.profile.hardware import profile_with
@@ -46,7 +47,7 @@ def test_measure_under_two_torchrun_nodes_has_the_spawned_evaluations_shape_and_
         assert all(d["fw_compute_ms"] > 0 and d["bw_comm_ms"] > 0 for d in got[m]["per_device"])
         assert got[m]["lower_bound_ms"] > 0
     assert got["dim_greedy"]["reference"] == "size_greedy" and len(got["dim_greedy"]["ratio_ci95"]) == 2
-    assert got["dim_greedy"]["verdict"] in ("faster", "slower", "within noise")
+    assert got["dim_greedy"]["verdict"] == verdict(tuple(got["dim_greedy"]["ratio_ci95"]))   # the rule, any load
 
 
 def test_comm_campaign_between_torchrun_ranks_is_written_once_and_resumes(tmp_path, torchrun, free_port):

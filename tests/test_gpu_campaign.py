@@ -117,8 +117,11 @@ def test_plan_verdicts_follow_the_paired_rounds():
     out = plan_verdicts([rec("lookup_greedy", ref), rec("fast", [x * 0.8 for x in ref]),
                          rec("slow", [x * 1.3 for x in ref]), rec("same", [x * (1 + (-1) ** i * 0.02) for i, x in enumerate(ref)])])
     got = {r["method"]: r["verdict"] for r in out["per_task"]}
-    assert got == {"fast": "faster", "slow": "slower", "same": "within noise"}
-    assert out["counts"]["G=4 fast"] == {"faster": 1, "slower": 0, "within noise": 0}
+    assert got == {"fast": "faster", "slow": "slower", "same": "equivalent"}
+    assert out["counts"]["G=4 fast"] == {"faster": 1, "slower": 0, "equivalent": 0, "inconclusive": 0}
+    spread = [x * (1 + (-1) ** i * 0.15) for i, x in enumerate(ref)]       # +-15% around the reference
+    vague = plan_verdicts([rec("lookup_greedy", ref), rec("vague", spread)])
+    assert vague["per_task"][0]["verdict"] == "inconclusive" and vague["counts"]["G=4 vague"]["inconclusive"] == 1
 
 
 # ----------------------------------------------------------------------------- scripts/gpu/campaign.py on CPU

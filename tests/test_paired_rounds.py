@@ -1,7 +1,10 @@
 """Measured evaluation in paired, interleaved rounds: real fused fbgemm ops and real gloo ranks
-on this machine. Verdicts that must hold whatever the machine's noise: a plan with every table
-on one device is slower than lookup-greedy's with an interval excluding 1; a plan against
-itself is within noise; the rounds follow their seeded shuffled orders."""
+on this machine. A measured test asserts a verdict only where no busy machine can flip it: a
+plan with every table on one of 4 devices costs about 3x lookup-greedy's (compute-heavy tables,
+narrow dims), so it is slower with an interval excluding 1; a plan against itself is one item
+of every round, its ratio exactly 1 and equivalent. Elsewhere (the compare verb) the test checks
+that the printed verdict is the rule applied to the measured interval, whatever that interval
+is. The rounds follow their seeded shuffled orders."""
 
 from __future__ import annotations
 
@@ -12,8 +15,9 @@ import pytest
 
 from shardlab import Plan
 from shardlab.cli import main
-from shardlab.data.tasks import generate_task
-from shardlab.evaluate import BOUND, MeasuredEvaluator, compare_to_reference, round_orders
+from shardlab.constants import EQUIVALENCE_MARGIN
+from shardlab.data.tasks import generate_task, pool_tables
+from shardlab.evaluate import BOUND, VERDICTS, MeasuredEvaluator, compare_to_reference, round_orders, verdict
 from shardlab.evaluate import measured as measured_module
 from shardlab.io import save_plan, save_task
 from shardlab.profile.hardware import profile_with
@@ -21,9 +25,16 @@ from shardlab.search import get_sharder, run_sharder
 
 CRITEO = str(Path(__file__).resolve().parents[1] / "datasets" / "criteo" / "criteo_kaggle_dac.json")
 
-#: Compute dominates at this batch (tens of ms per op on CPU), so piling every table on one
-#: device costs it about G times more than a balanced plan; 3 timed runs per op.
+#: 3 timed runs per op, batch 2048: the cheap task of the command-line tests.
 PROFILE = profile_with("cpu", batch_size=2048, repeats=3, warmup=1)
+
+#: The far-apart task's batch: compute dominates the gloo all-to-all's fixed cost at G = 4.
+WIDE_BATCH = 4096
+
+
+def _on_one_device(task):
+    return {"lookup_greedy": run_sharder(get_sharder("lookup_greedy"), task),
+            "all_on_0": Plan.table_wise(task, [0] * len(task.tables), "all_on_0")}
 
 
 @pytest.fixture(scope="module")
@@ -33,17 +44,28 @@ def task():
 
 @pytest.fixture(scope="module")
 def plans(task):
-    return {"lookup_greedy": run_sharder(get_sharder("lookup_greedy"), task),
-            "all_on_0": Plan.table_wise(task, [0] * len(task.tables), "all_on_0")}
+    return _on_one_device(task)
 
 
 @pytest.fixture(scope="module")
-def measured(task, plans):
+def wide():
+    """16 of the pool's test tables with the most lookups per sample (pooling 45-98) at dim 4
+    over 4 devices: compute-heavy, comm-light, so all tables on device 0 measure about 3x
+    lookup-greedy's balanced plan on this machine (per-round ratios 2.7-3.3 when written)."""
+    heavy = sorted((t for t in pool_tables("dlrm-synth", "test") if t.rows < 2_000_000),
+                   key=lambda t: -t.pooling_factor)[:16]
+    return generate_task(ntables=16, ngpu=4, mem_cap_gb=2.0, batch_size=WIDE_BATCH, seed=11, dims=[4], tables=heavy)
+
+
+@pytest.fixture(scope="module")
+def measured(wide):
     # 9 rounds: the bootstrap interval's ends are then inner rounds, so one disturbed round cannot
     # decide the verdict (with 5 its lower end is the smallest per-round ratio)
-    ev = MeasuredEvaluator(PROFILE, rounds=9, warmup_rounds=1, seed=4, reference="lookup_greedy", progress=False)
-    twin = Plan(task.name, "all_on_0_again", task.ngpu, plans["all_on_0"].placements)
-    return ev, ev.evaluate(task, {**plans, "all_on_0_again": twin})
+    plans = _on_one_device(wide)
+    prof = profile_with("cpu", batch_size=WIDE_BATCH, repeats=3, warmup=1)
+    ev = MeasuredEvaluator(prof, rounds=9, warmup_rounds=1, seed=4, reference="lookup_greedy", progress=False)
+    twin = Plan(wide.name, "all_on_0_again", wide.ngpu, plans["all_on_0"].placements)
+    return ev, ev.evaluate(wide, {**plans, "all_on_0_again": twin})
 
 
 def test_everything_on_one_device_is_slower_beyond_noise(measured):
@@ -52,17 +74,18 @@ def test_everything_on_one_device_is_slower_beyond_noise(measured):
     assert len(e.rounds_ms) == 9 and e.ci95_ms[0] <= e.cost_ms <= e.ci95_ms[1]
     c = e.comparison
     assert c.reference == "lookup_greedy" and c.verdict == "slower" and c.ratio_ci95[0] > 1.0
-    assert out["lookup_greedy"].comparison.verdict == "within noise"
-    assert e.source == f"measured:{PROFILE.name}" and e.lower_bound_ms is not None and e.lower_bound_ms > 0
+    assert c.margin == EQUIVALENCE_MARGIN
+    assert out["lookup_greedy"].comparison.verdict == "equivalent"           # the reference: ratio exactly 1
+    assert e.source.startswith("measured:cpu[") and e.lower_bound_ms is not None and e.lower_bound_ms > 0
 
 
-def test_a_plan_against_itself_is_within_noise(measured):
+def test_a_plan_against_itself_is_equivalent(measured):
     ev, out = measured
     a, b = out["all_on_0"], out["all_on_0_again"]
     # identical plans are one item of each round: paired ratio exactly 1, the interval [1, 1]
     assert a.rounds_ms == b.rounds_ms
     mine = compare_to_reference({"x": a, "y": b}, reference="x")["y"].comparison
-    assert mine.ratio == 1.0 and mine.verdict == "within noise" and mine.ratio_ci95 == (1.0, 1.0)
+    assert mine.ratio == 1.0 and mine.verdict == "equivalent" and mine.ratio_ci95 == (1.0, 1.0)
     assert not any(name == "all_on_0_again" for _, name in ev.measured_)
 
 
@@ -95,26 +118,37 @@ def test_identical_device_shards_are_measured_once_per_round(task, plans, monkey
 
 
 def test_compare_verb_prints_verdicts_and_json(task, plans, tmp_path, capsys):
+    """The verb's wiring, not the machine: the verdict it prints is the one its JSON holds, and
+    that is the rule applied to the measured interval with the margin asked for (a 2-device plan
+    measures only ~1.6x its balanced rival, which a busy machine can blur, so no verdict is
+    asserted here: test_everything_on_one_device_is_slower_beyond_noise does that at ~3x)."""
     tp = save_task(task, tmp_path / "task.json")
     a, b = save_plan(plans["lookup_greedy"], tmp_path / "a.json"), save_plan(plans["all_on_0"], tmp_path / "b.json")
-    args = ["compare", str(tp), str(a), str(b), "--measure", "--rounds", "9", "--batch-size", "2048",
+    args = ["compare", str(tp), str(a), str(b), "--measure", "--rounds", "3", "--batch-size", "2048",
             "--repeats", "3", "--warmup", "1", "--no-bound", "--no-progress"]
-    journal = tmp_path / "journal.jsonl"
-    assert main(args + ["--reference", str(a), "--journal", str(journal)]) == 0
+    journal, saved = tmp_path / "journal.jsonl", tmp_path / "out.json"
+    assert main(args + ["--reference", str(a), "--journal", str(journal), "--out", str(saved)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     logged = [json.loads(x) for x in journal.read_text().splitlines()]     # every measurement, as taken
-    assert len(logged) == (1 + 9) * 2 and [x["round"] for x in logged[:2]] == [-1, -1]
+    assert len(logged) == (1 + 3) * 2 and [x["round"] for x in logged[:2]] == [-1, -1]
     assert all(len(x["ms"]) == task.ngpu and len(x["ms"][0]) == 4 for x in logged)
-    assert lines[0].startswith(f"compare on {task.name} (measured:cpu[") and "9 paired rounds" in lines[0]
-    assert "reference" in lines[1] and lines[2].split()[-1] == "slower" and "vs lookup_greedy" in lines[2]
-    assert main(args + ["--json", "--reference", "lookup_greedy"]) == 0
+    assert lines[0].startswith(f"compare on {task.name} (measured:cpu[") and "3 paired rounds" in lines[0]
+    assert "equivalence margin 5%" in lines[0]
+    same = json.loads(saved.read_text())[1]                                # all_on_0, the same run
+    assert same["verdict"] in VERDICTS and same["equivalence_margin"] == EQUIVALENCE_MARGIN
+    assert same["verdict"] == verdict(tuple(same["ratio_ci95"]), EQUIVALENCE_MARGIN)
+    assert "reference" in lines[1] and lines[2].split()[-1] == same["verdict"] and "vs lookup_greedy" in lines[2]
+    assert main(args + ["--json", "--reference", "lookup_greedy", "--margin", "0.5"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [d["method"] for d in data] == ["lookup_greedy", "all_on_0"]
-    assert all(len(d["rounds_ms"]) == 9 and d["reference"] == "lookup_greedy" for d in data)
-    assert data[1]["verdict"] == "slower"
+    assert all(len(d["rounds_ms"]) == 3 and d["reference"] == "lookup_greedy" for d in data)
+    assert all(d["equivalence_margin"] == 0.5 and d["verdict"] == verdict(tuple(d["ratio_ci95"]), 0.5) for d in data)
+    assert main(args + ["--margin", "-0.1"]) == 2
+    assert "field 'margin' = -0.1" in capsys.readouterr().err
     assert main(["compare", str(tp), str(a), str(b), "--model", "analytic"]) == 0
     out = capsys.readouterr().out
-    assert "analytic:" in out and "within noise" not in out and "slower" not in out
+    assert "analytic:" in out and "margin" not in out
+    assert not any(word in out for word in VERDICTS + ("within noise",))
     assert main(["compare", str(tp), str(a), "--reference", "nope"]) == 2
     assert "field 'reference'" in capsys.readouterr().err
 

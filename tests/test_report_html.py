@@ -62,8 +62,8 @@ def test_report_cli_defaults_to_reports_dir(tmp_path, monkeypatch, capsys):
 
 def _measured_setup():
     """Four plans 'measured' in 5 paired rounds (tests/rounds_fakes.py, no kernels): random is
-    slower than size_greedy (the reference), lookup_greedy's median is lower but within noise,
-    neuroshard_tw is faster."""
+    slower than size_greedy (the reference), lookup_greedy's median is lower but its interval
+    reaches beyond 1/(1 + 5%) and 1 (inconclusive), neuroshard_tw is faster."""
     from shardlab.evaluate import ModelEvaluator
     from tests.rounds_fakes import as_measured
 
@@ -72,14 +72,17 @@ def _measured_setup():
     pred = ModelEvaluator("analytic", reference="size_greedy").evaluate(task, plans)
     near = pred["size_greedy"].cost_ms / pred["lookup_greedy"].cost_ms * 0.99
     evs = as_measured(pred, scale={"lookup_greedy": near}, reference="size_greedy")
-    assert [e.verdict for e in evs.values()][1:] == ["slower", "within noise", "faster"]
+    assert [e.verdict for e in evs.values()][1:] == ["slower", "inconclusive", "faster"]
     return task, plans, pred, evs
 
 
 def test_measured_report_has_error_bars_ratios_and_verdicts(tmp_path):
     from shardlab.report.costs import cost_summary_rows, plan_cost_figure
 
-    task, plans, _, evs = _measured_setup()
+    from tests.rounds_fakes import as_measured
+
+    task, plans, pred, evs = _measured_setup()
+    near = pred["size_greedy"].cost_ms / pred["lookup_greedy"].cost_ms * 0.99
     bar = plan_cost_figure(evs).data[0]
     lows = [c - d for c, d in zip(bar.y, bar.error_y.arrayminus)]
     highs = [c + u for c, u in zip(bar.y, bar.error_y.array)]
@@ -91,12 +94,19 @@ def test_measured_report_has_error_bars_ratios_and_verdicts(tmp_path):
     key = "ratio vs size_greedy [95% CI]"
     c = evs["lookup_greedy"].comparison
     assert rows["lookup_greedy"][key] == f"{c.ratio:.3f} [{c.ratio_ci95[0]:.3f}, {c.ratio_ci95[1]:.3f}]"
-    assert [r["verdict"] for r in rows.values()] == ["reference", "slower", "within noise", "faster"]
+    assert [r["verdict"] for r in rows.values()] == ["reference", "slower", "inconclusive", "faster"]
     assert rows["random"]["cost 95% CI (ms)"] == "[{:.3f}, {:.3f}]".format(*evs["random"].ci95_ms)
     text = write_report(tmp_path / "m.html", task, plans, evs, {"seed": 0}).read_text()
-    for word in (key, "within noise", "faster", "slower", "95% bootstrap", "error bars", "arrayminus"):
+    for word in (key, "inconclusive", "faster", "slower", "95% bootstrap", "error bars", "arrayminus",
+                 "equivalence margin m = 5%"):
         assert word in text, word
-    assert "predicted, no uncertainty" not in text
+    assert "predicted, no uncertainty" not in text and "within noise" not in text
+    # the same rounds judged with a 10% margin: lookup_greedy's interval lies inside [1/1.1, 1.1]
+    wide = as_measured(pred, scale={"lookup_greedy": near}, reference="size_greedy", margin=0.10)
+    lo, hi = wide["lookup_greedy"].comparison.ratio_ci95
+    assert 1 / 1.1 <= lo <= 1.0 <= hi <= 1.1 and wide["lookup_greedy"].verdict == "equivalent"
+    text = write_report(tmp_path / "w.html", task, plans, wide, {"seed": 0}).read_text()
+    assert "equivalence margin m = 10%" in text and "equivalent" in text
 
 
 def test_model_report_says_no_uncertainty(tmp_path):

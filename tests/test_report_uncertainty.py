@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from shardlab.data.tasks import generate_task
-from shardlab.evaluate import ModelEvaluator
+from shardlab.constants import EQUIVALENCE_MARGIN
+from shardlab.evaluate import VERDICTS, ModelEvaluator, compare_to_reference
 from shardlab.report.costs import cost_summary_rows, plan_cost_figure
 from shardlab.report.html import write_report
 from shardlab.report.uncertainty import (NO_INTERVAL, NO_UNCERTAINTY, comparison_text, pair_text,
@@ -45,8 +46,9 @@ def test_lines_for_measured_and_predicted_plans(case):
     assert comparison_text("size_greedy", measured["size_greedy"]).endswith("; the reference")
     assert comparison_text("random", pred["random"]).endswith(f"vs size_greedy: {NO_UNCERTAINTY}")
     # plan B vs plan A: paired when both have the same rounds, else the ratio of costs alone
-    assert pair_text("random", measured["random"], "neuroshard_tw", e).endswith(
-        ("faster", "slower", "within noise"))
+    paired = compare_to_reference({"random": measured["random"], "neuroshard_tw": e}, "random")["neuroshard_tw"]
+    assert pair_text("random", measured["random"], "neuroshard_tw", e).endswith(f": {paired.verdict}")
+    assert paired.verdict in VERDICTS and paired.comparison.margin == EQUIVALENCE_MARGIN
     other = as_measured(pred, rounds=4, reference="size_greedy")
     unpaired = pair_text("random", measured["random"], "neuroshard_tw", other["neuroshard_tw"])
     ratio = other["neuroshard_tw"].cost_ms / measured["random"].cost_ms

@@ -16,7 +16,7 @@ from shardlab.profile.hardware import profile_with
 from shardlab.search import get_sharder, run_sharder
 
 pytest.importorskip("torchrec", reason="torchrec is installed by scripts/setup.sh")
-from shardlab.evaluate import TorchRecEvaluator, torchrec_plans  # noqa: E402
+from shardlab.evaluate import TorchRecEvaluator, torchrec_plans, verdict  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +55,15 @@ def test_table_column_row_and_table_row_wise_plans_train_in_torchrec_in_paired_r
     kinds = {k: export_torchrec(task, p)["plan"][task.tables[0].name]["sharding_type"] for k, p in plans.items()}
     assert kinds["rw"] == "row_wise" and kinds["twrw"] == "table_row_wise"
     ev = torchrec_plans(task, plans, profile_with("cpu", batch_size=64), rounds=3, steps=2, warmup_steps=1,
-                        reference="size_greedy")
+                        reference="size_greedy", margin=0.2)
     assert set(ev) == set(plans)
     for name, e in ev.items():
         assert e.source.startswith("measured:torchrec-cpu")
         assert len(e.rounds_ms) == 3 and e.ci95_ms[0] <= e.cost_ms <= e.ci95_ms[1]
         assert len(e.per_device) == 2 and all(d.fw_compute_ms > 0 and d.bw_compute_ms > 0 for d in e.per_device)
         assert all(d.fw_comm_ms == 0 and d.bw_comm_ms == 0 for d in e.per_device)
-        assert e.comparison.reference == "size_greedy" and e.comparison.verdict in ("faster", "slower", "within noise")
+        assert e.comparison.reference == "size_greedy" and e.comparison.margin == 0.2
+        assert e.comparison.verdict == verdict(e.comparison.ratio_ci95, 0.2)          # the rule, whatever the load
     assert ev["size_greedy"].comparison.ratio == pytest.approx(1.0)
 
 

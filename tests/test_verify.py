@@ -12,7 +12,8 @@ from shardlab.cli import main
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
-from shardlab.evaluate import ModelEvaluator, estimate_plan
+from shardlab.constants import EQUIVALENCE_MARGIN
+from shardlab.evaluate import ModelEvaluator, estimate_plan, verdict
 from shardlab.workflows.verify import VerifiedSharder, best_heuristic
 from shardlab.plan import Plan, validate_plan
 from shardlab.search import get_sharder
@@ -68,7 +69,8 @@ def test_the_measured_best_is_returned_with_its_verdicts(analytic, task):
     ratios = {n: e["ratio_to_model_choice"] for n, e in v["plans"].items()}
     assert ratios["model#1"] == 1.0 and ratios[v["chosen"]] == min(ratios.values())   # the paired choice
     assert v["vs_model_choice"]["verdict"] == "faster" and v["vs_model_choice"]["ratio"] < 1
-    assert v["vs_heuristic"]["verdict"] in ("faster", "slower", "within noise")
+    assert v["vs_heuristic"]["verdict"] == verdict(tuple(v["vs_heuristic"]["ratio_ci95"]), EQUIVALENCE_MARGIN)
+    assert v["vs_heuristic"]["equivalence_margin"] == v["vs_model_choice"]["equivalence_margin"] == EQUIVALENCE_MARGIN
     validate_plan(task, plan)
     again = VerifiedSharder(base, ScaledEvaluator({"model#1": 1.5}), k=3).shard(task, 0)
     assert again.placements == plan.placements and again.metadata == plan.metadata   # same measurements, same choice

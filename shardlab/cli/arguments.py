@@ -16,6 +16,7 @@ import types
 import typing
 from typing import Any, Sequence
 
+from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.io import option_value
 
 #: Argument types a dataclass field may have on the command line (bool is a --flag/--no-flag pair).
@@ -188,5 +189,9 @@ def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, sea
     p.add_argument("--repeats", type=int, default=None, help="override the profile's timed runs per op")
     p.add_argument("--warmup", type=int, default=None, help="override the profile's warm-up runs per op")
     p.add_argument("--seed", type=int, default=0, help="--measure: the rounds' orders and the bootstrap")
+    p.add_argument("--margin", type=float, default=EQUIVALENCE_MARGIN,
+                   help="--measure/--torchrec: equivalence margin M of the verdicts: 'equivalent' when the 95%% "
+                        "interval of the paired ratio plan / reference contains 1 and lies inside [1/(1+M), 1+M] "
+                        f"(default {EQUIVALENCE_MARGIN}, i.e. {EQUIVALENCE_MARGIN * 100:g}%%)")
     p.add_argument("--no-bound", action="store_true", help="skip the lower bound")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -33,14 +33,14 @@ def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
     if args.torchrec:
         return TorchRecEvaluator(profile_with(profile, args.batch_size), rounds=args.rounds or args.default_rounds,
                                  steps=args.steps or 5, warmup_steps=2 if args.warmup_steps is None else args.warmup_steps,
-                                 seed=args.seed, reference=reference, whole_step=args.whole_step)
+                                 seed=args.seed, reference=reference, whole_step=args.whole_step, margin=args.margin)
     if args.measure:
         prof = profile_with(profile, args.batch_size, args.repeats, args.warmup)
         rounds = args.rounds or args.default_rounds
         warm = args.warmup_rounds if args.warmup_rounds is not None else (1 if rounds > 1 else 0)
         return MeasuredEvaluator(prof, rounds=rounds, warmup_rounds=warm, seed=args.seed, reference=reference,
                                  lower_bound=not args.no_bound, pin=not args.no_pin,
-                                 progress=not args.no_progress, journal=args.journal)
+                                 progress=not args.no_progress, journal=args.journal, margin=args.margin)
     model = args.model or ("analytic" if args.analytic or not args.search_model
                            else C.SEARCH_MODELS.get(profile, "analytic"))
     return ModelEvaluator(model, profile, lower_bound=not args.no_bound, reference=reference)
@@ -134,6 +134,8 @@ def cmd_compare(args: argparse.Namespace) -> None:
         return
     first = next(iter(evs.values()))
     rounds = f", {len(first.rounds_ms)} paired rounds" if first.rounds_ms else ""
+    margin = next((e.comparison.margin for e in evs.values() if e.comparison and e.comparison.margin is not None), None)
+    rounds += f", equivalence margin {margin:.0%}" if margin is not None else ""
     bound = f", lower bound {first.lower_bound_ms:.3f} ms" if first.lower_bound_ms is not None else ""
     print(f"compare on {task.name} ({first.source}{rounds}{bound}):")
     for k, e in evs.items():

@@ -38,7 +38,7 @@ from shardlab import constants as C
 from shardlab.data.fit_lookups import with_lookups
 from shardlab.data.lookups import lookup_origin
 from shardlab.errors import ShardlabError, field_error
-from shardlab.evaluate.stats import bootstrap_median_ci
+from shardlab.evaluate.stats import bootstrap_median_ci, check_margin
 from shardlab.evaluate.values import (DeviceCost, Evaluation, check_plans, comm_pattern, compare_to_reference,
                                       device_tables)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
@@ -176,7 +176,9 @@ class MeasuredEvaluator:
     and verdicts); ``warmup_rounds``: untimed rounds before them; ``seed``: the rounds' orders
     and the bootstrap; ``reference``: the plan (name in the mapping) to compare against, default
     the best baseline; ``lower_bound``: measure the bound in every round; ``pin``: pin comm
-    ranks and the compute-measuring process to cores; ``progress``: a tqdm bar; ``journal``: a
+    ranks and the compute-measuring process to cores; ``margin``: the equivalence margin of the
+    verdicts (dimensionless, default :data:`~shardlab.constants.EQUIVALENCE_MARGIN` = 0.05:
+    :func:`~shardlab.evaluate.stats.verdict`); ``progress``: a tqdm bar; ``journal``: a
     JSON-lines file that every measurement is appended to as it is taken (round, item, (G, 4)
     per-device ms), so an interrupted evaluation loses nothing measured; ``group``: a
     :class:`~shardlab.profile.group_bench.GroupBench` when torchrun started the ranks
@@ -191,7 +193,8 @@ class MeasuredEvaluator:
 
     def __init__(self, profile: str | HardwareProfile = C.MEASURE_PROFILE, rounds: int = 5, warmup_rounds: int = 1,
                  seed: int = 0, reference: str | None = None, lower_bound: bool = True, pin: bool = True,
-                 progress: bool = True, journal: str | None = None, group: Any | None = None):
+                 progress: bool = True, journal: str | None = None, group: Any | None = None,
+                 margin: float = C.EQUIVALENCE_MARGIN):
         self.profile = profile
         self.rounds = rounds
         self.warmup_rounds = warmup_rounds
@@ -202,12 +205,14 @@ class MeasuredEvaluator:
         self.progress = progress
         self.journal = journal
         self.group = group
+        self.margin = margin
 
     def _check(self) -> HardwareProfile:
         if int(self.rounds) < 1:
             raise field_error("measured evaluator", "rounds", self.rounds, "must be >= 1")
         if int(self.warmup_rounds) < 0:
             raise field_error("measured evaluator", "warmup_rounds", self.warmup_rounds, "must be >= 0")
+        check_margin(self.margin, "measured evaluator")
         prof = get_profile(self.profile)
         if prof.device == "cuda" and self.group is None:
             import torch
@@ -271,7 +276,7 @@ class MeasuredEvaluator:
         out = {k: _evaluation(task, plans[k], source, runs[rep[k]], bound, self.seed) for k in plans}
         self.warmup_ms_ = {k: self.warmup_ms_[rep[k]] for k in plans if rep[k] in self.warmup_ms_}
         self.seconds_ = time.perf_counter() - t0
-        return compare_to_reference(out, self.reference, self.seed)
+        return compare_to_reference(out, self.reference, self.seed, self.margin)
 
 
 def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",

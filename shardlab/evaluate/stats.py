@@ -2,14 +2,25 @@
 
 On a shared machine one timing drifts by tens of percent between rounds while the ratio of two
 ops timed back to back stays steady, so plans are compared by the **paired per-round ratio**
-plan / reference: its median is the point estimate and a percentile bootstrap over rounds (the
-rounds resampled with replacement, ``n_boot`` times, seeded) gives the 95% interval of that
-median. The verdict follows the interval alone: ``faster`` when it lies wholly below 1,
-``slower`` wholly above 1, else ``within noise``. With fewer than :data:`MIN_ROUNDS` rounds no
-interval (and no verdict) is given: a percentile bootstrap of a median of 1-2 values says nothing.
-With 5 rounds or fewer the 95% interval's ends are the extreme rounds themselves (the smallest
-and largest per-round ratio), so one disturbed round decides the verdict; from about 8 rounds
-on the ends are inner rounds. ``shardlab compare`` defaults to 8.
+plan / reference: its median is the point estimate and a percentile bootstrap gives the 95%
+interval of that median. With fewer than :data:`MIN_ROUNDS` rounds no interval (and no verdict)
+is given: a percentile bootstrap of a median of 1-2 values says nothing. With 5 rounds or fewer
+the 95% interval's ends are the extreme rounds themselves, so one disturbed round decides the
+verdict; from about 8 rounds on the ends are inner rounds. ``shardlab compare`` defaults to 8.
+
+**Sittings.** A sitting is one run of paired rounds, at one time, on one machine; a machine
+drifts between sittings, so rounds of different sittings are not exchangeable.
+:func:`hierarchical_median_ci` takes rounds grouped by sitting and resamples sittings with
+replacement, then rounds within each resampled sitting (``n_boot`` times, seeded); with one
+sitting that is the ordinary bootstrap over rounds (:func:`bootstrap_median_ci`), and every
+interval shardlab reports goes through it, the rounds of one evaluation being one sitting.
+Pooling rounds of several sittings as if they were one sitting understates the interval when
+sittings differ (``studies/statistics``).
+
+**Verdicts** (:func:`verdict`) follow the interval of the ratio alone, with a stated
+**equivalence margin** m (:data:`~shardlab.constants.EQUIVALENCE_MARGIN`, 5% by default):
+``faster`` when the interval lies wholly below 1, ``slower`` wholly above 1, ``equivalent``
+when it contains 1 and lies inside [1/(1+m), 1+m], ``inconclusive`` otherwise.
 
 **Subadditivity** of measured fused costs, the premise of the lower bound
 (:mod:`shardlab.schedule`): :func:`subadditivity` checks it on any store or dataset of compute
@@ -22,7 +33,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from shardlab.errors import ShardlabError
+from shardlab.constants import EQUIVALENCE_MARGIN
+from shardlab.errors import ShardlabError, field_error
 from shardlab.profile.records import singles_of
 
 #: Bootstrap resamples per interval.
@@ -34,22 +46,85 @@ MIN_ROUNDS = 3
 #: Coverage of the reported intervals (the ``*_ci95`` fields).
 CONFIDENCE = 0.95
 
+#: Verdicts of a plan against a reference, from the interval of their paired ratio (:func:`verdict`).
+VERDICTS = ("faster", "slower", "equivalent", "inconclusive")
+
+#: Verdict words of earlier versions, as files written then may hold them: "within noise" was
+#: an interval containing 1, now ``equivalent`` or ``inconclusive`` depending on the margin.
+OLD_VERDICTS = ("within noise",)
+
+
+def _sitting_arrays(sittings: Sequence[Sequence[float]]) -> list[np.ndarray]:
+    """``sittings`` as finite 1-D float arrays, each with at least one round (one-line error else)."""
+    if isinstance(sittings, np.ndarray) and sittings.ndim == 1:
+        raise ShardlabError("bootstrap: field 'sittings' must be a sequence of sittings (each a sequence of rounds), "
+                            "got one flat array")
+    out = []
+    for k, s in enumerate(sittings):
+        x = np.asarray(s, dtype=float)
+        if x.ndim != 1 or not np.all(np.isfinite(x)):
+            what = "values" if len(sittings) == 1 else f"sittings[{k}]"
+            raise ShardlabError(f"bootstrap: field '{what}' must be a finite 1-D sequence, got shape {x.shape}")
+        if len(x) == 0:
+            raise ShardlabError(f"bootstrap: field 'sittings[{k}]' has no rounds")
+        out.append(x)
+    if not out:
+        raise ShardlabError("bootstrap: field 'sittings' is empty")
+    return out
+
+
+def hierarchical_median_ci(sittings: Sequence[Sequence[float]], seed: int = 0, n_boot: int = N_BOOT,
+                           confidence: float = CONFIDENCE) -> tuple[float, tuple[float, float] | None]:
+    """The median of all rounds pooled and its percentile-bootstrap ``confidence`` interval
+    (low, high) from a **hierarchical bootstrap** over sittings.
+
+    ``sittings``: one sequence of per-round values per sitting (any unit: paired ratios plan /
+    reference, dimensionless, or costs in ms); sittings may hold different numbers of rounds.
+    Each of ``n_boot`` resamples draws as many sittings as there are, with replacement, then
+    within every drawn sitting as many rounds as it holds, with replacement, and takes the
+    median of all rounds drawn; the interval is the resampled medians' ``(1 - confidence) / 2``
+    and ``(1 + confidence) / 2`` quantiles. Seeded: sittings are drawn by
+    ``numpy.random.default_rng([seed, 0xB007, 0x5177])``, rounds by
+    ``numpy.random.default_rng([seed, 0xB007])``, so one sitting gives exactly the bootstrap
+    over rounds of earlier versions. The interval is None with fewer than :data:`MIN_ROUNDS`
+    rounds in all."""
+    xs = _sitting_arrays(sittings)
+    pooled = np.concatenate(xs)
+    centre = float(np.median(pooled))
+    if len(pooled) < MIN_ROUNDS:
+        return centre, None
+    rng = np.random.default_rng([seed, 0xB007])
+    tail = (1.0 - confidence) / 2.0
+    sizes = np.array([len(x) for x in xs])
+    s = len(xs)
+    if s == 1:
+        picked = np.zeros((n_boot, 1), dtype=int)
+    else:
+        picked = np.random.default_rng([seed, 0xB007, 0x5177]).integers(0, s, size=(n_boot, s))
+    if np.all(sizes == sizes[0]):                          # every sitting the same length: one gather
+        n = int(sizes[0])
+        rounds = rng.integers(0, n, size=(n_boot, s, n))
+        medians = np.median(np.stack(xs)[picked[:, :, None], rounds].reshape(n_boot, s * n), axis=1)
+    else:                                                  # ragged: pad with nan, draw within each size
+        width = int(sizes.max())
+        padded = np.full((s, width), np.nan)
+        for k, x in enumerate(xs):
+            padded[k, :len(x)] = x
+        size = sizes[picked][:, :, None]                   # (n_boot, s, 1) rounds of each drawn sitting
+        rounds = np.minimum((rng.random((n_boot, s, width)) * size).astype(int), size - 1)
+        drawn = padded[picked[:, :, None], rounds]
+        drawn[np.arange(width)[None, None, :] >= size] = np.nan
+        medians = np.nanmedian(drawn.reshape(n_boot, s * width), axis=1)
+    lo, hi = np.quantile(medians, [tail, 1.0 - tail])
+    return centre, (float(lo), float(hi))
+
 
 def bootstrap_median_ci(values: Sequence[float], seed: int = 0, n_boot: int = N_BOOT,
                         confidence: float = CONFIDENCE) -> tuple[float, float] | None:
     """Percentile-bootstrap ``confidence`` interval (low, high) of the median of ``values``
-    (any unit; resampling rounds with replacement, ``numpy.random.default_rng(seed)``).
-    None with fewer than :data:`MIN_ROUNDS` values."""
-    x = np.asarray(values, dtype=float)
-    if x.ndim != 1 or not np.all(np.isfinite(x)):
-        raise ShardlabError(f"bootstrap: field 'values' must be a finite 1-D sequence, got shape {x.shape}")
-    if len(x) < MIN_ROUNDS:
-        return None
-    rng = np.random.default_rng([seed, 0xB007])
-    medians = np.median(x[rng.integers(0, len(x), size=(n_boot, len(x)))], axis=1)
-    tail = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(medians, [tail, 1.0 - tail])
-    return float(lo), float(hi)
+    (any unit), the rounds of one sitting: :func:`hierarchical_median_ci` of that one sitting
+    (rounds resampled with replacement, seeded). None with fewer than :data:`MIN_ROUNDS` values."""
+    return hierarchical_median_ci([values], seed=seed, n_boot=n_boot, confidence=confidence)[1]
 
 
 def paired_ratios(rounds_ms: Sequence[float], reference_rounds_ms: Sequence[float]) -> np.ndarray:
@@ -62,12 +137,63 @@ def paired_ratios(rounds_ms: Sequence[float], reference_rounds_ms: Sequence[floa
     return a / b
 
 
-def verdict(ci: tuple[float, float] | None) -> str | None:
-    """``faster`` / ``slower`` / ``within noise`` from a ratio's interval (None without one)."""
+def paired_ratio_ci(plan_sittings: Sequence[Sequence[float]], reference_sittings: Sequence[Sequence[float]],
+                    seed: int = 0, n_boot: int = N_BOOT) -> tuple[float, tuple[float, float] | None]:
+    """The median paired ratio plan / reference (dimensionless) and its 95% interval from rounds
+    grouped by sitting: per sitting the plan's and the reference's per-round costs (ms, paired
+    by round, :func:`paired_ratios`), then :func:`hierarchical_median_ci`. One sitting: the
+    ordinary bootstrap over that sitting's rounds."""
+    if len(plan_sittings) != len(reference_sittings):
+        raise ShardlabError(f"paired ratios: {len(plan_sittings)} sittings of the plan, "
+                            f"{len(reference_sittings)} of the reference")
+    ratios = [paired_ratios(a, b) for a, b in zip(plan_sittings, reference_sittings)]
+    return hierarchical_median_ci(ratios, seed=seed, n_boot=n_boot)
+
+
+def check_margin(margin: float, owner: str = "verdict") -> float:
+    """``margin`` as a float (dimensionless, e.g. 0.05 = 5%); one-line error unless finite and >= 0."""
+    try:
+        m = float(margin)
+    except (TypeError, ValueError):
+        raise field_error(owner, "margin", margin, "must be a number >= 0 (0.05 = 5%)") from None
+    if not np.isfinite(m) or m < 0:
+        raise field_error(owner, "margin", margin, "must be a number >= 0 (0.05 = 5%)")
+    return m
+
+
+def equivalence_band(margin: float = EQUIVALENCE_MARGIN) -> tuple[float, float]:
+    """The ratios (dimensionless) a plan equivalent to the reference may have: [1/(1+m), 1+m]."""
+    m = check_margin(margin)
+    return 1.0 / (1.0 + m), 1.0 + m
+
+
+def verdict(ci: tuple[float, float] | None, margin: float = EQUIVALENCE_MARGIN) -> str | None:
+    """The verdict of a ratio plan / reference from its interval ``ci`` (None without one):
+    ``faster`` when the interval lies wholly below 1, ``slower`` wholly above 1 (a difference
+    shown, however small), ``equivalent`` when it contains 1 and lies inside [1/(1+m), 1+m]
+    (ends included; m = ``margin``, e.g. 0.05), ``inconclusive`` otherwise."""
+    low, high = equivalence_band(margin)
     if ci is None:
         return None
     lo, hi = ci
-    return "faster" if hi < 1.0 else "slower" if lo > 1.0 else "within noise"
+    if hi < 1.0:
+        return "faster"
+    if lo > 1.0:
+        return "slower"
+    return "equivalent" if low <= lo and hi <= high else "inconclusive"
+
+
+def read_verdict(said: str | None, ci: tuple[float, float] | None,
+                 margin: float = EQUIVALENCE_MARGIN) -> str | None:
+    """A verdict as a file holds it, in today's words: one of :data:`VERDICTS` as it is, an old
+    one (:data:`OLD_VERDICTS`, an interval containing 1) as :func:`verdict` of its interval
+    ``ci`` with ``margin`` (``equivalent`` or ``inconclusive``; ``inconclusive`` without an
+    interval), None as None; a one-line error for any other word."""
+    if said is None or said in VERDICTS:
+        return said
+    if said in OLD_VERDICTS:
+        return verdict(None if ci is None else (float(ci[0]), float(ci[1])), margin) or "inconclusive"
+    raise field_error("verdict", "verdict", said, f"must be one of {list(VERDICTS)}")
 
 
 def relative_half_width(ci: tuple[float, float] | None, centre: float) -> float:

@@ -48,7 +48,7 @@ import torch.multiprocessing as mp
 from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.measured import measurable, round_orders
-from shardlab.evaluate.stats import bootstrap_median_ci
+from shardlab.evaluate.stats import bootstrap_median_ci, check_margin
 from shardlab.evaluate.torchrec_model import (MODULES, check_dlrm_task, dlrm_batches, local_batches, sharded_dlrm,
                                               sharded_ebc)
 from shardlab.evaluate.values import DeviceCost, Evaluation, check_plans, compare_to_reference
@@ -74,17 +74,21 @@ class TorchRecEvaluator:
     docstring). ``rounds``: paired rounds (>= 3 for intervals and verdicts); ``steps``: timed
     steps per plan per round; ``warmup_steps``: untimed steps per plan first; ``timeout_s``:
     bound on the whole run (s); ``whole_step``: also time TorchRec's whole DLRM step, which
-    :meth:`evaluate` then returns (:meth:`evaluate_parts` returns both parts)."""
+    :meth:`evaluate` then returns (:meth:`evaluate_parts` returns both parts); ``margin``: the
+    equivalence margin of the verdicts (dimensionless, default
+    :data:`~shardlab.constants.EQUIVALENCE_MARGIN` = 0.05: :func:`~shardlab.evaluate.stats.verdict`)."""
 
     def __init__(self, profile: str | HardwareProfile = "cpu", rounds: int = 3, steps: int = 5,
                  warmup_steps: int = 2, seed: int = 0, reference: str | None = None, timeout_s: float = 1800.0,
-                 whole_step: bool = False):
+                 whole_step: bool = False, margin: float = C.EQUIVALENCE_MARGIN):
         self.profile, self.rounds, self.steps, self.warmup_steps = profile, rounds, steps, warmup_steps
         self.seed, self.reference, self.timeout_s, self.whole_step = seed, reference, timeout_s, whole_step
+        self.margin = margin
 
     def _check(self, task: Task) -> HardwareProfile:
         prof = get_profile(self.profile)
         check_counts(self.rounds, self.steps, self.warmup_steps)
+        check_margin(self.margin, "torchrec evaluator")
         if task.ngpu > C.MAX_MEASURE_RANKS:
             raise ShardlabError(f"torchrec evaluator: task '{task.name}': field 'ngpu' = {task.ngpu} exceeds the "
                                 f"{C.MAX_MEASURE_RANKS} ranks one machine hosts (run under torchrun instead)")
@@ -111,18 +115,18 @@ class TorchRecEvaluator:
         kinds = (EMBEDDINGS, WHOLE) if self.whole_step else (EMBEDDINGS,)
         job = prepare(task, plans, prof, self.rounds, self.seed, kinds)
         times = run_ranks(job, prof, self.steps, self.warmup_steps, self.timeout_s)
-        return {kind: evaluations(job, plans, times, self.seed, self.reference, kind) for kind in kinds}
+        return {kind: evaluations(job, plans, times, self.seed, self.reference, kind, self.margin) for kind in kinds}
 
 
 def torchrec_plans(task: Task, plans: Mapping[str, Plan], profile: str | HardwareProfile = "cpu", rounds: int = 3,
                    steps: int = 5, warmup_steps: int = 2, seed: int = 0, reference: str | None = None,
-                   whole_step: bool = False) -> dict[str, Evaluation]:
+                   whole_step: bool = False, margin: float = C.EQUIVALENCE_MARGIN) -> dict[str, Evaluation]:
     """The TorchRec counterpart of :func:`~shardlab.evaluate.measured.measure_plans`: every plan
     applied in TorchRec and its training steps timed in ``rounds`` paired rounds
     (:class:`TorchRecEvaluator`; ``whole_step``: TorchRec's whole DLRM step). Returns name ->
     Evaluation (``measured:torchrec-<profile>``), in ``plans``' order."""
     return TorchRecEvaluator(profile, rounds=rounds, steps=steps, warmup_steps=warmup_steps, seed=seed,
-                             reference=reference, whole_step=whole_step).evaluate(task, plans)
+                             reference=reference, whole_step=whole_step, margin=margin).evaluate(task, plans)
 
 
 #: The two parts a TorchRec run can time: the sharded embeddings alone, and TorchRec's whole DLRM.
@@ -157,12 +161,14 @@ def prepare(task: Task, plans: Mapping[str, Plan], profile: HardwareProfile, rou
 
 
 def evaluations(job: Job, plans: Mapping[str, Plan], times: Mapping[str, np.ndarray], seed: int,
-                reference: str | None, kind: str = EMBEDDINGS) -> dict[str, Evaluation]:
-    """Evaluations of part ``kind`` (with comparisons against ``reference``) from every item's
+                reference: str | None, kind: str = EMBEDDINGS, margin: float = C.EQUIVALENCE_MARGIN
+                ) -> dict[str, Evaluation]:
+    """Evaluations of part ``kind`` (with comparisons against ``reference``, verdicts with
+    equivalence ``margin``, dimensionless) from every item's
     (R, S, G, 2) step ms; the whole step's ``source`` is ``measured:torchrec-dlrm-<profile>``."""
     source = job.source.replace("measured:torchrec-", "measured:torchrec-dlrm-") if kind == WHOLE else job.source
     out = {k: _evaluation(job.task, plans[k], source, np.asarray(times[f"{kind}/{k}"]), seed) for k in plans}
-    return compare_to_reference(out, reference, seed)
+    return compare_to_reference(out, reference, seed, margin)
 
 
 def _evaluation(task: Task, plan: Plan, source: str, t: np.ndarray, seed: int) -> Evaluation:

@@ -22,14 +22,11 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.data.lookups import row_block_table
 from shardlab.errors import ShardlabError, check_fields
-from shardlab.evaluate.stats import bootstrap_median_ci, paired_ratios, verdict
+from shardlab.evaluate.stats import OLD_VERDICTS, VERDICTS, check_margin, paired_ratio_ci, read_verdict, verdict
 from shardlab.plan import Plan
 from shardlab.profile.rowwise_comm import RowWise
 from shardlab.schedule import batch_rows, owner_counts
 from shardlab.tables import Table, Task
-
-#: Verdicts of a plan against the reference plan of a paired comparison.
-VERDICTS = ("faster", "slower", "within noise")
 
 
 @dataclass(frozen=True)
@@ -70,13 +67,16 @@ class Comparison:
 
     ``reference``: the reference plan's method; ``ratio``: median over rounds of the per-round
     ratio plan cost / reference cost (a prediction: the one ratio); ``ratio_ci95``: its 95%
-    confidence interval (bootstrap over rounds; None for predictions); ``verdict``: one of
-    :data:`VERDICTS` (None for predictions, which carry no uncertainty)."""
+    confidence interval (bootstrap over rounds, :func:`~shardlab.evaluate.stats.paired_ratio_ci`;
+    None for predictions); ``verdict``: one of :data:`VERDICTS` (None for predictions, which
+    carry no uncertainty); ``margin``: the equivalence margin the verdict used (dimensionless,
+    0.05 = 5%: :func:`~shardlab.evaluate.stats.verdict`; None without a verdict)."""
 
     reference: str
     ratio: float
     ratio_ci95: tuple[float, float] | None = None
     verdict: str | None = None
+    margin: float | None = None
 
 
 @dataclass(frozen=True)
@@ -133,22 +133,32 @@ class Evaluation:
                 out["ratio_ci95"] = list(c.ratio_ci95)
             if c.verdict is not None:
                 out["verdict"] = c.verdict
+            if c.margin is not None:
+                out["equivalence_margin"] = c.margin
         return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Evaluation":
         """Parse Evaluation JSON (files without the paired-round fields load too); one-line
-        error naming the bad field."""
+        error naming the bad field. A verdict of earlier versions (``"within noise"``: an
+        interval containing 1) is read as the verdict its ``ratio_ci95`` has now under the
+        default margin (``equivalent`` or ``inconclusive``), ``inconclusive`` without one."""
         owner = check_fields(d, "evaluation", "method", ("task", "method", "source", "per_device"),
                              ("task", "method", "source", "cost_ms", "lower_bound_ms", "per_device", "rounds_ms",
-                              "ci95_ms", "reference", "ratio_to_reference", "ratio_ci95", "verdict"))
+                              "ci95_ms", "reference", "ratio_to_reference", "ratio_ci95", "verdict",
+                              "equivalence_margin"))
         pair = lambda k: tuple(float(x) for x in d[k]) if d.get(k) is not None else None  # noqa: E731
         comparison = None
         if d.get("reference") is not None:
-            if d.get("verdict") is not None and d["verdict"] not in VERDICTS:
-                raise ShardlabError(f"{owner}: field 'verdict' = {d['verdict']!r} must be one of {list(VERDICTS)}")
+            said, margin = d.get("verdict"), d.get("equivalence_margin")
+            margin = None if margin is None else check_margin(margin, owner)
+            if said in OLD_VERDICTS:
+                margin = C.EQUIVALENCE_MARGIN if margin is None else margin
+                said = read_verdict(said, pair("ratio_ci95"), margin)
+            elif said is not None and said not in VERDICTS:
+                raise ShardlabError(f"{owner}: field 'verdict' = {said!r} must be one of {list(VERDICTS)}")
             comparison = Comparison(str(d["reference"]), float(d["ratio_to_reference"]), pair("ratio_ci95"),
-                                    d.get("verdict"))
+                                    said, margin)
         rounds = tuple(float(x) for x in d["rounds_ms"]) if d.get("rounds_ms") is not None else None
         bound = d.get("lower_bound_ms")
         return cls(str(d["task"]), str(d["method"]), str(d["source"]),
@@ -206,19 +216,21 @@ def resolve_reference(evaluations: Mapping[str, Evaluation], reference: str | No
 
 
 def compare_to_reference(evaluations: Mapping[str, Evaluation], reference: str | None = None,
-                         seed: int = 0) -> dict[str, Evaluation]:
+                         seed: int = 0, margin: float = C.EQUIVALENCE_MARGIN) -> dict[str, Evaluation]:
     """Every evaluation with its :class:`Comparison` against the reference plan
-    (:func:`resolve_reference`). Evaluations with ``rounds_ms`` are compared round by round
-    (paired ratios, bootstrap interval, verdict: :mod:`shardlab.evaluate.stats`); others by the
-    ratio of their costs alone (no interval, no verdict). Same order as ``evaluations``."""
+    (:func:`resolve_reference`). Evaluations with ``rounds_ms`` are compared round by round,
+    their rounds one sitting (paired ratios, hierarchical bootstrap interval, verdict with
+    equivalence ``margin``, dimensionless: :mod:`shardlab.evaluate.stats`); others by the ratio
+    of their costs alone (no interval, no verdict). Same order as ``evaluations``."""
+    margin = check_margin(margin)
     ref_name = resolve_reference(evaluations, reference)
     ref = evaluations[ref_name]
     out = {}
     for k, e in evaluations.items():
         if e.rounds_ms and ref.rounds_ms:
-            r = paired_ratios(e.rounds_ms, ref.rounds_ms)
-            ci = bootstrap_median_ci(r, seed=seed)
-            comp = Comparison(ref_name, float(np.median(r)), ci, verdict(ci))
+            ratio, ci = paired_ratio_ci([e.rounds_ms], [ref.rounds_ms], seed=seed)
+            said = verdict(ci, margin)
+            comp = Comparison(ref_name, ratio, ci, said, margin if said is not None else None)
         else:
             comp = Comparison(ref_name, e.cost_ms / ref.cost_ms if ref.cost_ms > 0 else float("nan"))
         out[k] = e.with_comparison(comp)

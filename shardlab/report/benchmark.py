@@ -5,8 +5,9 @@ as numbers and as table rows. Pure functions over rows: nothing here runs a shar
 Wins: on simulated costs, the fraction of tasks on which a method's predicted cost is strictly
 below the baseline's. On measured costs only **significant** wins count: the fraction of tasks
 on which the paired per-round ratio method / baseline has a 95% interval wholly below 1 (verdict
-``faster``, :mod:`shardlab.evaluate.stats`); a lower median "within noise" is not a win, and
-tasks without a verdict (fewer than 3 rounds) are not compared.
+``faster``, :mod:`shardlab.evaluate.stats`); ``equivalent``, ``inconclusive`` and ``slower``
+are not wins, however low the median, and tasks without a verdict (fewer than 3 rounds) are not
+compared.
 
 The figures and the HTML page are in :mod:`shardlab.report.benchmark_figures`, the words in
 :mod:`shardlab.report.benchmark_text`.
@@ -61,8 +62,9 @@ def wins_label(key: str, baseline: str) -> str:
 def beats(mine: Mapping[str, Any], theirs: Mapping[str, Any], key: str, baseline: str) -> bool | None:
     """Whether row ``mine`` wins against row ``theirs`` (``baseline``'s, same task) under cost
     ``key``: strictly cheaper (simulated), or the paired verdict ``faster`` against ``baseline``
-    (measured: a lower median within noise is no win); None where a measured pair has no
-    verdict (fewer than 3 rounds), so the task is not compared."""
+    (measured: ``equivalent`` or ``inconclusive`` is no win, however low the median, nor is an
+    old record's ``within noise``); None where a measured pair has no verdict (fewer than 3
+    rounds), so the task is not compared."""
     if not significant(key):
         return mine[key] < theirs[key]
     verdict = ((mine.get("measured_vs") or {}).get(baseline) or {}).get("verdict")

@@ -16,8 +16,9 @@ def wins_note(key: str, rounds: int | None = None) -> str:
     if significant(key):
         over = f" over {rounds} paired rounds" if rounds else " over paired rounds"
         return (f"`significant wins vs X` counts only tasks on which the paired per-round ratio method / X"
-                f"{over} has a 95% bootstrap interval wholly below 1 (verdict 'faster'); a lower median within noise "
-                "is not a win, and tasks without a verdict (< 3 rounds) are not compared. Costs are medians over "
+                f"{over} has a 95% bootstrap interval wholly below 1 (verdict 'faster'); 'equivalent' and "
+                "'inconclusive' are not wins, however low the median, and tasks without a verdict (< 3 rounds) are "
+                "not compared. Costs are medians over "
                 "rounds; `mean 95% CI half-width` is the cost's interval half-width, % of the cost.")
     return ("Predictions carry no uncertainty: `wins vs X` is the fraction of tasks on which the model predicts the "
             "method strictly cheaper than X, with no interval, so not tested for noise.")

@@ -5,7 +5,8 @@ Three kinds of Evaluation, told apart by what they carry (:class:`~shardlab.eval
 
 - **measured in paired rounds** (``rounds_ms`` with an interval ``ci95_ms``): the cost is the
   median over rounds with its 95% bootstrap interval; against the reference plan the median
-  paired per-round ratio, its interval and a verdict (``faster`` / ``slower`` / ``within noise``);
+  paired per-round ratio, its interval and a verdict (``faster`` / ``slower`` / ``equivalent`` /
+  ``inconclusive``, with the equivalence margin the comparison records: :func:`margin_text`);
 - **measured without an interval** (one round, or fewer than 3): a cost and a ratio, no interval,
   no verdict -- said so, never presented as a verdict;
 - **predicted** by a cost model (``model:...`` / ``analytic:...``): a cost and a ratio, and the
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.evaluate import Comparison, Evaluation, compare_to_reference
 
 #: What a prediction shows where a measured plan shows its verdict.
@@ -103,6 +105,20 @@ def comparison_text(name: str, ev: Evaluation) -> str:
     return line + f"; x{ratio_text(name, ev)} vs {c.reference}: {verdict_text(name, ev)}"
 
 
+def margin_text(evaluations: Mapping[str, Evaluation]) -> str:
+    """The equivalence margin(s) the comparisons in ``evaluations`` used, as a percentage
+    (``"5%"``; ``"5% / 10%"`` when they differ); ``""`` when no comparison has a verdict."""
+    margins = sorted({e.comparison.margin for e in evaluations.values()
+                      if e.comparison is not None and e.comparison.margin is not None})
+    return " / ".join(f"{100 * m:g}%" for m in margins)
+
+
+def verdict_rule(margin: str = "m") -> str:
+    """The verdict rule in one sentence (plain text), with the margin as given (``"5%"``)."""
+    return ("the verdict is 'faster' or 'slower' when that interval lies wholly below or above 1, 'equivalent' when "
+            f"it contains 1 and lies inside [1/(1+m), 1+m] (equivalence margin m = {margin}), else 'inconclusive'")
+
+
 def uncertainty_note(evaluations: Mapping[str, Evaluation]) -> str:
     """One or two sentences (plain text) that say how sure the costs in ``evaluations`` are."""
     evs = list(evaluations.values())
@@ -114,8 +130,7 @@ def uncertainty_note(evaluations: Mapping[str, Evaluation]) -> str:
         parts.append(f"Measured in {'/'.join(map(str, rounds))} paired, shuffled rounds: a plan's cost is the median "
                      "over rounds and its error bar / [interval] the 95% bootstrap confidence interval of that "
                      f"median. The ratio to{vs} is the median of the per-round paired ratios with its 95% interval; "
-                     "the verdict is 'faster' or 'slower' when that interval lies wholly below or above 1, else "
-                     "'within noise'.")
+                     f"{verdict_rule(margin_text(evaluations) or 'm')}.")
     if any(is_measured(e) and e.ci95_ms is None for e in evs):
         parts.append("Measured with fewer than 3 rounds: no interval and no verdict, one measurement can be off by "
                      "tens of percent on a shared machine.")
@@ -125,13 +140,18 @@ def uncertainty_note(evaluations: Mapping[str, Evaluation]) -> str:
     return " ".join(parts)
 
 
-def pair_text(a: str, ev_a: Evaluation, b: str, ev_b: Evaluation, seed: int = 0) -> str:
+def pair_text(a: str, ev_a: Evaluation, b: str, ev_b: Evaluation, seed: int = 0, margin: float | None = None) -> str:
     """Plan ``b`` against plan ``a`` in one line (:func:`comparison_text` of ``b`` with ``a`` as
     the reference): paired per-round ratio, its 95% interval and the verdict when both were
-    measured in the same rounds; the ratio of the costs alone otherwise."""
+    measured in the same rounds; the ratio of the costs alone otherwise. ``margin``: the
+    equivalence margin (dimensionless); default the one ``ev_b``'s comparison used, else
+    :data:`~shardlab.constants.EQUIVALENCE_MARGIN`."""
     if a == b:
         return f"{b}: {cost_text(ev_b)}; the same plan on both sides"
     if ev_a.rounds_ms and ev_b.rounds_ms and len(ev_a.rounds_ms) != len(ev_b.rounds_ms):   # not paired
         ratio = ev_b.cost_ms / ev_a.cost_ms if ev_a.cost_ms > 0 else float("nan")
         return comparison_text(b, ev_b.with_comparison(Comparison(a, ratio)))
-    return comparison_text(b, compare_to_reference({a: ev_a, b: ev_b}, reference=a, seed=seed)[b])
+    if margin is None:
+        used = ev_b.comparison.margin if ev_b.comparison is not None else None
+        margin = EQUIVALENCE_MARGIN if used is None else used
+    return comparison_text(b, compare_to_reference({a: ev_a, b: ev_b}, reference=a, seed=seed, margin=margin)[b])

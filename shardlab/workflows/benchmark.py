@@ -13,8 +13,8 @@ tables drawn uniformly from [LO, HI] per task. A *row* is one (task, method) pai
      "simulated_bound_ms", "sim_source", "simulated_per_device" (one dict per GPU, ms and GB),
      ["measured_ms", "measured_bound_ms", "source", "measured_per_device",    # with measure=True
       "measured_rounds_ms" (plan cost per round, ms), "measured_ci95_ms" ([lo, hi] ms or None),
-      "measured_vs" ({baseline: {"ratio", "ratio_ci95", "verdict"}}: paired, against every other
-      baseline measured on the task)]}
+      "measured_vs" ({baseline: {"ratio", "ratio_ci95", "verdict", "equivalence_margin"}}: paired,
+      against every other baseline measured on the task)]}
 
 or, where the method raised :class:`~shardlab.errors.ShardlabError` on that task,
 ``{"setting", "task", "method", "skipped": "<the error's one line>"}``.
@@ -184,7 +184,8 @@ def measured_fields(evaluations: Mapping[str, Evaluation], baselines: Sequence[s
 def _paired(ev: Evaluation) -> dict[str, Any]:
     """A row's entry of ``measured_vs`` from an Evaluation compared to that baseline."""
     c = ev.comparison
-    return {"ratio": c.ratio, "ratio_ci95": None if c.ratio_ci95 is None else list(c.ratio_ci95), "verdict": c.verdict}
+    return {"ratio": c.ratio, "ratio_ci95": None if c.ratio_ci95 is None else list(c.ratio_ci95), "verdict": c.verdict,
+            "equivalence_margin": c.margin}
 
 
 def _describe(row: dict[str, Any]) -> str:

@@ -58,7 +58,7 @@ def _entry(ev: Evaluation, predicted_rank: int | None) -> dict[str, Any]:
 def _verdict(c: Any) -> dict[str, Any]:
     """A :class:`~shardlab.evaluate.Comparison` as JSON."""
     return {"reference": c.reference, "ratio": c.ratio, "ratio_ci95": list(c.ratio_ci95) if c.ratio_ci95 else None,
-            "verdict": c.verdict}
+            "verdict": c.verdict, "equivalence_margin": c.margin}
 
 
 @dataclass
@@ -92,7 +92,8 @@ class VerifiedSharder:
         plans = {f"model#{i + 1}": p for i, p in enumerate(candidates)}
         heur_name = f"heuristic:{heuristic.method}"
         plans[heur_name] = heuristic
-        evs = compare_to_reference(self.evaluator.evaluate(task, plans), "model#1", seed)
+        margin = getattr(self.evaluator, "margin", C.EQUIVALENCE_MARGIN)
+        evs = compare_to_reference(self.evaluator.evaluate(task, plans), "model#1", seed, margin)
         order = list(plans)
         # paired: each plan's median per-round ratio to the model's first choice (measured in the
         # same rounds), so the choice agrees with the reported ratios; unpaired medians otherwise
@@ -101,6 +102,6 @@ class VerifiedSharder:
         metadata = {**plans[chosen].metadata, "verification": {
             "k": self.k, "source": evs[chosen].source, "chosen": chosen,
             "plans": {n: _entry(evs[n], order.index(n) + 1 if n.startswith("model#") else None) for n in order},
-            "vs_heuristic": _verdict(compare_to_reference(evs, heur_name, seed)[chosen].comparison),
+            "vs_heuristic": _verdict(compare_to_reference(evs, heur_name, seed, margin)[chosen].comparison),
             "vs_model_choice": _verdict(evs[chosen].comparison)}}
         return replace(plans[chosen], method=self.name, metadata=metadata)

@@ -191,13 +191,14 @@ def heldout_verdicts(samples: Iterable[Mapping[str, Any]], seed: int = 0) -> dic
 def search_verdicts(samples: Iterable[Mapping[str, Any]], methods: Sequence[str], seed: int = 0) -> dict[str, Any]:
     """Measured paired verdicts of each of ``methods`` on every held-out task, and counts over
     tasks (the held-out search targets): against each measured baseline (heuristics and TorchRec's
-    planner; ``not_slower_than_every`` when no verdict is "slower"), against the best baseline
+    planner; ``faster_or_equivalent_to_every`` when every verdict is "faster" or "equivalent",
+    equivalence margin :data:`~shardlab.constants.EQUIVALENCE_MARGIN`), against the best baseline
     (``faster_than_best``: its verdict is "faster") and against NeuroShard's table-wise plan.
     A task whose method was not measured is left out of that method's counts. ``methods`` and
     the samples' keys are read as specs (:func:`~studies.common.methods.respelled`)."""
     methods = [spec_of(m) for m in methods]
-    rows, counts = [], {m: {"tasks": 0, "not_slower_than_every": 0, "faster_than_best": 0, "slower_than_best": 0,
-                            "splits": 0} for m in methods}
+    rows, counts = [], {m: {"tasks": 0, "faster_or_equivalent_to_every": 0, "faster_than_best": 0,
+                            "slower_than_best": 0, "splits": 0} for m in methods}
     for sample in samples:
         evs = {m: Evaluation.from_dict(e) for m, e in respelled(sample["evaluations"]).items()}
         plans = respelled(sample["plans"])
@@ -216,11 +217,13 @@ def search_verdicts(samples: Iterable[Mapping[str, Any]], methods: Sequence[str]
             splits = sum(p["cols"] < dims[p["table"]] for p in plans[m]["placements"])
             row["methods"][m] = {"vs_best": {"ratio": c.ratio, "verdict": c.verdict},
                                  "slower_than": [b for b, v in per.items() if v == "slower"],
+                                 "not_faster_or_equivalent": [b for b, v in per.items()
+                                                              if v not in ("faster", "equivalent")],
                                  "vs_tw": None if tw is None else {"ratio": tw.ratio, "verdict": tw.verdict},
                                  "splits": splits}
             k = counts[m]
             k["tasks"] += 1
-            k["not_slower_than_every"] += not row["methods"][m]["slower_than"]
+            k["faster_or_equivalent_to_every"] += not row["methods"][m]["not_faster_or_equivalent"]
             k["faster_than_best"] += c.verdict == "faster"
             k["slower_than_best"] += c.verdict == "slower"
             k["splits"] += splits > 0

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from shardlab.costmodel.metrics import spearman
-from shardlab.evaluate.stats import bootstrap_median_ci, paired_ratios, verdict
+from shardlab.evaluate.stats import VERDICTS, bootstrap_median_ci, paired_ratios, verdict
 
 
 def _op_id(sample: Mapping[str, Any]) -> tuple[str, ...]:
@@ -54,13 +54,14 @@ def plan_verdicts(records: Sequence[Mapping[str, Any]], reference: str = "lookup
                   seed: int = 0) -> dict[str, Any]:
     """Each method's compute vs ``reference``'s on the same task, in paired rounds: the median
     per-round ratio, its 95% bootstrap interval and the verdict, per (G, task, method); and per
-    (G, method) the count of faster / slower / within-noise tasks."""
+    (G, method) the count of tasks of each verdict (faster / slower / equivalent / inconclusive,
+    equivalence margin :data:`~shardlab.constants.EQUIVALENCE_MARGIN`)."""
     tasks: dict[tuple[int, str], dict[str, Mapping[str, Any]]] = defaultdict(dict)
     for r in records:
         if "rounds_cost_ms" in r:
             tasks[(r["ngpu"], r["task"]["name"])][r["method"]] = r
     per_task: list[dict[str, Any]] = []
-    counts: dict[str, dict[str, int]] = defaultdict(lambda: {"faster": 0, "slower": 0, "within noise": 0})
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(VERDICTS, 0))
     for (g, name), by_method in sorted(tasks.items()):
         if reference not in by_method:
             continue

@@ -8,7 +8,8 @@
    CPU-trained model (rank correlation only: it predicts CPU ms) and the sum of single-table costs.
 3. Fused vs summed single-table costs on the GPU (subadditivity, the lower bound's premise).
 4. Whole-plan compute of 7 methods on held-out tasks (public model families + pool test
-   tables), paired rounds: each method vs lookup_greedy -> faster / slower / within noise.
+   tables), paired rounds: each method vs lookup_greedy -> faster / slower / equivalent /
+   inconclusive (equivalence margin 5%).
 
     .venv/bin/python studies/gpu_compute/run.py [--gpu h100] [--epochs 400]
 """
@@ -113,9 +114,9 @@ def main() -> int:
               "orders shuffled per round; ratio = method / lookup_greedy per round, median and 95% bootstrap "
               "interval; with 5 rounds the interval's ends are the extreme rounds. NeuroShard's plans were searched "
               "with the shipped **CPU-trained** models: this measures how they transfer to the GPU.", "",
-              "| G, method | faster | slower | within noise |", "|---|---|---|---|"]
+              "| G, method | faster | slower | equivalent (margin 5%) | inconclusive |", "|---|---|---|---|---|"]
     for k, c in sorted(verdicts["counts"].items()):
-        lines.append(f"| {k} | {c['faster']} | {c['slower']} | {c['within noise']} |")
+        lines.append(f"| {k} | {c['faster']} | {c['slower']} | {c['equivalent']} | {c['inconclusive']} |")
     lines += ["", "| G | task | method | median ms | lookup_greedy ms | ratio | 95% CI | verdict |",
               "|---|---|---|---|---|---|---|---|"]
     for r in verdicts["per_task"]:

@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from shardlab import constants as C  # noqa: E402
-from shardlab.evaluate import Evaluation, compare_to_reference  # noqa: E402
+from shardlab.evaluate import VERDICTS, Evaluation, compare_to_reference  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from studies.common.heldout import heldout_samples  # noqa: E402
 
@@ -56,13 +56,15 @@ def task_rows(samples: list[dict]) -> list[dict]:
                 row["policies"][m] = {"infeasible": m in s.get("skipped", [])}
                 continue
             heur = [h for h in C.HEURISTIC_METHODS if h in evs]
-            slower = [h for h in heur if compare_to_reference(evs, h)[m].comparison.verdict == "slower"]
+            said = {h: compare_to_reference(evs, h)[m].comparison.verdict for h in heur}
+            slower = [h for h, v in said.items() if v == "slower"]
             row["policies"][m] = {
                 "vs_lookup": None if lookup is None else {"ratio": lookup[m].comparison.ratio,
                                                           "verdict": lookup[m].comparison.verdict},
                 "vs_best": {"reference": best[m].comparison.reference, "ratio": best[m].comparison.ratio,
                             "verdict": best[m].comparison.verdict},
-                "slower_than": slower}
+                "slower_than": slower,
+                "not_faster_or_equivalent": [h for h, v in said.items() if v not in ("faster", "equivalent")]}
         rows.append(row)
     return rows
 
@@ -73,9 +75,9 @@ def tally(rows: list[dict], m: str, keep=lambda r: True) -> dict:
     ok = [p for p in got if "vs_best" in p]
     count = lambda key, v: sum(p[key]["verdict"] == v for p in ok if p[key])  # noqa: E731
     return {"tasks": len(got), "infeasible": sum(p.get("infeasible", False) for p in got),
-            **{f"lookup_{v.replace(' ', '_')}": count("vs_lookup", v) for v in ("faster", "within noise", "slower")},
-            **{f"best_{v.replace(' ', '_')}": count("vs_best", v) for v in ("faster", "within noise", "slower")},
-            "not_slower_than_any_heuristic": sum(not p["slower_than"] for p in ok),
+            **{f"lookup_{v}": count("vs_lookup", v) for v in VERDICTS},
+            **{f"best_{v}": count("vs_best", v) for v in VERDICTS},
+            "faster_or_equivalent_to_every_heuristic": sum(not p["not_faster_or_equivalent"] for p in ok),
             "best_ratio_vs_best": min((p["vs_best"]["ratio"] for p in ok), default=float("nan")),
             "median_ratio_vs_lookup": float(np.median([p["vs_lookup"]["ratio"] for p in ok if p["vs_lookup"]]))
             if ok else float("nan")}
@@ -103,9 +105,10 @@ def describe(t: dict) -> str:
     """One cell: verdicts against lookup-greedy and the best baseline."""
     if not t["tasks"]:
         return "not measured"
-    return (f"{t['tasks']} tasks: vs lookup_greedy {t['lookup_faster']} faster / {t['lookup_within_noise']} within "
-            f"noise / {t['lookup_slower']} slower (median ratio {t['median_ratio_vs_lookup']:.3f}); vs the best "
-            f"baseline {t['best_faster']} / {t['best_within_noise']} / {t['best_slower']}; infeasible {t['infeasible']}")
+    return (f"{t['tasks']} tasks: vs lookup_greedy {t['lookup_faster']} faster / {t['lookup_equivalent']} equivalent / "
+            f"{t['lookup_inconclusive']} inconclusive / {t['lookup_slower']} slower (median ratio "
+            f"{t['median_ratio_vs_lookup']:.3f}); vs the best baseline {t['best_faster']} / {t['best_equivalent']} / "
+            f"{t['best_inconclusive']} / {t['best_slower']}; infeasible {t['infeasible']}")
 
 
 def main() -> int:

@@ -27,17 +27,19 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def markdown(report: dict) -> list[str]:
     """The report's markdown page, line by line."""
     v = report["verdicts"]
-    share = "n/a" if v["not_slower_share"] is None else f"{v['not_slower_share']:.0%}"
+    share = "n/a" if v["faster_or_equivalent_share"] is None else f"{v['faster_or_equivalent_share']:.0%}"
     lines = ["# Row-wise sharding: NeuroShard vs TorchRec's planner on tasks with tables larger than a device", "",
              f"Made {report['date']} by `studies/row_wise/run.py` on {report['environment']['hardware']} "
              f"(profile `cpu`, batch {report['batch_size']}). Every plan **measured** ({report['rounds']} paired, "
              "shuffled rounds: per device the fused TBE op, then the all-to-alls between G real gloo ranks with "
-             "row-wise traffic); verdicts from the 95% interval of the median per-round ratio to `torchrec_free`. "
+             "row-wise traffic); verdicts from the 95% interval of the median per-round ratio to `torchrec_free` "
+             "(equivalent: the interval contains 1 and lies inside [1/1.05, 1.05]). "
              "Tasks are held out from every training step (Criteo 1TB, public model families, the pool's test "
              "tables); rows and caps are divided by the task's row scale where this machine's memory needs it.", "",
-             f"**NeuroShard faster than or within noise of torchrec_free: {v['counts']['faster'] + v['counts']['within noise']}"
-             f"/{v['judged']} = {share}** (target >= 90%): faster {v['counts']['faster']}, within noise "
-             f"{v['counts']['within noise']}, slower {v['counts']['slower']}; not judged (a method had no plan): "
+             f"**NeuroShard faster than or equivalent to torchrec_free: "
+             f"{v['counts']['faster'] + v['counts']['equivalent']}/{v['judged']} = {share}** (target >= 90%): faster "
+             f"{v['counts']['faster']}, equivalent {v['counts']['equivalent']}, inconclusive "
+             f"{v['counts']['inconclusive']}, slower {v['counts']['slower']}; not judged (a method had no plan): "
              f"{', '.join(v['not_judged']) or 'none'}.", "",
              "Measured (each task's plans in one sitting): " + "; ".join(
                  f"{r['task']} {r.get('measured_at', '?')}" for r in report["tasks"]) + ".", "",

@@ -15,7 +15,9 @@ from typing import Any, Sequence
 
 from shardlab.data.model_families import family_set
 from shardlab.data.tasks import pool_tables
-from shardlab.evaluate import MeasuredEvaluator
+from shardlab.constants import EQUIVALENCE_MARGIN
+from shardlab.evaluate import VERDICTS, MeasuredEvaluator
+from shardlab.evaluate.stats import read_verdict
 from shardlab.workflows.criteo import criteo_plans, criteo_task, row_layouts, scaled_task
 from shardlab.search.row_wise import oversized
 from shardlab.tables import Task
@@ -82,18 +84,21 @@ def run_task(spec: Spec, profile: str = "cpu", rounds: int = 5, batch_size: int 
 
 
 def verdicts(records: Sequence[dict[str, Any]], method: str = "neuroshard") -> dict[str, Any]:
-    """``method``'s verdicts against ``torchrec_free`` over the records: counts, and the share
-    faster or within noise (the target: >= 90%) over tasks where both have a plan."""
-    counts = {"faster": 0, "within noise": 0, "slower": 0}
+    """``method``'s verdicts against ``torchrec_free`` over the records: counts of each verdict
+    (:data:`~shardlab.evaluate.VERDICTS`; a record's old "within noise" read as its interval
+    gives now, :func:`~shardlab.evaluate.stats.read_verdict`), and the share faster or
+    equivalent (the target: >= 90%) over tasks where both have a plan."""
+    counts = dict.fromkeys(VERDICTS, 0)
     missing = []
     for r in records:
         ev = r["evaluations"].get(method)
         if r["reference"] is None or ev is None:
             missing.append(r["task"])
             continue
-        v = ev.get("verdict")
+        margin = ev.get("equivalence_margin")
+        v = read_verdict(ev.get("verdict"), ev.get("ratio_ci95"), EQUIVALENCE_MARGIN if margin is None else margin)
         if v in counts:
             counts[v] += 1
     judged = sum(counts.values())
     return {"method": method, "counts": counts, "judged": judged, "not_judged": missing,
-            "not_slower_share": (counts["faster"] + counts["within noise"]) / judged if judged else None}
+            "faster_or_equivalent_share": (counts["faster"] + counts["equivalent"]) / judged if judged else None}
