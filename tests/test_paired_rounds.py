@@ -145,6 +145,8 @@ def test_compare_verb_prints_verdicts_and_json(task, plans, tmp_path, capsys):
     assert all(d["equivalence_margin"] == 0.5 and d["verdict"] == verdict(tuple(d["ratio_ci95"]), 0.5) for d in data)
     assert main(args + ["--margin", "-0.1"]) == 2
     assert "field 'margin' = -0.1" in capsys.readouterr().err
+    assert main(["compare", str(tp), str(a), str(b), "--model", "analytic", "--margin", "0.1"]) == 2
+    assert "option '--margin' = 0.1 only applies with --measure or --torchrec" in capsys.readouterr().err
     assert main(["compare", str(tp), str(a), str(b), "--model", "analytic"]) == 0
     out = capsys.readouterr().out
     assert "analytic:" in out and "margin" not in out

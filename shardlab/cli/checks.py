@@ -44,13 +44,13 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 #: Options of the evaluation verbs that also act on the TorchRec evaluator (--torchrec).
-TORCHREC_ALSO = ("batch_size", "rounds")
+TORCHREC_ALSO = ("batch_size", "rounds", "margin")
 
 #: Options that only act on the TorchRec evaluator.
 TORCHREC_ONLY = ("steps", "warmup_steps", "whole_step")
 
 #: Options of the evaluation verbs that only act on measurement: refused without --measure.
-MEASURE_ONLY = ("batch_size", "repeats", "warmup", "rounds", "warmup_rounds", "no_pin", "journal")
+MEASURE_ONLY = ("batch_size", "repeats", "warmup", "rounds", "warmup_rounds", "no_pin", "journal", "margin")
 
 #: Verbs whose --batch-size etc. belong to the measuring evaluator.
 EVALUATION_VERBS = ("evaluate", "compare", "report")
