@@ -107,7 +107,9 @@ def heldout_markdown(heldout: dict, dataset: str) -> list[str]:
              ]
     lines += heldout_error_table(heldout["models"])
     lines += ["", "Measured paired verdicts on the same tasks (ratio = median over rounds of plan / reference; "
-              "verdicts need a 95% interval clear of 1): NeuroShard column-wise against its own table-wise plan, "
+              "verdicts from the 95% interval: faster or slower when it excludes 1, equivalent when it contains 1 "
+              "and lies inside [1/1.05, 1.05], else inconclusive): NeuroShard column-wise against its own "
+              "table-wise plan, "
               "and each NeuroShard variant against the best baseline (the cheapest heuristic, measured).", "",
               f"| set | task | tables x GPUs | neuroshard vs {TABLE_WISE} | splits? | {TABLE_WISE} vs best | "
               "neuroshard vs best |", "|---|---|---|---|---|---|---|"]

@@ -62,7 +62,8 @@ def main() -> int:
              f"Made {report['date']} by `studies/heldout_search/verify.py` (K = {args.k}, {args.rounds} paired rounds, model "
              f"`{args.model}`, CPU profile, 4 GPUs as gloo ranks). Each row: NeuroShard's {args.k} best plans under the "
              "model plus the heuristic plan the model ranks best, measured together; the measured best is kept. Ratios: "
-             "median over rounds of chosen / reference; verdicts need the 95% interval clear of 1.", "",
+             "median over rounds of chosen / reference; verdicts from the 95% interval: faster or slower when it "
+             "excludes 1, equivalent when it contains 1 and lies inside [1/1.05, 1.05], else inconclusive.", "",
              "| task | tables | chosen | vs the model's own choice | vs the heuristic | seconds |", "|---|---|---|---|---|---|"]
     for r in rows:
         m, h = r["vs_model_choice"], r["vs_heuristic"]

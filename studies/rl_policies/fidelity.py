@@ -159,8 +159,9 @@ def main() -> int:
     write_json_atomic(out / "rl_fidelity.json", report)
     lines = ["# DreamShard and AutoShard: the seeds' claims, measured here (`studies/rl_policies/fidelity.py`)", "",
              f"Made {report['date']} from `{args.dataset}` (each held-out pool task's plans measured together in "
-             "paired, interleaved rounds: fused fbgemm ops, gloo all-to-alls; verdicts need a 95% interval of the "
-             f"paired ratio clear of 1), `{shown(args.inference)}` and `{shown(args.cost_models)}`.", "",
+             "paired, interleaved rounds: fused fbgemm ops, gloo all-to-alls; verdicts from the 95% interval of the "
+             "paired ratio: faster or slower when it excludes 1, equivalent when it contains 1 and lies inside "
+             f"[1/1.05, 1.05], else inconclusive), `{shown(args.inference)}` and `{shown(args.cost_models)}`.", "",
              "| method | claim | measured here |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in claims]
     if previous:
