@@ -26,9 +26,10 @@ state of a beam round runs through one lock-step greedy that shares identical hi
 
 Row blocks (``search/row_wise.py``): tables that fit no device become pinned row blocks in
 TorchRec's layouts, the layout chosen by the model. ``rowwise_comm`` (a row-wise comm model;
-``"shipped"``: the profile's) costs each layout's own collectives (:func:`row_aware_comm`); by
-default (None) a row block's columns count on its device's all-to-all. Measured, the two choose
-plans within noise of each other (``studies/row_wise``), so the default is None.
+``"shipped"``: the profile's, or the bundle's own comm model where it costs row-wise collectives)
+costs each layout's own collectives (:func:`row_aware_comm`); by default (None) a row block's
+columns count on its device's all-to-all. Measured, the row-wise model's plans were never faster
+(inconclusive on one task, slower on another: ``studies/row_wise``), so the default is None.
 
 Options (``neuroshard[key=value,...]``): ``columns`` (column-wise splits; false: table-wise
 only), ``model``, ``split_guard``, ``rowwise_comm``, ``beam_width``, ``max_splits``, ``top_n``,
