@@ -13,8 +13,8 @@ from shardlab.costmodel.base import simulate_from
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.costmodel.metrics import errors, held_out_sets
 from shardlab.costmodel.topology_comm import TopologyComm
-from shardlab.costmodel.train import (compose_plans, load_records, load_samples, plan_compute_errors,
-                                      plan_device_tables)
+from shardlab.costmodel.train import compose_plans, load_records, load_samples, plan_compute_errors
+from shardlab.data.lookups import device_tables
 from shardlab.plan import Plan
 from shardlab.tables import Task
 
@@ -111,15 +111,14 @@ def test_composed_plans_are_seeded_measured_ops_on_disjoint_tables_with_the_give
     assert compose_plans(ops[:3], comm, 4) == []                           # fewer ops than devices: none
 
 
-def test_plan_device_tables_are_the_evaluators(plan_compute_rows):
-    from shardlab.evaluate.values import device_tables
+def test_plan_compute_is_judged_on_the_evaluators_device_tables(plan_compute_rows):
+    from shardlab import evaluate
 
+    assert evaluate.device_tables is device_tables                        # one function for both
     split = 0
     for r in plan_compute_rows:
-        task, plan = Task.from_dict(r["task"]), Plan.from_dict(r["plan"])
-        mine = plan_device_tables(task, plan)
-        assert mine == device_tables(task, plan)
-        split += sum("[" in t.name for d in mine for t in d)
+        shards = device_tables(Task.from_dict(r["task"]), Plan.from_dict(r["plan"]))
+        split += sum("[" in t.name for d in shards for t in d)
     assert split > 0                                                      # column blocks among them
 
 
@@ -130,7 +129,7 @@ def test_plan_compute_errors_are_the_slowest_devices_predicted_vs_measured(plan_
     rows = [r for r in plan_compute_rows if r["ngpu"] == 8]
     pred = []
     for r in rows:
-        shards = plan_device_tables(Task.from_dict(r["task"]), Plan.from_dict(r["plan"]))
+        shards = device_tables(Task.from_dict(r["task"]), Plan.from_dict(r["plan"]))
         pred.append(max(float(bundle.compute.predict([s]).sum()) for s in shards if s))
     want = errors(pred, [np.median(r["rounds_cost_ms"]) for r in rows])
     assert out["plan_compute_8"]["mape"] == pytest.approx(want["mape"])

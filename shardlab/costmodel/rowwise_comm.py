@@ -137,14 +137,16 @@ class WithRowWise:
         return np.asarray(self.base.predict(d, delays_ms), dtype=float) + self.increment[None]
 
 
-def load_rowwise_comm(spec: Any, profile: str = "cpu") -> RowWiseComm | None:
+def load_rowwise_comm(spec: Any, profile: str = "cpu", own: Any = None) -> RowWiseComm | None:
     """The row-wise comm model named by ``spec``: ``"shipped"`` (the profile's
-    ``datasets/<profile>/models/analytic_rowwise_comm.json`` where it exists, else None), None
+    ``datasets/<profile>/models/analytic_rowwise_comm.json`` where it exists, else ``own`` -- a
+    bundle's comm model -- where it costs row-wise collectives itself (``increment``, as the
+    analytic GPU-cluster model does), else None), None
     (no row-wise model: row blocks' columns count on their devices' all-to-all), a fitted
     :class:`RowWiseComm` (returned as is), a path, or a model name in the profile's models folder."""
     if spec is None or not isinstance(spec, (str, bytes)) and not hasattr(spec, "__fspath__"):
         return spec
     named = models_dir(profile) / f"{C.ROWWISE_COMM_MODEL if spec == 'shipped' else spec}.json"
     if spec == "shipped" and not named.exists():
-        return None
+        return own if hasattr(own, "increment") else None
     return RowWiseComm.load(str(named if named.exists() else spec))

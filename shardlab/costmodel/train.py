@@ -38,14 +38,14 @@ from shardlab.costmodel.dreamshard import DreamShardCost
 from shardlab.costmodel.metrics import errors, held_out_sets, split_samples
 from shardlab.costmodel.neural import AutoShardCompute, NeuroShardCompute
 from shardlab.costmodel.neural_comm import NeuroShardComm
-from shardlab.data.lookups import row_block_table
+from shardlab.data.lookups import device_tables
 from shardlab.errors import ShardlabError
 from shardlab.plan import Plan
 from shardlab.profile.hardware import environment
 from shardlab.profile.records import (CommRecord, ComputeRecord, PlanRecord, Record, as_comm_records,
                                      as_compute_records, as_plan_records, as_records)
 from shardlab.profile.store import SampleStore, dataset_folder, kind_file, load_measured
-from shardlab.tables import Table, Task
+from shardlab.tables import Task
 
 KINDS = ("analytic", "neuroshard", "autoshard", "dreamshard")
 #: Kinds measured per device count (``<kind>:<G>``, files ``<kind>_<G>.jsonl.gz``): asked for by the bare name.
@@ -256,23 +256,6 @@ def compose_plans(ops: Sequence[ComputeRecord], comm: Any, ngpu: int, seed: int 
     return out
 
 
-def plan_device_tables(task: Task, plan: Plan) -> list[list[Table]]:
-    """Each device's (sub)tables, as the evaluator measures them
-    (:func:`shardlab.evaluate.values.device_tables`, a layer above this one, names them the same):
-    column blocks as tables of ``cols`` columns, row blocks with their own lookups."""
-    out: list[list[Table]] = [[] for _ in range(plan.ngpu)]
-    for p in plan.placements:
-        t = task.table(p.table)
-        name = t.name
-        if p.rows != t.rows:
-            name = f"{name}[r{p.row_offset}:{p.row_offset + p.rows}]"
-            t = row_block_table(t, p.row_offset, p.rows, task.batch_size)
-        if p.cols != t.dim:
-            name = f"{name}[{p.col_offset}:{p.col_offset + p.cols}]"
-        out[p.device].append(t.with_dim(p.cols, name=name))
-    return out
-
-
 def plan_compute_errors(compute: Any, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """``plan_compute_<G>`` per device count G of the measured ``plan_compute:<G>`` rows
     (whole plans of held-out tasks; rows of plans skipped as infeasible are left out):
@@ -287,7 +270,7 @@ def plan_compute_errors(compute: Any, rows: Sequence[Mapping[str, Any]]) -> dict
     for g, rs in sorted(by_g.items()):
         pred, meas = [], []
         for r in rs:
-            shards = plan_device_tables(Task.from_dict(r["task"]), Plan.from_dict(r["plan"]))
+            shards = device_tables(Task.from_dict(r["task"]), Plan.from_dict(r["plan"]))
             busy = [k for k, s in enumerate(shards) if s]
             per = np.asarray(compute.predict([shards[k] for k in busy]), dtype=float).sum(axis=1)
             pred.append(float(per.max()))

@@ -25,6 +25,7 @@ until :func:`shardlab.data.fit_lookups.with_lookups` fits them.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,8 @@ from shardlab.data.dlrm_format import TRACE_MODEL, cached_lookups
 from shardlab.data.features import table_stats_from_lookups
 from shardlab.data.generator import MODEL, generate_lookups
 from shardlab.errors import ShardlabError
-from shardlab.tables import Table
+from shardlab.plan import Plan
+from shardlab.tables import Table, Task
 
 #: The values :func:`lookup_origin` returns.
 ORIGINS = ("generated", "fitted", "trace", "row-block", "none")
@@ -178,6 +180,35 @@ def row_block_table(table: Table, row_offset: int, rows: int, batch_size: int, n
     stats = table_stats_from_lookups(idx, np.diff(off))
     return Table(name or f"{table.name}[r{row_offset}:{row_offset + rows}]", rows, table.dim,
                  stats["pooling_factor"], tuple(stats["reuse_bins"]), table.source, None, dist)
+
+
+@lru_cache(maxsize=4096)
+def placed_row_block(table: Table, row_offset: int, rows: int, batch_size: int) -> Table:
+    """:func:`row_block_table` for a plan's row block, made once per block (it generates a
+    batch), its one-line errors naming the block."""
+    try:
+        return row_block_table(table, row_offset, rows, batch_size)
+    except ShardlabError as e:
+        raise ShardlabError(f"row block [{row_offset}, {row_offset + rows}) of {e}") from None
+
+
+def device_tables(task: Task, plan: Plan) -> list[list[Table]]:
+    """The (sub)tables on each device of ``plan``: whole tables as they are, column blocks as
+    tables of ``cols`` columns (same rows and lookups), row-range blocks as tables of their rows
+    whose lookups are the parent's in that range (:func:`placed_row_block`, its load measured on
+    one batch of the task's batch size; the table needs lookups). What the evaluators measure and
+    predict, and what a measured plan record stores."""
+    out: list[list[Table]] = [[] for _ in range(plan.ngpu)]
+    for p in plan.placements:
+        t = task.table(p.table)
+        name = t.name
+        if p.rows != t.rows:
+            name = f"{name}[r{p.row_offset}:{p.row_offset + p.rows}]"
+            t = placed_row_block(t, p.row_offset, p.rows, task.batch_size)
+        if p.cols != t.dim:
+            name = f"{name}[{p.col_offset}:{p.col_offset + p.cols}]"
+        out[p.device].append(t.with_dim(p.cols, name=name))
+    return out
 
 
 def _parent(block: Table) -> Table:

@@ -81,9 +81,10 @@ class ModelEvaluator:
         self.reference = reference
         self.rowwise_comm = rowwise_comm
 
-    def rowwise_model(self) -> Any:
-        """The row-wise comm model (:func:`~shardlab.costmodel.rowwise_comm.load_rowwise_comm`), or None."""
-        return load_rowwise_comm(self.rowwise_comm, self.profile)
+    def rowwise_model(self, bundle: Any = None) -> Any:
+        """The row-wise comm model (:func:`~shardlab.costmodel.rowwise_comm.load_rowwise_comm`;
+        ``bundle``'s comm where the profile ships none and it costs row-wise collectives), or None."""
+        return load_rowwise_comm(self.rowwise_comm, self.profile, getattr(bundle, "comm", None))
 
     def bundle(self) -> Any:
         """The cost-model bundle (loaded when a name or path was given)."""
@@ -94,9 +95,8 @@ class ModelEvaluator:
     def evaluate(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, Evaluation]:
         """Predicted Evaluations of ``plans``, one shared predicted bound, compared to the reference."""
         check_plans(task, plans)
-        model, rowwise = self.bundle(), self.rowwise_model()
-        if rowwise is None and self.rowwise_comm == "shipped" and hasattr(model.comm, "increment"):
-            rowwise = model.comm
+        model = self.bundle()
+        rowwise = self.rowwise_model(model)
         out, bound = {}, None
         for k, p in plans.items():
             e = estimate_plan(task, p, model, lower_bound=self.lower_bound and bound is None, rowwise_comm=rowwise)

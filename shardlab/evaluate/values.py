@@ -14,13 +14,12 @@ branches on how.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
 from shardlab import constants as C
-from shardlab.data.lookups import row_block_table
+from shardlab.data.lookups import device_tables, placed_row_block  # noqa: F401  (device_tables: re-exported)
 from shardlab.errors import ShardlabError, check_fields
 from shardlab.evaluate.stats import OLD_VERDICTS, VERDICTS, check_margin, paired_ratio_ci, read_verdict, verdict
 from shardlab.plan import Plan
@@ -237,24 +236,6 @@ def compare_to_reference(evaluations: Mapping[str, Evaluation], reference: str |
     return out
 
 
-def device_tables(task: Task, plan: Plan) -> list[list[Table]]:
-    """The (sub)tables on each device: whole tables as they are, column blocks as tables of
-    ``cols`` columns (same rows and lookups), row-range blocks as tables of their rows whose
-    lookups are the parent's in that range (:func:`shardlab.data.lookups.row_block_table`, its load
-    measured on one batch of the task's batch size; the table needs lookups)."""
-    out: list[list[Table]] = [[] for _ in range(plan.ngpu)]
-    for p in plan.placements:
-        t = task.table(p.table)
-        name = t.name
-        if p.rows != t.rows:
-            name = f"{name}[r{p.row_offset}:{p.row_offset + p.rows}]"
-            t = _row_block(t, p.row_offset, p.rows, task.batch_size)
-        if p.cols != t.dim:
-            name = f"{name}[{p.col_offset}:{p.col_offset + p.cols}]"
-        out[p.device].append(t.with_dim(p.cols, name=name))
-    return out
-
-
 def comm_pattern(task: Task, plan: Plan, batch_size: int) -> tuple[list[int], RowWise]:
     """What ``plan``'s devices exchange per batch of ``batch_size`` samples: the per-device dim
     sums of the pooled all-to-all, and the row-wise traffic (``profile/rowwise_comm.py``).
@@ -286,17 +267,8 @@ def comm_pattern(task: Task, plan: Plan, batch_size: int) -> tuple[list[int], Ro
         else:
             for b in blocks:
                 dims[b.device] += cols
-        owners = [(b.device, _row_block(t, b.row_offset, b.rows, task.batch_size).pooling_factor) for b in blocks]
+        owners = [(b.device, placed_row_block(t, b.row_offset, b.rows, task.batch_size).pooling_factor) for b in blocks]
         for r, row in enumerate(owner_counts(g, slices, owners)):
             counts[r] = [a + c for a, c in zip(counts[r], row)]
     index = tuple(tuple(r) for r in counts) if any(any(r) for r in counts) else ()
     return dims, RowWise(rw_dim, index)
-
-
-@lru_cache(maxsize=4096)
-def _row_block(table: Table, row_offset: int, rows: int, batch_size: int) -> Table:
-    """:func:`~shardlab.data.lookups.row_block_table`, once per block (it generates a batch)."""
-    try:
-        return row_block_table(table, row_offset, rows, batch_size)
-    except ShardlabError as e:
-        raise ShardlabError(f"row block [{row_offset}, {row_offset + rows}) of {e}") from None

@@ -134,10 +134,8 @@ class NeuroShardSharder:
         (:func:`~shardlab.costmodel.rowwise_comm.load_rowwise_comm`); ``"shipped"`` where the
         profile ships none: the bundle's own comm model if it costs row-wise collectives (the
         analytic GPU-cluster model does)."""
-        model = load_rowwise_comm(self.rowwise_comm, self.profile)
-        if model is None and self.rowwise_comm == "shipped" and hasattr(self.bundle().comm, "increment"):
-            return self.bundle().comm
-        return model
+        own = self.bundle().comm if self.rowwise_comm == "shipped" else None
+        return load_rowwise_comm(self.rowwise_comm, self.profile, own)
 
     def table_wise_many(self, task: Task, states: Sequence[tuple[Block, ...]], coster: ShardCoster, comm: Any
                         ) -> list[tuple[list[int], Simulated] | None]:
