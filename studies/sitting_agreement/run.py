@@ -12,7 +12,9 @@ none is chosen after looking.
 
 Tasks: the development families (``datasets/heldout_models``, never the sealed set), one task of
 16 tables (all of a smaller family's) per family on 2 and on 4 devices (seeds 3000 + k, rows capped at 2,000,000 for this
-CPU), planned and measured under the ``cpu`` profile. Plans: the five heuristics, TorchRec's
+CPU), planned under the ``cpu`` profile and measured under it at batch 1024 with 5 timed runs per
+op after 2 warm-ups (``cpu[batch_size=1024,repeats=5,warmup=2]``: a sitting in minutes; at the
+profile's batch of 4096 and 10 runs it took about 20). Plans: the five heuristics, TorchRec's
 planner and NeuroShard, identical plans measured once. A sitting: :class:`MeasuredEvaluator`,
 8 timed paired rounds after 1 warm-up round, lookups of the sitting's own batches, every
 measurement journalled as taken (``results/sitting-<UTC>.jsonl``), the Evaluations of each task
@@ -41,7 +43,7 @@ from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
 from shardlab.evaluate.values import Evaluation  # noqa: E402
 from shardlab.io import read_json, write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
-from shardlab.profile.hardware import environment, get_profile, git_revision  # noqa: E402
+from shardlab.profile.hardware import environment, get_profile, git_revision, profile_with  # noqa: E402
 from shardlab.search import run_sharders  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
 
@@ -49,6 +51,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 COMPARISONS = RESULTS / "comparisons.json"
 METHODS = ("random", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec", "neuroshard")
 PROFILE, ROUNDS, NTABLES, MAX_ROWS, MEM_GB = "cpu", 8, 16, 2_000_000, 4.0
+#: The measuring profile: ``cpu`` at batch 1024, 5 timed runs per op after 2 warm-ups.
+MEASURE = dict(batch_size=1024, repeats=5, warmup=2)
 
 
 def cmd_plan(_: argparse.Namespace) -> None:
@@ -76,14 +80,14 @@ def cmd_sitting(args: argparse.Namespace) -> None:
     stem = RESULTS / f"sitting-{started.strftime('%Y%m%dT%H%M%SZ')}"
     index = len(list(RESULTS.glob("sitting-*.json")))
     head = {"started_utc": started.isoformat(timespec="seconds"), "sitting_index": index, "rounds": ROUNDS,
-            "seed": index, "environment": environment("cpu"), "git": git_revision()}
+            "seed": index, "profile": profile_with(PROFILE, **MEASURE).name, "environment": environment("cpu"), "git": git_revision()}
     with open(f"{stem}.json", "a") as f:
         f.write(json.dumps({"header": head}) + "\n")
     t0 = time.perf_counter()
     for entry in data["tasks"][: args.tasks]:
         task = Task.from_dict(entry["task"])
         plans = {m: Plan.from_dict(p) for m, p in entry["plans"].items()}
-        ev = MeasuredEvaluator(PROFILE, rounds=ROUNDS, warmup_rounds=1, seed=index, reference=next(iter(plans)),
+        ev = MeasuredEvaluator(profile_with(PROFILE, **MEASURE), rounds=ROUNDS, warmup_rounds=1, seed=index, reference=next(iter(plans)),
                                lower_bound=False, journal=f"{stem}.jsonl", progress=not args.no_progress)
         evs = ev.evaluate(task, plans)
         with open(f"{stem}.json", "a") as f:
