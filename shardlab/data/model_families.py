@@ -16,7 +16,16 @@ model configuration (rows, dim, pooling factor per table, as ``datasets/criteo/*
 
 **Held out**: cost models and policies are trained on the ``datasets/dlrm_synth*`` pools and the
 measured ``datasets/cpu`` samples only; these sets are for evaluation (tests check that none of
-their tables coincides with a pool table).
+their tables coincides with a pool table). They have been looked at while design decisions
+were made, so they are the **development set**.
+
+**Sealed sets** (:data:`SEALED_FAMILY_SETS`, ``datasets/sealed/<name>.json``, same shape, sources
+in ``datasets/sealed/PROVENANCE.md``) are families nothing was designed on, run only by the
+sealed test (``studies/sealed_test/``): ``outbrain_nvidia_widedeep`` (Outbrain clicks under
+NVIDIA's Wide & Deep, 13 one-hot tables, dims 16..128) and ``aliccp_tzrec_mmoe`` (Ali-CCP under
+TorchEasyRec's MMoE, 23 tables, dims 8..16, 9 weighted lists). They are not in
+:data:`FAMILY_SETS`, so no campaign default or training split picks them up; every function
+here takes their names too.
 
 The sets carry no lookups, so reuse bins come from an explicit *assumed* Zipf law through the
 importer (:func:`shardlab.data.importers.tables_from_records`, ``assume_zipf``); every table's
@@ -59,16 +68,32 @@ FAMILY_DIR = "heldout_models"
 FAMILY_SETS = ("mlperf_dlrm_dcnv2_multihot", "avazu_fec_dlrm", "taobao_tzrec_din",
                "amazon_electronics_hugectr_bst")
 
+#: Folder of the sealed sets under ``datasets/`` (never read by a campaign default).
+SEALED_DIR = "sealed"
+
+#: Names of the sealed held-out sets (``datasets/sealed/<name>.json``): the sealed test's
+#: families, kept out of :data:`FAMILY_SETS` on purpose (module docstring).
+SEALED_FAMILY_SETS = ("outbrain_nvidia_widedeep", "aliccp_tzrec_mmoe")
+
 #: Default assumed Zipf exponent of the lookups (the sets publish no access statistics).
 DEFAULT_ASSUME_ZIPF = 1.05
 
 
+def _folder(name: str) -> str:
+    """``datasets/`` sub-folder of set ``name``; one-line ShardlabError naming an unknown set."""
+    if name in FAMILY_SETS:
+        return FAMILY_DIR
+    if name in SEALED_FAMILY_SETS:
+        return SEALED_DIR
+    raise ShardlabError(f"unknown held-out model family set '{name}' (known: "
+                        f"{', '.join(FAMILY_SETS + SEALED_FAMILY_SETS)})")
+
+
 def family_path(name: str) -> Path:
-    """Path of the set's JSON file; one-line ShardlabError naming an unknown set."""
-    if name not in FAMILY_SETS:
-        raise ShardlabError(f"unknown held-out model family set '{name}' (known: "
-                            f"{', '.join(FAMILY_SETS)})")
-    return datasets_dir() / FAMILY_DIR / f"{name}.json"
+    """Path of the set's JSON file (``datasets/heldout_models/`` for :data:`FAMILY_SETS`,
+    ``datasets/sealed/`` for :data:`SEALED_FAMILY_SETS`); one-line ShardlabError naming an
+    unknown set."""
+    return datasets_dir() / _folder(name) / f"{name}.json"
 
 
 def family_set(name: str) -> dict[str, Any]:
@@ -100,8 +125,8 @@ def capped_tables(name: str, max_rows: int | None) -> list[dict[str, Any]]:
 
 def _records(name: str, names: set[str] | None, max_rows: int | None) -> list[dict[str, Any]]:
     data = family_set(name)
-    origin = (f"held-out set {name} (family {data['family']}, "
-              f"datasets/{FAMILY_DIR}/{name}.json)")
+    kind = "sealed set" if _folder(name) == SEALED_DIR else "held-out set"
+    origin = f"{kind} {name} (family {data['family']}, datasets/{_folder(name)}/{name}.json)"
     out = []
     for rec in data["tables"]:
         if names is not None and rec["name"] not in names:
@@ -119,8 +144,9 @@ def family_tables(name: str, batch_size: int = C.DEFAULT_BATCH_SIZE,
                   assume_zipf: float = DEFAULT_ASSUME_ZIPF, seed: int = 0,
                   max_rows: int | None = None) -> list[Table]:
     """The set's tables in file order, built by the importer with reuse bins measured on one
-    batch of ``batch_size`` samples of assumed Zipf(``assume_zipf``) lookups (``seed`` seeds
-    them). ``max_rows`` caps rows (each capped table's ``source`` says so; default: no cap)."""
+    batch of ``batch_size`` samples of assumed Zipf(``assume_zipf``, dimensionless exponent)
+    lookups (``seed`` seeds them). ``max_rows`` caps rows (rows per table; each capped table's
+    ``source`` says so; default: no cap)."""
     max_rows = _checked_max_rows(max_rows)
     return tables_from_records(_records(name, None, max_rows), batch_size, assume_zipf, seed)
 
@@ -132,7 +158,8 @@ def family_task(name: str, ngpu: int, mem_cap_gb: float, batch_size: int = C.DEF
     """A task over set ``name``'s tables at their own dims: all of them (``ntables=None``) or a
     seeded sample of ``ntables`` (kept in file order). Deterministic in ``seed``; checked
     feasible (:meth:`Task.check_feasible`: InfeasibleError naming a table that does not fit one
-    device, or the excess over ``ngpu`` devices). Lookups and ``max_rows`` as
+    device, or the excess over ``ngpu`` devices). Units: ``ngpu`` devices, ``mem_cap_gb`` GB
+    (2**30 bytes) per device, ``batch_size`` samples per step. Lookups and ``max_rows`` as
     :func:`family_tables`."""
     max_rows = _checked_max_rows(max_rows)
     all_names = [t["name"] for t in family_set(name)["tables"]]

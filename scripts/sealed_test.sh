@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The sealed test's one command (studies/sealed_test/README.md, "The sealed-set rule"): set up
+# the virtual environment, then plan and measure every task of datasets/sealed/manifest.json
+# with the fixed settings of studies/sealed_test/run.py (every shipped method at its defaults,
+# 8 paired rounds x 2 sittings). Run once per sealed set; nothing is tuned on its results.
+#   bash scripts/sealed_test.sh                                   # no GPU visible: profile cpu
+#   SHARDLAB_CUDA=1 bash scripts/sealed_test.sh --profile h100    # on a GPU machine
+# Writes studies/sealed_test/results/sealed-<UTC time>.{jsonl,md}; earlier runs are kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+args=()
+if [ $# -gt 0 ]; then
+  if [ $# -eq 2 ] && [ "$1" = --profile ]; then
+    args=(--profile "$2")
+  else
+    echo "usage: bash scripts/sealed_test.sh [--profile NAME]" >&2
+    exit 2
+  fi
+fi
+bash scripts/setup.sh
+exec "${SHARDLAB_VENV:-.venv}/bin/python" studies/sealed_test/run.py "${args[@]}"

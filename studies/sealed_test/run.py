@@ -1,0 +1,194 @@
+#!/usr/bin/env python
+"""The sealed test: every shipped sharder on the sealed tasks, measured in paired rounds. Run
+only by its one command, ``bash scripts/sealed_test.sh`` (which calls, with fixed settings):
+
+    .venv/bin/python studies/sealed_test/run.py [--profile NAME]
+
+1. Reads ``datasets/sealed/manifest.json`` (``draw.py``) and refuses, in one line, a family file
+   whose sha256 is not the one recorded at the draw.
+2. Builds each sealed task and plans it with every method of :data:`METHODS` at its shipped
+   defaults, for the profile it is measured on (``sharder_for(method, profile)``); a method that
+   refuses a task (one-line ShardlabError) is recorded as skipped.
+3. Measures the task's plans together: ``MeasuredEvaluator(profile, rounds=8, sittings=2,
+   seed=<task seed>, reference=None)`` (``sittings`` passed where the evaluator takes it), i.e.
+   paired interleaved rounds, each plan's verdict against the task's best baseline.
+4. Appends the task's record (entry, task, plans, skips, Evaluation JSON) to
+   ``results/<run>.jsonl`` as soon as the task is done, and rewrites ``results/<run>.md`` (per
+   method: tasks faster / equivalent / slower / inconclusive against the reference). ``<run>`` is
+   ``sealed-<UTC time>``; a run never writes over an earlier one.
+
+Profile: ``cpu`` when no GPU is visible (plans are made for the machine they are measured on);
+on a GPU machine name its profile (``--profile h100``). Every task is built and measured at the
+manifest's batch size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import inspect
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tqdm.auto import tqdm  # noqa: E402
+
+from shardlab import constants as C  # noqa: E402
+from shardlab.errors import ShardlabError  # noqa: E402
+from shardlab.evaluate import VERDICTS, MeasuredEvaluator  # noqa: E402
+from shardlab.io import write_text_atomic  # noqa: E402
+from shardlab.profile.hardware import environment, get_profile, profile_with  # noqa: E402
+from shardlab.search import run_sharder, sharder_for  # noqa: E402
+from studies.sealed_test.draw import check_manifest, load_manifest, manifest_path, sealed_task  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+#: Every method the sealed test plans with, each at its shipped defaults: the five heuristics,
+#: TorchRec's planner, NeuroShard, DreamShard and AutoShard.
+METHODS = C.HEURISTIC_METHODS + ("torchrec", "neuroshard", "dreamshard", "autoshard")
+
+#: Paired rounds per sitting, and sittings, of every task's measurement.
+ROUNDS, SITTINGS = 8, 2
+
+
+def default_profile() -> str:
+    """``cpu`` when no GPU is visible; else a one-line ShardlabError asking for ``--profile``."""
+    import torch
+
+    if torch.cuda.is_available():
+        raise ShardlabError("sealed test: field 'profile' is not given and a GPU is visible: name the GPU's "
+                            "profile (--profile h100 or h200)")
+    return C.MEASURE_PROFILE
+
+
+def evaluator(profile: Any, rounds: int, sittings: int, seed: int) -> MeasuredEvaluator:
+    """The task's evaluator: ``rounds`` paired rounds in ``sittings`` sittings (where the
+    evaluator takes ``sittings``), seeded by the task, reference the best baseline."""
+    extra = {"sittings": sittings} if "sittings" in inspect.signature(MeasuredEvaluator).parameters else {}
+    return MeasuredEvaluator(profile, rounds=rounds, seed=seed, reference=None, progress=False, **extra)
+
+
+def plans_of(task: Any, methods: Sequence[str], profile: str, seed: int) -> tuple[dict, dict]:
+    """(method -> Plan, method -> skip reason) of ``task`` under ``profile``'s shipped models."""
+    plans, skipped = {}, {}
+    for m in methods:
+        try:
+            plans[m] = run_sharder(sharder_for(m, profile), task, seed)
+        except ShardlabError as e:
+            skipped[m] = str(e)
+    return plans, skipped
+
+
+def counts(records: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Per method: tasks it was the reference of, tasks per verdict against the reference
+    (a verdict-less Evaluation counts as inconclusive), and tasks it was skipped on."""
+    out = {m: {"reference": 0, **{v: 0 for v in VERDICTS}, "skipped": 0} for m in methods}
+    for rec in records:
+        for m, ev in rec["evaluations"].items():
+            k = out.setdefault(m, {"reference": 0, **{v: 0 for v in VERDICTS}, "skipped": 0})
+            if ev.get("reference") == m:
+                k["reference"] += 1
+            else:
+                k[ev.get("verdict") or "inconclusive"] += 1
+        for m in rec["skipped"]:
+            out.setdefault(m, {"reference": 0, **{v: 0 for v in VERDICTS}, "skipped": 0})["skipped"] += 1
+    return out
+
+
+def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
+    """The run's markdown: settings, the per-method counts, and each task's verdicts."""
+    s = header["settings"]
+    lines = [f"# Sealed test run `{header['run']}`", "",
+             f"Manifest `{header['manifest']['name']}` (seed {header['manifest']['seed']}, sha256 "
+             f"`{header['manifest']['sha256'][:16]}...`), profile `{header['profile']['name']}`, "
+             f"{len(records)} of {header['manifest']['tasks']} tasks done. Every task's plans measured together: "
+             f"{s['rounds']} paired rounds x {s['sittings'] or 1} sitting(s), equivalence margin "
+             f"{s['margin']:.0%}; each verdict is against the task's reference, its best baseline (the "
+             f"cheapest measured of {', '.join(C.BASELINE_METHODS)}). A method that was the reference is "
+             "counted under `reference`, not as equivalent to itself.", "",
+             "| method | reference | " + " | ".join(VERDICTS) + " | skipped |",
+             "| --- | ---: | " + " | ".join("---:" for _ in VERDICTS) + " | ---: |"]
+    for m, k in counts(records, s["methods"]).items():
+        lines.append(f"| `{m}` | {k['reference']} | " + " | ".join(str(k[v]) for v in VERDICTS)
+                     + f" | {k['skipped']} |")
+    lines += ["", "## Tasks", "", "| # | task | GPUs | tables | reference | verdicts (ratio to reference) |",
+              "| ---: | --- | ---: | ---: | --- | --- |"]
+    for rec in records:
+        evs = rec["evaluations"]
+        ref = next((e.get("reference") for e in evs.values()), None)
+        said = ", ".join(f"`{m}` {e.get('verdict') or '-'} ({e['ratio_to_reference']:.3f})"
+                         for m, e in evs.items() if m != ref and "ratio_to_reference" in e)
+        skips = "".join(f"; `{m}` skipped" for m in rec["skipped"])
+        lines.append(f"| {rec['entry']['index']} | `{rec['task']['name']}` | {rec['task']['ngpu']} | "
+                     f"{len(rec['task']['tables'])} | `{ref}` | {said}{skips} |")
+    return "\n".join(lines) + "\n"
+
+
+def run(manifest_file: str | Path | None = None, out: str | Path = RESULTS, profile: str | None = None,
+        methods: Sequence[str] = METHODS, rounds: int = ROUNDS, sittings: int = SITTINGS,
+        progress: bool = True) -> tuple[Path, Path]:
+    """The sealed test (module docstring); returns the run's (jsonl, md) paths. One-line
+    ShardlabError before anything is planned for a bad manifest or a changed family file."""
+    manifest_file = Path(manifest_file) if manifest_file is not None else manifest_path()
+    manifest = load_manifest(manifest_file)
+    check_manifest(manifest)
+    name = profile if profile is not None else default_profile()
+    plan_profile = get_profile(name).name
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    run_id = "sealed-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    jsonl, md = out / f"{run_id}.jsonl", out / f"{run_id}.md"
+    if jsonl.exists() or md.exists():
+        raise ShardlabError(f"sealed test: run '{run_id}' exists already in {out.name}/: wait a second and run again")
+    uses_sittings = "sittings" in inspect.signature(MeasuredEvaluator).parameters
+    header = {"kind": "header", "run": run_id,
+              "manifest": {"name": manifest.get("name"), "seed": manifest["seed"], "tasks": len(manifest["tasks"]),
+                           "sha256": hashlib.sha256(manifest_file.read_bytes()).hexdigest()},
+              "profile": get_profile(name).to_dict(),
+              "settings": {"methods": list(methods), "rounds": rounds, "sittings": sittings if uses_sittings else None,
+                           "reference": "best baseline", "margin": C.EQUIVALENCE_MARGIN},
+              "environment": environment(get_profile(name).device)}
+    records: list[dict[str, Any]] = []
+    with open(jsonl, "x") as f:
+        f.write(json.dumps(header) + "\n")
+        f.flush()
+        for entry in tqdm(manifest["tasks"], desc=f"sealed tasks ({plan_profile})", unit="task", disable=not progress):
+            task = sealed_task(manifest, entry)
+            measure = profile_with(plan_profile, batch_size=task.batch_size)
+            plans, skipped = plans_of(task, methods, plan_profile, int(entry["seed"]))
+            evs = evaluator(measure, rounds, sittings, int(entry["seed"])).evaluate(task, plans) if plans else {}
+            rec = {"kind": "task", "entry": dict(entry), "task": task.to_dict(),
+                   "plans": {m: p.to_dict() for m, p in plans.items()}, "skipped": skipped,
+                   "evaluations": {m: e.to_dict() for m, e in evs.items()}, "measure_profile": measure.name}
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+            records.append(rec)
+            write_text_atomic(md, report(header, records))
+    write_text_atomic(md, report(header, records))
+    return jsonl, md
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="The sealed test (run it only as: bash scripts/sealed_test.sh).")
+    ap.add_argument("--profile", default=None,
+                    help="hardware profile to plan and measure with (default: cpu when no GPU is visible)")
+    ap.add_argument("--manifest", default=None, help="sealed manifest (default: datasets/sealed/manifest.json)")
+    ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
+    args = ap.parse_args(argv)
+    try:
+        jsonl, md = run(args.manifest, args.out, args.profile)
+    except ShardlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"sealed test: {jsonl} and {md}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
