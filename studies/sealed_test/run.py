@@ -40,7 +40,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from shardlab import constants as C  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
-from shardlab.evaluate import VERDICTS, MeasuredEvaluator  # noqa: E402
+from shardlab.evaluate import VERDICTS as EVALUATOR_VERDICTS, MeasuredEvaluator  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile, profile_with  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
@@ -54,6 +54,9 @@ METHODS = C.HEURISTIC_METHODS + ("torchrec", "neuroshard", "dreamshard", "autosh
 
 #: Paired rounds per sitting, and sittings, of every task's measurement.
 ROUNDS, SITTINGS = 8, 2
+
+#: The evaluator's four verdicts, in the order the report shows them.
+VERDICTS = tuple(sorted(EVALUATOR_VERDICTS, key=("faster", "equivalent", "slower", "inconclusive").index))
 
 
 def default_profile() -> str:
@@ -108,8 +111,8 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
              f"`{header['manifest']['sha256'][:16]}...`), profile `{header['profile']['name']}`, "
              f"{len(records)} of {header['manifest']['tasks']} tasks done. Every task's plans measured together: "
              f"{s['rounds']} paired rounds x {s['sittings'] or 1} sitting(s), equivalence margin "
-             f"{s['margin']:.0%}; each verdict is against the task's reference, its best baseline (the "
-             f"cheapest measured of {', '.join(C.BASELINE_METHODS)}). A method that was the reference is "
+             f"{s['margin']:.0%}; each verdict is against the task's reference, the best of the baselines "
+             f"({', '.join(C.BASELINE_METHODS)}) as the evaluator picks it. A method that was the reference is "
              "counted under `reference`, not as equivalent to itself.", "",
              "| method | reference | " + " | ".join(VERDICTS) + " | skipped |",
              "| --- | ---: | " + " | ".join("---:" for _ in VERDICTS) + " | ---: |"]
