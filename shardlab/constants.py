@@ -90,6 +90,19 @@ SPLIT_TIE = 0.01
 #: contains 1 and lies inside [1/(1+m), 1+m] (``evaluate/stats.py``; ``--margin`` on the command line).
 EQUIVALENCE_MARGIN = 0.05
 
+#: Between-sitting spread of a paired ratio per measuring profile (log-sd, dimensionless): how
+#: far the median ratio of the same two plans moves from one sitting to the next beyond what the
+#: rounds' own noise explains. Every measured interval adds it for the sittings it has not seen
+#: (``evaluate/stats.py``: :func:`~shardlab.evaluate.stats.paired_ratio_ci`). ``cpu``: 0.025,
+#: estimated from 120 plan pairs measured in two held-out campaigns hours apart
+#: (``studies/statistics/sitting_spread.py``). A profile without an entry adds none, and its
+#: single-sitting intervals cover only the rounds' noise.
+SITTING_LOG_SD = {"cpu": 0.025}
+
+#: Timed rounds of the selection sitting that picks the best baseline as the reference when
+#: none is named (measured evaluators): the reference is never chosen on the rounds it is judged on.
+SELECTION_ROUNDS = 3
+
 #: Name of the default shipped table pool.
 DEFAULT_POOL = "dlrm-synth"
 

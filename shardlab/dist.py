@@ -44,8 +44,10 @@ import torch
 import torch.distributed as dist
 
 from shardlab.cli.evaluate import load_plans
+from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.measured import MeasuredEvaluator
+from shardlab.evaluate.stats import check_margin
 from shardlab.evaluate.torchrec_step import (EMBEDDINGS, WHOLE, check_counts, evaluations, prepare,
                                              quiet_torchrec_logs, rank_budget_bytes, rank_rounds)
 from shardlab.io import load_task, write_json_atomic
@@ -88,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-rounds", type=int, default=1, help="--measure: untimed rounds first (default %(default)s)")
     p.add_argument("--no-bound", action="store_true", help="--measure: skip the task's lower bound")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--margin", type=float, default=EQUIVALENCE_MARGIN,
+                   help="equivalence margin M of the verdicts: 'equivalent' when the 95%% interval of the paired "
+                        "ratio lies inside [1/(1+M), 1+M] (default %(default)s)")
     p.add_argument("--timeout-s", type=float, default=900.0, help="bound on every collective (s)")
     c = sub.add_parser("profile-comm", help="comm campaign between the torchrun ranks (rank 0 writes --store)")
     c.add_argument("--store", required=True, help="SQLite sample store (rank 0's file; resumable)")
@@ -138,6 +143,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] 
     check_counts(args.rounds, args.steps, args.warmup_steps, "shardlab.dist")
     if args.warmup_rounds < 0:
         raise ShardlabError(f"shardlab.dist: field 'warmup_rounds' = {args.warmup_rounds} must be >= 0")
+    check_margin(args.margin, "shardlab.dist")
     run = _measured if args.measure else _torchrec
     return run(args, task, plans, reference, prof)
 
@@ -147,7 +153,7 @@ def _measured(args: argparse.Namespace, task: Any, plans: dict, reference: str |
     with group(prof, args.timeout_s) as (rank, _, _):
         ev = MeasuredEvaluator(prof, rounds=args.rounds, warmup_rounds=args.warmup_rounds, seed=args.seed,
                                reference=reference, lower_bound=not args.no_bound, pin=False,
-                               progress=rank == 0, group=GroupBench.for_profile(prof))
+                               progress=rank == 0, group=GroupBench.for_profile(prof), margin=args.margin)
         out = [e.to_dict() for e in ev.evaluate(task, plans).values()]
     if rank != 0:
         return None
@@ -169,9 +175,9 @@ def _torchrec(args: argparse.Namespace, task: Any, plans: dict, reference: str |
     if rank != 0:
         return None
     times = {item: np.stack([np.asarray(gathered[r][item]) for r in range(world)], axis=2) for item in job.exports}
-    emb = evaluations(job, plans, times, args.seed, reference, EMBEDDINGS)
+    emb = evaluations(job, plans, times, args.seed, reference, EMBEDDINGS, args.margin)
     if args.whole_step:
-        whole = evaluations(job, plans, times, args.seed, reference, WHOLE)
+        whole = evaluations(job, plans, times, args.seed, reference, WHOLE, args.margin)
         out = [{**whole[k].to_dict(), "embeddings": emb[k].to_dict()} for k in plans]
     else:
         out = [e.to_dict() for e in emb.values()]

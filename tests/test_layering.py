@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "shardlab"
 STUDIES = ROOT / "studies"
 #: Everything ``scripts/`` may hold: install, test and setup helpers, and the GPU campaign.
-SCRIPTS = {"setup.sh", "test.sh", "setup_browser.sh", "gpu/README.md", "gpu/campaign.py", "gpu/fbgemm_wheel.sh",
+SCRIPTS = {"setup.sh", "test.sh", "setup_browser.sh", "sealed_test.sh", "gpu/README.md", "gpu/campaign.py", "gpu/fbgemm_wheel.sh",
            "gpu/install_fbgemm.sh", "gpu/fbgemm-1.6.0.sha256"}
 
 #: Layer of each top-level module or subpackage; higher may import lower, never the reverse.

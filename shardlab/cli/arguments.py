@@ -174,10 +174,14 @@ def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, sea
                    help=f"--measure: paired, interleaved rounds (>= 3 for intervals and verdicts; default {default_rounds})")
     p.set_defaults(default_rounds=default_rounds)
     p.add_argument("--warmup-rounds", type=int, default=None,
-                   help="--measure: untimed rounds first (default 1 with several rounds, else 0)")
+                   help="--measure: untimed rounds first in every sitting (default 1 with several rounds, else 0)")
+    p.add_argument("--sittings", type=int, default=None,
+                   help="--measure: sittings of --rounds rounds each, every one with fresh ranks and fresh lookups; "
+                        "intervals from the hierarchical bootstrap over sittings (default 1)")
     p.add_argument("--reference", default=None,
                    help="plan to compare against: a Plan JSON file or the method of one of the plans "
-                        "(default: the best baseline among them)")
+                        "(default: the best baseline among them; measured, it is picked in a separate selection "
+                        "sitting before the judged ones)")
     p.add_argument("--no-pin", action="store_true", help="--measure: do not pin ranks and compute to cores")
     p.add_argument("--journal", default=None,
                    help="--measure: append every measurement to this JSON-lines file as it is taken")

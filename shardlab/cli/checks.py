@@ -23,6 +23,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "warmup": (lambda v: v >= 0, "must be >= 0"),
     "rounds": (lambda v: 1 <= v <= 1000, "must be in [1, 1000]"),
     "warmup_rounds": (lambda v: 0 <= v <= 100, "must be in [0, 100]"),
+    "sittings": (lambda v: 1 <= v <= 100, "must be in [1, 100]"),
     "samples": (lambda v: v >= 0, "must be >= 0"),
     "max_samples": (lambda v: v >= 1, "must be >= 1"),
     "workers": (lambda v: 1 <= v <= 64, "must be in [1, 64]"),
@@ -50,7 +51,8 @@ TORCHREC_ALSO = ("batch_size", "rounds", "margin")
 TORCHREC_ONLY = ("steps", "warmup_steps", "whole_step")
 
 #: Options of the evaluation verbs that only act on measurement: refused without --measure.
-MEASURE_ONLY = ("batch_size", "repeats", "warmup", "rounds", "warmup_rounds", "no_pin", "journal", "margin")
+MEASURE_ONLY = ("batch_size", "repeats", "warmup", "rounds", "warmup_rounds", "no_pin", "journal", "margin",
+                "sittings")
 
 #: Verbs whose --batch-size etc. belong to the measuring evaluator.
 EVALUATION_VERBS = ("evaluate", "compare", "report")

@@ -21,7 +21,7 @@ from shardlab.io import load_plan, load_task, write_json_atomic
 from shardlab.paths import safe_filename
 from shardlab.profile.hardware import environment, profile_with
 from shardlab.report.html import write_report
-from shardlab.report.uncertainty import ci_text, ratio_text, verdict_text
+from shardlab.report.uncertainty import ci_text, ratio_text, rounds_text, verdict_text
 
 
 def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
@@ -41,7 +41,8 @@ def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
         warm = args.warmup_rounds if args.warmup_rounds is not None else (1 if rounds > 1 else 0)
         return MeasuredEvaluator(prof, rounds=rounds, warmup_rounds=warm, seed=args.seed, reference=reference,
                                  lower_bound=not args.no_bound, pin=not args.no_pin,
-                                 progress=not args.no_progress, journal=args.journal, margin=margin)
+                                 progress=not args.no_progress, journal=args.journal, margin=margin,
+                                 sittings=args.sittings or 1)
     model = args.model or ("analytic" if args.analytic or not args.search_model
                            else C.SEARCH_MODELS.get(profile, "analytic"))
     return ModelEvaluator(model, profile, lower_bound=not args.no_bound, reference=reference)
@@ -113,7 +114,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     if args.out:
         write_json_atomic(args.out, payload)
     bound = f", lower bound {ev.lower_bound_ms:.3f} ms" if ev.lower_bound_ms is not None else ""
-    ci = f" [{ev.ci95_ms[0]:.3f}, {ev.ci95_ms[1]:.3f}] over {len(ev.rounds_ms)} rounds" if ev.ci95_ms else ""
+    ci = f" [{ev.ci95_ms[0]:.3f}, {ev.ci95_ms[1]:.3f}] over {rounds_text(ev)}" if ev.ci95_ms else ""
     vs = ""
     if ev.comparison is not None and ev.comparison.reference != key:
         vs = f", x{ev.comparison.ratio:.3f} vs {ev.comparison.reference}" + (
@@ -134,11 +135,13 @@ def cmd_compare(args: argparse.Namespace) -> None:
         emit(args, "", [e.to_dict() for e in evs.values()])
         return
     first = next(iter(evs.values()))
-    rounds = f", {len(first.rounds_ms)} paired rounds" if first.rounds_ms else ""
+    rounds = f", {rounds_text(first, 'paired rounds')}" if first.rounds_ms else ""
     margin = next((e.comparison.margin for e in evs.values() if e.comparison and e.comparison.margin is not None), None)
     rounds += f", equivalence margin {margin:.0%}" if margin is not None else ""
     bound = f", lower bound {first.lower_bound_ms:.3f} ms" if first.lower_bound_ms is not None else ""
-    print(f"compare on {task.name} ({first.source}{rounds}{bound}):")
+    chosen = first.comparison.chosen if first.comparison else None
+    how = f"; reference {first.comparison.reference}: {chosen}" if chosen and len(evs) > 1 else ""
+    print(f"compare on {task.name} ({first.source}{rounds}{bound}{how}):")
     for k, e in evs.items():
         print(comparison_line(k, e))
 

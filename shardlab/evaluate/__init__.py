@@ -17,7 +17,8 @@ from shardlab.evaluate.stats import (bootstrap_median_ci, fused_and_summed, hier
                                      paired_ratios, subadditivity, verdict)
 from shardlab.evaluate.torchrec_step import TorchRecEvaluator, torchrec_plans
 from shardlab.evaluate.values import (VERDICTS, Comparison, DeviceCost, Evaluation, Evaluator, check_plans,
-                                      compare_to_reference, costs_label, device_tables, resolve_reference)
+                                      choose_reference, compare_to_reference, costs_label, device_tables,
+                                      resolve_reference)
 from shardlab.schedule import balanced_dims
 
 __all__ = ["BOUND", "BOUND_CHUNK", "VERDICTS", "Comparison", "DeviceCost", "Evaluation", "Evaluator",
@@ -25,4 +26,4 @@ __all__ = ["BOUND", "BOUND_CHUNK", "VERDICTS", "Comparison", "DeviceCost", "Eval
            "compare_to_reference", "costs_label", "device_tables", "estimate_plan", "fused_and_summed",
            "hierarchical_median_ci", "measurable", "measure_bound", "measure_lower_bound", "measure_plan",
            "measure_plans", "measure_shards", "paired_ratio_ci", "paired_ratios", "resolve_reference", "round_orders",
-           "subadditivity", "TorchRecEvaluator", "torchrec_plans", "verdict"]
+           "subadditivity", "TorchRecEvaluator", "torchrec_plans", "verdict", "choose_reference"]

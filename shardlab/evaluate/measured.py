@@ -38,9 +38,9 @@ from shardlab import constants as C
 from shardlab.data.fit_lookups import with_lookups
 from shardlab.data.lookups import lookup_origin
 from shardlab.errors import ShardlabError, field_error
-from shardlab.evaluate.stats import bootstrap_median_ci, check_margin
-from shardlab.evaluate.values import (DeviceCost, Evaluation, check_plans, comm_pattern, compare_to_reference,
-                                      device_tables)
+from shardlab.evaluate.stats import MIN_ROUNDS, check_margin, hierarchical_median_ci
+from shardlab.evaluate.values import (NAMED, DeviceCost, Evaluation, baseline_names, check_plans, comm_pattern,
+                                      compare_to_reference, device_tables)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.profile.comm import CommBench
 from shardlab.profile.compute import DEFAULT_MAX_GB, measure_compute
@@ -69,10 +69,11 @@ def measurable(task: Task) -> tuple[Task, str]:
     return out, (f" ({', '.join(parts)})" if parts else "")
 
 
-def round_orders(names: Sequence[str], rounds: int, seed: int) -> list[list[str]]:
+def round_orders(names: Sequence[str], rounds: int, seed: int, sitting: int = 0) -> list[list[str]]:
     """The measuring order of each of ``rounds`` timed rounds: ``names`` shuffled per round by
-    ``numpy.random.default_rng([seed, 0x0DE7])`` (same seed, same orders)."""
-    rng = np.random.default_rng([seed, 0x0DE7])
+    ``numpy.random.default_rng([seed, 0x0DE7])`` for sitting 0 and ``[seed, 0x0DE7, sitting]``
+    for later sittings (same seed, same orders)."""
+    rng = np.random.default_rng([seed, 0x0DE7] + ([sitting] if sitting else []))
     return [[names[i] for i in rng.permutation(len(names))] for _ in range(rounds)]
 
 
@@ -103,12 +104,15 @@ def _collective(bench: Any | None) -> bool:
 
 
 def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None = None,
-                   cache: dict | None = None, pattern: tuple[list[int], Any] | None = None) -> np.ndarray:
+                   cache: dict | None = None, pattern: tuple[list[int], Any] | None = None,
+                   first_batch: int = 0) -> np.ndarray:
     """One measurement of a plan given its devices' (sub)tables: an array of shape (G, 4) of
     forward compute, backward compute, forward comm and backward comm (ms) per device (module
     docstring). ``cache``: shard key -> (fw, bw) compute ms, shared within one round.
     ``pattern``: the plan's :func:`~shardlab.evaluate.values.comm_pattern` (dim sums, row-wise
-    traffic); default: every shard's columns on its device's all-to-all. With a torchrun
+    traffic); default: every shard's columns on its device's all-to-all. ``first_batch``: the
+    lookup batches the ops run on (:func:`~shardlab.profile.compute.measure_compute`; a later
+    sitting draws its own). With a torchrun
     group's bench every rank calls this; rank g times device g's shard on its own device, and
     every rank gets every device's times."""
     cache = {} if cache is None else cache
@@ -119,7 +123,7 @@ def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None =
         if tables:
             key = shard_key(tables)
             if key not in cache:
-                s = measure_compute(list(tables), profile)
+                s = measure_compute(list(tables), profile, first_batch=first_batch)
                 cache[key] = (s.fw_ms, s.bw_ms)
             c[g] = cache[key]
     if _collective(bench):
@@ -131,70 +135,84 @@ def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None =
 
 
 def measure_bound(task: Task, profile: HardwareProfile, bench: Any | None = None,
-                  max_gb: float = DEFAULT_MAX_GB) -> float | None:
+                  max_gb: float = DEFAULT_MAX_GB, first_batch: int = 0) -> float | None:
     """One measurement of the lower bound (ms, :func:`~shardlab.schedule.lower_bound_ms`): all
-    tables in one fused op / G + the cheapest rank's all-to-all of balanced dim sums. None when
-    all tables together exceed ``max_gb`` GB."""
+    tables in one fused op / G + the cheapest rank's all-to-all of balanced dim sums, on lookup
+    batches from ``first_batch``. None when all tables together exceed ``max_gb`` GB."""
     if sum(t.memory_bytes(profile.weights_precision, profile.optimizer) for t in task.tables) > max_gb * C.GB:
         return None
     if _collective(bench):    # rank 0 times the one fused op, the others wait for its result
-        whole_ms = bench.share(measure_compute(list(task.tables), profile, max_gb=max_gb).total_ms
-                               if bench.rank == 0 else None)
+        whole_ms = bench.share(measure_compute(list(task.tables), profile, max_gb=max_gb,
+                                               first_batch=first_batch).total_ms if bench.rank == 0 else None)
     else:
-        whole_ms = measure_compute(list(task.tables), profile, max_gb=max_gb).total_ms
+        whole_ms = measure_compute(list(task.tables), profile, max_gb=max_gb, first_batch=first_batch).total_ms
     fw, bw = _comm(balanced_dims(task), None, profile, bench)
     return lower_bound_ms(whole_ms, task.ngpu, np.column_stack([fw, bw]))
 
 
-def _evaluation(task: Task, plan: Plan, source: str, runs: Sequence[np.ndarray], bound: float | None,
-                seed: int) -> Evaluation:
-    """An Evaluation from R per-round (G, 4) measurements: per-round plan costs, their median
-    and interval, per-device component medians."""
-    arr = np.stack(runs)                                   # (R, G, 4)
-    rounds = arr.sum(axis=2).max(axis=1)                   # plan cost per round (ms)
+def _evaluation(task: Task, plan: Plan, source: str, sittings: Sequence[Sequence[np.ndarray]],
+                bound: float | None, seed: int) -> Evaluation:
+    """An Evaluation from S sittings of per-round (G, 4) measurements: per-round plan costs (by
+    sitting when S > 1), their median and hierarchical interval, per-device component medians."""
+    arr = np.stack([m for s in sittings for m in s])                        # (S * R, G, 4)
+    costs = [tuple(float(x) for x in np.stack(s).sum(axis=2).max(axis=1)) for s in sittings]   # ms per round
     med = np.median(arr, axis=0)
     mem = [b / C.GB for b in device_memory_bytes(task, plan)]
     devices = tuple(DeviceCost(g, *(float(x) for x in med[g]), mem[g]) for g in range(plan.ngpu))
-    return Evaluation(task.name, plan.method, source, devices, bound,
-                      tuple(float(x) for x in rounds), bootstrap_median_ci(rounds, seed=seed))
+    return Evaluation(task.name, plan.method, source, devices, bound, tuple(x for c in costs for x in c),
+                      hierarchical_median_ci(costs, seed=seed)[1], sittings_ms=tuple(costs) if len(costs) > 1 else None)
 
 
-def _journal(path: str | None, task: str, round_: int, name: str, m: np.ndarray | float | None) -> None:
-    """Append one measurement to the journal file (flushed at once)."""
+def _journal(path: str | None, task: str, round_: int, name: str, m: np.ndarray | float | None,
+             sitting: int | str = 0) -> None:
+    """Append one measurement to the journal file (flushed at once); ``sitting``: its index, or
+    ``"selection"`` for the sitting that picks the reference."""
     if path is None:
         return
     value = m.tolist() if isinstance(m, np.ndarray) else m
     with open(path, "a") as f:
-        f.write(json.dumps({"task": task, "round": round_, "item": name, "ms": value}) + "\n")
+        f.write(json.dumps({"task": task, "sitting": sitting, "round": round_, "item": name, "ms": value}) + "\n")
         f.flush()
 
 
 class MeasuredEvaluator:
     """The :class:`~shardlab.evaluate.values.Evaluator` that measures (module docstring).
 
-    ``profile``: hardware profile (name or value); ``rounds``: timed rounds (>= 3 for intervals
-    and verdicts); ``warmup_rounds``: untimed rounds before them; ``seed``: the rounds' orders
-    and the bootstrap; ``reference``: the plan (name in the mapping) to compare against, default
-    the best baseline; ``lower_bound``: measure the bound in every round; ``pin``: pin comm
+    ``profile``: hardware profile (name or value); ``rounds``: timed rounds per sitting (>= 3
+    for intervals and verdicts); ``sittings``: how many sittings (>= 1), each with its own
+    ranks (re-spawned), its own lookup batches and its own round orders, the intervals from the
+    hierarchical bootstrap over them (:mod:`shardlab.evaluate.stats`); ``warmup_rounds``:
+    untimed rounds at the start of every sitting; ``seed``: the rounds' orders and the
+    bootstrap; ``reference``: the plan (name in the mapping) to compare against; when None and
+    the plans hold two or more baselines, the best of them is picked in a separate **selection
+    sitting** of :data:`~shardlab.constants.SELECTION_ROUNDS` rounds (baselines only) and then
+    judged on the sittings that follow, never on the rounds that chose it (the Comparison's
+    ``chosen`` says so); ``lower_bound``: measure the bound in every round; ``pin``: pin comm
     ranks and the compute-measuring process to cores; ``margin``: the equivalence margin of the
     verdicts (dimensionless, default :data:`~shardlab.constants.EQUIVALENCE_MARGIN` = 0.05:
-    :func:`~shardlab.evaluate.stats.verdict`); ``progress``: a tqdm bar; ``journal``: a
-    JSON-lines file that every measurement is appended to as it is taken (round, item, (G, 4)
-    per-device ms), so an interrupted evaluation loses nothing measured; ``group``: a
-    :class:`~shardlab.profile.group_bench.GroupBench` when torchrun started the ranks
-    (``python -m shardlab.dist evaluate --measure``): every rank then runs :meth:`evaluate`,
-    rank g times device g's shards on its own device, the all-to-alls run between the group's
-    ranks, every rank returns the same Evaluations, and only rank 0 shows progress and journals.
+    :func:`~shardlab.evaluate.stats.verdict`); ``sitting_sd``: the between-sitting log-sd the
+    ratio intervals add (dimensionless; None: the profile's
+    :data:`~shardlab.constants.SITTING_LOG_SD`, 0 for a profile without one:
+    :func:`~shardlab.evaluate.values.sitting_spread`); ``progress``: a
+    tqdm bar; ``journal``: a JSON-lines file that every measurement is appended to as it is
+    taken (sitting, round, item, (G, 4) per-device ms), so an interrupted evaluation loses
+    nothing measured; ``group``: a :class:`~shardlab.profile.group_bench.GroupBench` when
+    torchrun started the ranks (``python -m shardlab.dist evaluate --measure``): every rank then
+    runs :meth:`evaluate`, rank g times device g's shards on its own device, the all-to-alls run
+    between the group's ranks, every rank returns the same Evaluations, and only rank 0 shows
+    progress and journals (one sitting: torchrun's ranks cannot be re-spawned from here).
     After :meth:`evaluate`: ``orders_`` (each timed round's order, plan names and
-    :data:`BOUND`), ``measured_`` (every item in the order it was measured, warm-ups included,
-    as (round, name); round < 0 for warm-ups), ``warmup_ms_`` (plan name -> its cost in each
-    warm-up round, ms: what the warm-up rounds would have added) and ``seconds_`` (wall time of
-    the whole evaluation, s)."""
+    :data:`BOUND`, sitting after sitting), ``measured_`` (every item in the order it was
+    measured, warm-ups and the selection sitting included, as (round, name); round < 0 for
+    warm-ups, rounds of later sittings numbered on), ``warmup_ms_`` (plan name -> its cost in
+    each warm-up round, ms: what the warm-up rounds would have added), ``selection_`` (baseline
+    name -> its selection-sitting costs per round, ms; empty without one) and ``seconds_``
+    (wall time of the whole evaluation, s)."""
 
     def __init__(self, profile: str | HardwareProfile = C.MEASURE_PROFILE, rounds: int = 5, warmup_rounds: int = 1,
                  seed: int = 0, reference: str | None = None, lower_bound: bool = True, pin: bool = True,
                  progress: bool = True, journal: str | None = None, group: Any | None = None,
-                 margin: float = C.EQUIVALENCE_MARGIN):
+                 margin: float = C.EQUIVALENCE_MARGIN, sittings: int = 1, sitting_sd: float | None = None):
         self.profile = profile
         self.rounds = rounds
         self.warmup_rounds = warmup_rounds
@@ -206,12 +224,19 @@ class MeasuredEvaluator:
         self.journal = journal
         self.group = group
         self.margin = margin
+        self.sittings = sittings
+        self.sitting_sd = sitting_sd
 
     def _check(self) -> HardwareProfile:
         if int(self.rounds) < 1:
             raise field_error("measured evaluator", "rounds", self.rounds, "must be >= 1")
         if int(self.warmup_rounds) < 0:
             raise field_error("measured evaluator", "warmup_rounds", self.warmup_rounds, "must be >= 0")
+        if isinstance(self.sittings, bool) or int(self.sittings) < 1:
+            raise field_error("measured evaluator", "sittings", self.sittings, "must be >= 1")
+        if self.group is not None and int(self.sittings) > 1:
+            raise field_error("measured evaluator", "sittings", self.sittings,
+                              "must be 1 under torchrun (its ranks cannot be re-spawned): run the command again")
         check_margin(self.margin, "measured evaluator")
         prof = get_profile(self.profile)
         if prof.device == "cuda" and self.group is None:
@@ -221,14 +246,47 @@ class MeasuredEvaluator:
                                     f"none: measure here with profile '{C.MEASURE_PROFILE}'")
         return prof
 
+    def _sitting(self, task: Task, prof: HardwareProfile, items: Sequence[str], measure: Any, orders: list,
+                 sitting: int | str, first_batch: int, bar: Any, journal: str | None) -> dict[str, list]:
+        """One sitting: its own ranks (unless torchrun's), ``warmup_rounds`` untimed rounds, then
+        the timed rounds in ``orders``; ``measure(name, bench, cache, first_batch)`` takes one
+        measurement. Returns name -> per-round measurements."""
+        runs: dict[str, list] = {k: [] for k in items}
+        offset = len(self.orders_) if sitting != "selection" else 0
+        schedule = [(-w - 1, list(items)) for w in range(self.warmup_rounds)][::-1] + list(enumerate(orders))
+        with ExitStack() as stack:
+            bench = self.group
+            if bench is None and task.ngpu > 1:
+                bench = stack.enter_context(CommBench.for_profile(task.ngpu, prof, pin=self.pin))
+            stack.enter_context(pinned(core_for(-1), self.pin and prof.device == "cpu" and self.group is None))
+            for r, order in schedule:
+                cache: dict = {}
+                for name in order:
+                    where = "selection" if sitting == "selection" else f"sitting {sitting + 1}/{self.sittings}"
+                    bar.set_postfix_str(f"{where} round {r + 1}/{len(orders)} {name}" if r >= 0 else f"{where} warm-up",
+                                        refresh=False)
+                    m = measure(name, bench, cache, first_batch)
+                    self.measured_.append((r + offset if r >= 0 else r, name))
+                    _journal(journal, task.name, r, name, m, sitting)
+                    if r >= 0:
+                        runs[name].append(m)
+                    elif name != BOUND and sitting != "selection":
+                        self.warmup_ms_.setdefault(name, []).append(float(m.sum(axis=1).max()))
+                    bar.update(1)
+        return runs
+
     def evaluate(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, Evaluation]:
-        """Measured Evaluations of ``plans`` in paired rounds, compared to the reference."""
+        """Measured Evaluations of ``plans`` in paired rounds over ``sittings`` sittings, compared
+        to the reference (named, or picked in a selection sitting first)."""
         prof = self._check()
         check_plans(task, plans)
         t0 = time.perf_counter()
         task, note = measurable(task)
         for p in plans.values():
             validate_plan(task, p)
+        if self.group is not None and self.group.world_size != task.ngpu:
+            raise ShardlabError(f"measured evaluator: the group has {self.group.world_size} ranks but task "
+                                f"'{task.name}' has field 'ngpu' = {task.ngpu}")
         shards = {k: device_tables(task, p) for k, p in plans.items()}
         patterns = {k: comm_pattern(task, p, prof.batch_size) for k, p in plans.items()}
         sig = {k: tuple(shard_key(x) for x in s) for k, s in shards.items()}
@@ -237,46 +295,46 @@ class MeasuredEvaluator:
             first.setdefault(sig[k], k)
         rep = {k: first[sig[k]] for k in plans}
         items = list(first.values()) + ([BOUND] if self.lower_bound else [])
-        self.orders_ = round_orders(items, self.rounds, self.seed)
-        schedule = [(-w - 1, items) for w in range(self.warmup_rounds)][::-1] + list(enumerate(self.orders_))
-        runs: dict[str, list[np.ndarray]] = {k: [] for k in items}
-        self.measured_, self.warmup_ms_ = [], {}
+        base = list(dict.fromkeys(rep[k] for k in baseline_names(plans)))
+        select = self.reference is None and len(base) >= 2 and int(self.rounds) >= MIN_ROUNDS
+        nsit = int(self.sittings)
+
+        def measure(name: str, bench: Any, cache: dict, first_batch: int) -> Any:
+            if name == BOUND:
+                return measure_bound(task, prof, bench, first_batch=first_batch)
+            return measure_shards(shards[name], prof, bench, cache, patterns[name], first_batch)
+
+        self.orders_, self.measured_, self.warmup_ms_, self.selection_ = [], [], {}, {}
         lead = self.group is None or self.group.rank == 0
         journal = self.journal if lead else None
-        bar = tqdm(total=len(schedule) * len(items), desc="measuring plans", unit="plan",
-                   disable=not (self.progress and lead))
+        per_sitting = (self.warmup_rounds + self.rounds) * len(items)
+        bar = tqdm(total=nsit * per_sitting + (select and (self.warmup_rounds + C.SELECTION_ROUNDS) * len(base)),
+                   desc="measuring plans", unit="plan", disable=not (self.progress and lead))
         with ExitStack() as stack:
             stack.callback(bar.close)     # also on failure: an error line must not follow the bar on its line
-            bench = self.group
-            if bench is not None and bench.world_size != task.ngpu:
-                raise ShardlabError(f"measured evaluator: the group has {bench.world_size} ranks but task "
-                                    f"'{task.name}' has field 'ngpu' = {task.ngpu}")
-            if bench is None and task.ngpu > 1:
-                bench = stack.enter_context(CommBench.for_profile(task.ngpu, prof, pin=self.pin))
-            stack.enter_context(pinned(core_for(-1), self.pin and prof.device == "cpu" and self.group is None))
-            for r, order in schedule:
-                cache: dict = {}
-                for name in order:
-                    bar.set_postfix_str(f"round {r + 1}/{self.rounds} {name}" if r >= 0 else "warm-up", refresh=False)
-                    if name == BOUND:
-                        m = measure_bound(task, prof, bench)
-                    else:
-                        m = measure_shards(shards[name], prof, bench, cache, patterns[name])
-                    self.measured_.append((r, name))
-                    _journal(journal, task.name, r, name, m)
-                    if r >= 0:
-                        runs[name].append(m)
-                    elif name != BOUND:
-                        self.warmup_ms_.setdefault(name, []).append(float(m.sum(axis=1).max()))
-                    bar.update(1)
-        bounds = [b for b in runs.get(BOUND, []) if b is not None]
+            reference, chosen = self.reference, NAMED if self.reference is not None else None
+            if select:                    # lookups after every judged sitting's, orders of their own
+                runs = self._sitting(task, prof, base, measure, round_orders(base, C.SELECTION_ROUNDS, self.seed,
+                                                                             sitting=nsit + 0x5E1),
+                                     "selection", nsit * prof.input_batches, bar, journal)
+                self.selection_ = {k: [float(m.sum(axis=1).max()) for m in runs[k]] for k in base}
+                reference = min(base, key=lambda k: (float(np.median(self.selection_[k])), base.index(k)))
+                chosen = f"best baseline in a separate selection sitting of {C.SELECTION_ROUNDS} rounds"
+            by_sitting = []
+            for s in range(nsit):
+                orders = round_orders(items, self.rounds, self.seed, sitting=s)
+                by_sitting.append(self._sitting(task, prof, items, measure, orders, s, s * prof.input_batches,
+                                                bar, journal))
+                self.orders_.extend(orders)
+        bounds = [b for runs in by_sitting for b in runs.get(BOUND, []) if b is not None]
         bound = float(np.median(bounds)) if bounds else None
         where = f" (torchrun: {task.ngpu} ranks, each timing its own device's shards)" if self.group else ""
         source = f"measured:{prof.name}{note}{where}"
-        out = {k: _evaluation(task, plans[k], source, runs[rep[k]], bound, self.seed) for k in plans}
+        out = {k: _evaluation(task, plans[k], source, [runs[rep[k]] for runs in by_sitting], bound, self.seed)
+               for k in plans}
         self.warmup_ms_ = {k: self.warmup_ms_[rep[k]] for k in plans if rep[k] in self.warmup_ms_}
         self.seconds_ = time.perf_counter() - t0
-        return compare_to_reference(out, self.reference, self.seed, self.margin)
+        return compare_to_reference(out, reference, self.seed, self.margin, self.sitting_sd, chosen)
 
 
 def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",
@@ -297,13 +355,16 @@ def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",
 
 def measure_plans(task: Task, plans: Mapping[str, Plan], profile: str | HardwareProfile = "cpu",
                   lower_bound: bool = True, progress: bool = True, rounds: int = 1, seed: int = 0,
-                  reference: str | None = None) -> dict[str, Evaluation]:
-    """Measure several plans of one task with one set of G ranks and the bound measured in the
-    same rounds: :class:`MeasuredEvaluator` with ``rounds`` timed rounds (one by default, no
-    warm-up round: the quick look; pass ``rounds`` >= 3 for intervals and verdicts). Returns
+                  reference: str | None = None, margin: float = C.EQUIVALENCE_MARGIN,
+                  sittings: int = 1) -> dict[str, Evaluation]:
+    """Measure several plans of one task with one set of G ranks per sitting and the bound
+    measured in the same rounds: :class:`MeasuredEvaluator` with ``rounds`` timed rounds (one by
+    default, no warm-up round: the quick look; pass ``rounds`` >= 3 for intervals and verdicts),
+    ``sittings`` sittings and the verdicts' equivalence ``margin`` (dimensionless). Returns
     name -> Evaluation, in ``plans``' order."""
     ev = MeasuredEvaluator(profile, rounds=rounds, warmup_rounds=0 if rounds == 1 else 1, seed=seed,
-                           reference=reference, lower_bound=lower_bound, progress=progress)
+                           reference=reference, lower_bound=lower_bound, progress=progress, margin=margin,
+                           sittings=sittings)
     return ev.evaluate(task, plans)
 
 

@@ -13,9 +13,13 @@ drifts between sittings, so rounds of different sittings are not exchangeable.
 :func:`hierarchical_median_ci` takes rounds grouped by sitting and resamples sittings with
 replacement, then rounds within each resampled sitting (``n_boot`` times, seeded); with one
 sitting that is the ordinary bootstrap over rounds (:func:`bootstrap_median_ci`), and every
-interval shardlab reports goes through it, the rounds of one evaluation being one sitting.
-Pooling rounds of several sittings as if they were one sitting understates the interval when
-sittings differ (``studies/statistics``).
+interval shardlab reports goes through it. Pooling rounds of several sittings as if they were
+one sitting understates the interval when sittings differ (``studies/statistics``). A few
+sittings cannot show how far sittings differ, so a paired ratio's interval
+(:func:`paired_ratio_ci`) is at least as wide as the within-sitting interval widened by the
+profile's known between-sitting spread tau (:data:`~shardlab.constants.SITTING_LOG_SD`): in log
+space each half-width is at least sqrt(w^2 + (z tau)^2 / S), w the half-width with the sittings
+held fixed, z = 1.96, S the sittings measured.
 
 **Verdicts** (:func:`verdict`) follow the interval of the ratio alone, with a stated
 **equivalence margin** m (:data:`~shardlab.constants.EQUIVALENCE_MARGIN`, 5% by default):
@@ -29,6 +33,7 @@ and single-table samples.
 
 from __future__ import annotations
 
+from statistics import NormalDist
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -74,7 +79,8 @@ def _sitting_arrays(sittings: Sequence[Sequence[float]]) -> list[np.ndarray]:
 
 
 def hierarchical_median_ci(sittings: Sequence[Sequence[float]], seed: int = 0, n_boot: int = N_BOOT,
-                           confidence: float = CONFIDENCE) -> tuple[float, tuple[float, float] | None]:
+                           confidence: float = CONFIDENCE, resample_sittings: bool = True
+                           ) -> tuple[float, tuple[float, float] | None]:
     """The median of all rounds pooled and its percentile-bootstrap ``confidence`` interval
     (low, high) from a **hierarchical bootstrap** over sittings.
 
@@ -86,8 +92,9 @@ def hierarchical_median_ci(sittings: Sequence[Sequence[float]], seed: int = 0, n
     and ``(1 + confidence) / 2`` quantiles. Seeded: sittings are drawn by
     ``numpy.random.default_rng([seed, 0xB007, 0x5177])``, rounds by
     ``numpy.random.default_rng([seed, 0xB007])``, so one sitting gives exactly the bootstrap
-    over rounds of earlier versions. The interval is None with fewer than :data:`MIN_ROUNDS`
-    rounds in all."""
+    over rounds of earlier versions. ``resample_sittings=False`` keeps every sitting once and
+    resamples only rounds within each (the within-sitting interval). The interval is None with
+    fewer than :data:`MIN_ROUNDS` rounds in all."""
     xs = _sitting_arrays(sittings)
     pooled = np.concatenate(xs)
     centre = float(np.median(pooled))
@@ -97,8 +104,8 @@ def hierarchical_median_ci(sittings: Sequence[Sequence[float]], seed: int = 0, n
     tail = (1.0 - confidence) / 2.0
     sizes = np.array([len(x) for x in xs])
     s = len(xs)
-    if s == 1:
-        picked = np.zeros((n_boot, 1), dtype=int)
+    if s == 1 or not resample_sittings:
+        picked = np.tile(np.arange(s), (n_boot, 1))
     else:
         picked = np.random.default_rng([seed, 0xB007, 0x5177]).integers(0, s, size=(n_boot, s))
     if np.all(sizes == sizes[0]):                          # every sitting the same length: one gather
@@ -137,17 +144,40 @@ def paired_ratios(rounds_ms: Sequence[float], reference_rounds_ms: Sequence[floa
     return a / b
 
 
+def with_sitting_spread(centre: float, ci: tuple[float, float], within: tuple[float, float], sitting_sd: float,
+                        sittings: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """``ci`` widened, if need be, so that in log space each side's half-width is at least
+    sqrt(w^2 + (z sitting_sd)^2 / sittings): w that side's half-width of the ``within``-sitting
+    interval, z the normal quantile of ``confidence`` (1.96 at 95%). Ratios, dimensionless."""
+    extra = (NormalDist().inv_cdf((1.0 + confidence) / 2.0) * sitting_sd) ** 2 / sittings
+    low = max(0.0, np.log(centre / within[0]))
+    high = max(0.0, np.log(within[1] / centre))
+    return (min(ci[0], float(centre * np.exp(-np.sqrt(low ** 2 + extra)))),
+            max(ci[1], float(centre * np.exp(np.sqrt(high ** 2 + extra)))))
+
+
 def paired_ratio_ci(plan_sittings: Sequence[Sequence[float]], reference_sittings: Sequence[Sequence[float]],
-                    seed: int = 0, n_boot: int = N_BOOT) -> tuple[float, tuple[float, float] | None]:
+                    seed: int = 0, n_boot: int = N_BOOT, sitting_sd: float = 0.0
+                    ) -> tuple[float, tuple[float, float] | None]:
     """The median paired ratio plan / reference (dimensionless) and its 95% interval from rounds
     grouped by sitting: per sitting the plan's and the reference's per-round costs (ms, paired
-    by round, :func:`paired_ratios`), then :func:`hierarchical_median_ci`. One sitting: the
-    ordinary bootstrap over that sitting's rounds."""
+    by round, :func:`paired_ratios`), then :func:`hierarchical_median_ci`. ``sitting_sd``: the
+    known between-sitting log-sd tau of the machine (:data:`~shardlab.constants.SITTING_LOG_SD`);
+    when > 0 the interval is at least the within-sitting one widened by it
+    (:func:`with_sitting_spread`; module docstring), except where every round's ratio is exactly
+    1 (a plan against its own measurements, which cannot drift apart). One sitting and
+    ``sitting_sd`` 0: the ordinary bootstrap over that sitting's rounds."""
     if len(plan_sittings) != len(reference_sittings):
         raise ShardlabError(f"paired ratios: {len(plan_sittings)} sittings of the plan, "
                             f"{len(reference_sittings)} of the reference")
+    if not np.isfinite(sitting_sd) or sitting_sd < 0:
+        raise field_error("paired ratios", "sitting_sd", sitting_sd, "must be a number >= 0")
     ratios = [paired_ratios(a, b) for a, b in zip(plan_sittings, reference_sittings)]
-    return hierarchical_median_ci(ratios, seed=seed, n_boot=n_boot)
+    centre, ci = hierarchical_median_ci(ratios, seed=seed, n_boot=n_boot)
+    if ci is None or sitting_sd == 0 or all(np.all(r == 1.0) for r in ratios):   # the same measurements: no drift
+        return centre, ci
+    _, within = hierarchical_median_ci(ratios, seed=seed, n_boot=n_boot, resample_sittings=False)
+    return centre, with_sitting_spread(centre, ci, within, sitting_sd, len(ratios))
 
 
 def check_margin(margin: float, owner: str = "verdict") -> float:

@@ -51,7 +51,7 @@ from shardlab.evaluate.measured import measurable, round_orders
 from shardlab.evaluate.stats import bootstrap_median_ci, check_margin
 from shardlab.evaluate.torchrec_model import (MODULES, check_dlrm_task, dlrm_batches, local_batches, sharded_dlrm,
                                               sharded_ebc)
-from shardlab.evaluate.values import DeviceCost, Evaluation, check_plans, compare_to_reference
+from shardlab.evaluate.values import DeviceCost, Evaluation, baseline_names, check_plans, compare_to_reference
 from shardlab.export import export_for_device, export_torchrec, placement_rank
 from shardlab.plan import Plan, device_memory_bytes
 from shardlab.profile.hardware import HardwareProfile, get_profile
@@ -76,7 +76,9 @@ class TorchRecEvaluator:
     bound on the whole run (s); ``whole_step``: also time TorchRec's whole DLRM step, which
     :meth:`evaluate` then returns (:meth:`evaluate_parts` returns both parts); ``margin``: the
     equivalence margin of the verdicts (dimensionless, default
-    :data:`~shardlab.constants.EQUIVALENCE_MARGIN` = 0.05: :func:`~shardlab.evaluate.stats.verdict`)."""
+    :data:`~shardlab.constants.EQUIVALENCE_MARGIN` = 0.05: :func:`~shardlab.evaluate.stats.verdict`);
+    ``reference``: the plan to compare against; when None and the plans hold two or more
+    baselines, the best of them in a separate selection sitting (:meth:`_reference`)."""
 
     def __init__(self, profile: str | HardwareProfile = "cpu", rounds: int = 3, steps: int = 5,
                  warmup_steps: int = 2, seed: int = 0, reference: str | None = None, timeout_s: float = 1800.0,
@@ -113,9 +115,24 @@ class TorchRecEvaluator:
         both timed in the same paired rounds (each plan's embedding steps, then its DLRM steps)."""
         prof = self._check(task)
         kinds = (EMBEDDINGS, WHOLE) if self.whole_step else (EMBEDDINGS,)
+        reference, chosen = self._reference(task, plans)
         job = prepare(task, plans, prof, self.rounds, self.seed, kinds)
         times = run_ranks(job, prof, self.steps, self.warmup_steps, self.timeout_s)
-        return {kind: evaluations(job, plans, times, self.seed, self.reference, kind, self.margin) for kind in kinds}
+        return {kind: evaluations(job, plans, times, self.seed, reference, kind, self.margin, chosen) for kind in kinds}
+
+    def _reference(self, task: Task, plans: Mapping[str, Plan]) -> tuple[str | None, str | None]:
+        """The reference and how it was chosen: the named one, else (two or more baselines, >= 3
+        rounds) the best baseline of a separate selection sitting of
+        :data:`~shardlab.constants.SELECTION_ROUNDS` rounds of the baselines' embedding steps,
+        never the rounds it is judged on; else None (the cheapest baseline, or the first plan)."""
+        base = baseline_names(plans)
+        if self.reference is not None or len(base) < 2 or self.rounds < 3:
+            return self.reference, None
+        probe = TorchRecEvaluator(self.profile, C.SELECTION_ROUNDS, self.steps, self.warmup_steps, self.seed + 1,
+                                  base[0], self.timeout_s, False, self.margin)
+        costs = probe.evaluate(task, {k: plans[k] for k in base})
+        best = min(base, key=lambda k: (costs[k].cost_ms, base.index(k)))
+        return best, f"best baseline in a separate selection sitting of {C.SELECTION_ROUNDS} rounds"
 
 
 def torchrec_plans(task: Task, plans: Mapping[str, Plan], profile: str | HardwareProfile = "cpu", rounds: int = 3,
@@ -161,14 +178,14 @@ def prepare(task: Task, plans: Mapping[str, Plan], profile: HardwareProfile, rou
 
 
 def evaluations(job: Job, plans: Mapping[str, Plan], times: Mapping[str, np.ndarray], seed: int,
-                reference: str | None, kind: str = EMBEDDINGS, margin: float = C.EQUIVALENCE_MARGIN
-                ) -> dict[str, Evaluation]:
-    """Evaluations of part ``kind`` (with comparisons against ``reference``, verdicts with
-    equivalence ``margin``, dimensionless) from every item's
+                reference: str | None, kind: str = EMBEDDINGS, margin: float = C.EQUIVALENCE_MARGIN,
+                chosen: str | None = None) -> dict[str, Evaluation]:
+    """Evaluations of part ``kind`` (with comparisons against ``reference``, chosen as ``chosen``
+    says, verdicts with equivalence ``margin``, dimensionless) from every item's
     (R, S, G, 2) step ms; the whole step's ``source`` is ``measured:torchrec-dlrm-<profile>``."""
     source = job.source.replace("measured:torchrec-", "measured:torchrec-dlrm-") if kind == WHOLE else job.source
     out = {k: _evaluation(job.task, plans[k], source, np.asarray(times[f"{kind}/{k}"]), seed) for k in plans}
-    return compare_to_reference(out, reference, seed, margin)
+    return compare_to_reference(out, reference, seed, margin, chosen=chosen)
 
 
 def _evaluation(task: Task, plan: Plan, source: str, t: np.ndarray, seed: int) -> Evaluation:

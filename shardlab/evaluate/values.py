@@ -69,13 +69,16 @@ class Comparison:
     confidence interval (bootstrap over rounds, :func:`~shardlab.evaluate.stats.paired_ratio_ci`;
     None for predictions); ``verdict``: one of :data:`VERDICTS` (None for predictions, which
     carry no uncertainty); ``margin``: the equivalence margin the verdict used (dimensionless,
-    0.05 = 5%: :func:`~shardlab.evaluate.stats.verdict`; None without a verdict)."""
+    0.05 = 5%: :func:`~shardlab.evaluate.stats.verdict`; None without a verdict); ``chosen``:
+    how the reference was chosen (:func:`choose_reference`; e.g. ``"named"`` or ``"best
+    baseline in a separate selection sitting of 3 rounds"``; None in files of earlier versions)."""
 
     reference: str
     ratio: float
     ratio_ci95: tuple[float, float] | None = None
     verdict: str | None = None
     margin: float | None = None
+    chosen: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,10 @@ class Evaluation:
     plan cost (the straggler's total) of each round, ``cost_ms`` is their median and
     ``ci95_ms`` its 95% bootstrap confidence interval; ``per_device`` then holds each
     component's median over rounds (so the max of ``per_device`` totals can differ slightly from
-    ``cost_ms``). ``comparison``: against the reference plan, when one was named."""
+    ``cost_ms``). ``comparison``: against the reference plan, when one was named.
+    ``sittings_ms``: the rounds grouped by sitting when there were several (``rounds_ms`` is
+    then all of them, sitting after sitting, and ``ci95_ms`` comes from the hierarchical
+    bootstrap over sittings); None for one sitting."""
 
     task: str
     method: str
@@ -98,6 +104,15 @@ class Evaluation:
     rounds_ms: tuple[float, ...] | None = None
     ci95_ms: tuple[float, float] | None = None
     comparison: Comparison | None = field(default=None)
+    sittings_ms: tuple[tuple[float, ...], ...] | None = None
+
+    @property
+    def sittings(self) -> tuple[tuple[float, ...], ...]:
+        """The plan cost per round (ms), grouped by sitting: ``sittings_ms``, or ``rounds_ms`` as
+        one sitting; empty when not measured in rounds."""
+        if self.sittings_ms:
+            return self.sittings_ms
+        return (self.rounds_ms,) if self.rounds_ms else ()
 
     @property
     def cost_ms(self) -> float:
@@ -124,6 +139,8 @@ class Evaluation:
             out["rounds_ms"] = list(self.rounds_ms)
         if self.ci95_ms is not None:
             out["ci95_ms"] = list(self.ci95_ms)
+        if self.sittings_ms is not None and len(self.sittings_ms) > 1:
+            out["sittings_ms"] = [list(x) for x in self.sittings_ms]
         c = self.comparison
         if c is not None:
             out["reference"] = c.reference
@@ -134,6 +151,8 @@ class Evaluation:
                 out["verdict"] = c.verdict
             if c.margin is not None:
                 out["equivalence_margin"] = c.margin
+            if c.chosen is not None:
+                out["reference_chosen"] = c.chosen
         return out
 
     @classmethod
@@ -141,11 +160,12 @@ class Evaluation:
         """Parse Evaluation JSON (files without the paired-round fields load too); one-line
         error naming the bad field. A verdict of earlier versions (``"within noise"``: an
         interval containing 1) is read as the verdict its ``ratio_ci95`` has now under the
-        default margin (``equivalent`` or ``inconclusive``), ``inconclusive`` without one."""
+        default margin (``equivalent`` or ``inconclusive``), ``inconclusive`` without one.
+        ``sittings_ms``, when present, must hold exactly the rounds of ``rounds_ms``, in order."""
         owner = check_fields(d, "evaluation", "method", ("task", "method", "source", "per_device"),
                              ("task", "method", "source", "cost_ms", "lower_bound_ms", "per_device", "rounds_ms",
                               "ci95_ms", "reference", "ratio_to_reference", "ratio_ci95", "verdict",
-                              "equivalence_margin"))
+                              "equivalence_margin", "reference_chosen", "sittings_ms"))
         pair = lambda k: tuple(float(x) for x in d[k]) if d.get(k) is not None else None  # noqa: E731
         comparison = None
         if d.get("reference") is not None:
@@ -156,13 +176,20 @@ class Evaluation:
                 said = read_verdict(said, pair("ratio_ci95"), margin)
             elif said is not None and said not in VERDICTS:
                 raise ShardlabError(f"{owner}: field 'verdict' = {said!r} must be one of {list(VERDICTS)}")
+            chosen = d.get("reference_chosen")
             comparison = Comparison(str(d["reference"]), float(d["ratio_to_reference"]), pair("ratio_ci95"),
-                                    said, margin)
+                                    said, margin, None if chosen is None else str(chosen))
         rounds = tuple(float(x) for x in d["rounds_ms"]) if d.get("rounds_ms") is not None else None
+        sittings = None
+        if d.get("sittings_ms") is not None:
+            sittings = tuple(tuple(float(x) for x in s) for s in d["sittings_ms"])
+            if rounds is None or tuple(x for s in sittings for x in s) != rounds or not all(sittings):
+                raise ShardlabError(f"{owner}: field 'sittings_ms' must group exactly the rounds of 'rounds_ms', "
+                                    f"in order, each sitting with at least one round")
         bound = d.get("lower_bound_ms")
         return cls(str(d["task"]), str(d["method"]), str(d["source"]),
                    tuple(DeviceCost.from_dict(x) for x in d["per_device"]),
-                   None if bound is None else float(bound), rounds, pair("ci95_ms"), comparison)
+                   None if bound is None else float(bound), rounds, pair("ci95_ms"), comparison, sittings)
 
 
 @runtime_checkable
@@ -199,39 +226,75 @@ def check_plans(task: Task, plans: Mapping[str, Plan]) -> None:
             raise ShardlabError(f"evaluate: plan '{name}': field 'ngpu' = {p.ngpu} is not the task's {task.ngpu}")
 
 
+#: How :func:`resolve_reference` chose: the words a Comparison's ``chosen`` and the reports carry.
+NAMED, CHEAPEST_BASELINE, FIRST_PLAN = ("named", "cheapest baseline by these same costs",
+                                        "the first plan (no baseline among the plans)")
+
+
+def baseline_names(methods: Mapping[str, Any]) -> list[str]:
+    """The keys of ``methods`` (name -> Plan or Evaluation) whose method is a baseline
+    (:data:`~shardlab.constants.BASELINE_METHODS`), in order."""
+    return [k for k, v in methods.items() if v.method in C.BASELINE_METHODS]
+
+
 def resolve_reference(evaluations: Mapping[str, Evaluation], reference: str | None) -> str:
-    """The name of the reference plan: ``reference`` when given (one-line error if it is not
-    among the plans), else the best baseline -- the cheapest plan whose method is one of
-    :data:`~shardlab.constants.BASELINE_METHODS` -- else the first plan."""
+    """The name of the reference plan (:func:`choose_reference`)."""
+    return choose_reference(evaluations, reference)[0]
+
+
+def choose_reference(evaluations: Mapping[str, Evaluation], reference: str | None) -> tuple[str, str]:
+    """The name of the reference plan and how it was chosen: ``reference`` when given (one-line
+    error if it is not among the plans; :data:`NAMED`), else the best baseline -- the cheapest
+    plan whose method is one of :data:`~shardlab.constants.BASELINE_METHODS`
+    (:data:`CHEAPEST_BASELINE`: for a measured comparison a winner's curse, which the measured
+    evaluators avoid by naming the reference they picked in a separate selection sitting) --
+    else the first plan (:data:`FIRST_PLAN`)."""
     if reference is not None:
         if reference not in evaluations:
             raise ShardlabError(f"evaluate: field 'reference' = {reference!r} is not one of the plans "
                                 f"({', '.join(evaluations)})")
-        return reference
-    base = [k for k, e in evaluations.items() if e.method in C.BASELINE_METHODS]
+        return reference, NAMED
+    base = baseline_names(evaluations)
     if base:
-        return min(base, key=lambda k: evaluations[k].cost_ms)
-    return next(iter(evaluations))
+        return min(base, key=lambda k: evaluations[k].cost_ms), CHEAPEST_BASELINE
+    return next(iter(evaluations)), FIRST_PLAN
+
+
+def sitting_spread(source: str) -> float:
+    """The between-sitting log-sd (dimensionless) of the profile an Evaluation's ``source``
+    names (``measured:cpu...`` -> :data:`~shardlab.constants.SITTING_LOG_SD` ``["cpu"]``); 0 for
+    a profile without one, TorchRec steps and predictions."""
+    if not source.startswith("measured:"):
+        return 0.0
+    name = source.split(":", 1)[1].split(" ")[0].split("[")[0]
+    return float(C.SITTING_LOG_SD.get(name, 0.0))
 
 
 def compare_to_reference(evaluations: Mapping[str, Evaluation], reference: str | None = None,
-                         seed: int = 0, margin: float = C.EQUIVALENCE_MARGIN) -> dict[str, Evaluation]:
+                         seed: int = 0, margin: float = C.EQUIVALENCE_MARGIN, sitting_sd: float | None = None,
+                         chosen: str | None = None) -> dict[str, Evaluation]:
     """Every evaluation with its :class:`Comparison` against the reference plan
-    (:func:`resolve_reference`). Evaluations with ``rounds_ms`` are compared round by round,
-    their rounds one sitting (paired ratios, hierarchical bootstrap interval, verdict with
-    equivalence ``margin``, dimensionless: :mod:`shardlab.evaluate.stats`); others by the ratio
-    of their costs alone (no interval, no verdict). Same order as ``evaluations``."""
+    (:func:`choose_reference`; ``chosen`` replaces its word for how, e.g. when the caller
+    picked ``reference`` in a selection sitting). Evaluations measured in rounds are compared
+    round by round, sitting by sitting (paired ratios, hierarchical bootstrap interval widened
+    by the between-sitting log-sd ``sitting_sd`` -- None: the reference's profile's,
+    :func:`sitting_spread` -- and a verdict with equivalence ``margin``, both dimensionless:
+    :func:`~shardlab.evaluate.stats.paired_ratio_ci`); others by the ratio of
+    their costs alone (no interval, no verdict). Same order as ``evaluations``."""
     margin = check_margin(margin)
-    ref_name = resolve_reference(evaluations, reference)
+    ref_name, how = choose_reference(evaluations, reference)
+    how = chosen or how
     ref = evaluations[ref_name]
+    sitting_sd = sitting_spread(ref.source) if sitting_sd is None else sitting_sd
     out = {}
     for k, e in evaluations.items():
-        if e.rounds_ms and ref.rounds_ms:
-            ratio, ci = paired_ratio_ci([e.rounds_ms], [ref.rounds_ms], seed=seed)
+        paired = e.sittings and [len(x) for x in e.sittings] == [len(x) for x in ref.sittings]
+        if paired:
+            ratio, ci = paired_ratio_ci(e.sittings, ref.sittings, seed=seed, sitting_sd=sitting_sd)
             said = verdict(ci, margin)
-            comp = Comparison(ref_name, ratio, ci, said, margin if said is not None else None)
+            comp = Comparison(ref_name, ratio, ci, said, margin if said is not None else None, how)
         else:
-            comp = Comparison(ref_name, e.cost_ms / ref.cost_ms if ref.cost_ms > 0 else float("nan"))
+            comp = Comparison(ref_name, e.cost_ms / ref.cost_ms if ref.cost_ms > 0 else float("nan"), chosen=how)
         out[k] = e.with_comparison(comp)
     return out
 

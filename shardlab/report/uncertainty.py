@@ -49,13 +49,23 @@ def reference_of(evaluations: Mapping[str, Evaluation]) -> str | None:
     return next((e.comparison.reference for e in evaluations.values() if e.comparison is not None), None)
 
 
+def rounds_text(ev: Evaluation, what: str = "rounds") -> str:
+    """``"8 rounds"``, or ``"2 sittings x 8 rounds"`` when measured in several sittings."""
+    sittings = ev.sittings
+    if len(sittings) > 1:
+        sizes = sorted({len(s) for s in sittings})
+        per = str(sizes[0]) if len(sizes) == 1 else "/".join(str(len(s)) for s in sittings)
+        return f"{len(sittings)} sittings x {per} {what}"
+    return f"{len(ev.rounds_ms or ())} {what}"
+
+
 def cost_text(ev: Evaluation) -> str:
     """``"12.345 ms [12.100, 12.600] (5 rounds)"`` when measured with an interval, else
     ``"12.345 ms"`` (cost in ms, interval = 95% CI of the median over rounds)."""
     if ev.ci95_ms is None:
         return f"{ev.cost_ms:.3f} ms"
     lo, hi = ev.ci95_ms
-    return f"{ev.cost_ms:.3f} ms [{lo:.3f}, {hi:.3f}] ({len(ev.rounds_ms or ())} rounds)"
+    return f"{ev.cost_ms:.3f} ms [{lo:.3f}, {hi:.3f}] ({rounds_text(ev)})"
 
 
 def ci_text(ev: Evaluation) -> str:
@@ -126,11 +136,17 @@ def uncertainty_note(evaluations: Mapping[str, Evaluation]) -> str:
     vs = f" the reference plan, {ref}," if ref else " the reference plan"
     parts = []
     if any(e.ci95_ms is not None for e in evs):
-        rounds = sorted({len(e.rounds_ms or ()) for e in evs if e.ci95_ms is not None})
-        parts.append(f"Measured in {'/'.join(map(str, rounds))} paired, shuffled rounds: a plan's cost is the median "
+        rounds = sorted({rounds_text(e, "") .strip() for e in evs if e.ci95_ms is not None})
+        several = any(len(e.sittings) > 1 for e in evs)
+        chosen = next((e.comparison.chosen for e in evs if e.comparison is not None and e.comparison.chosen), None)
+        parts.append(f"Measured in {' / '.join(rounds)} paired, shuffled rounds: a plan's cost is the median "
                      "over rounds and its error bar / [interval] the 95% bootstrap confidence interval of that "
-                     f"median. The ratio to{vs} is the median of the per-round paired ratios with its 95% interval; "
-                     f"{verdict_rule(margin_text(evaluations) or 'm')}.")
+                     + ("median, resampling sittings and then rounds within them" if several else "median")
+                     + f". The ratio to{vs} is the median of the per-round paired ratios with its 95% interval, "
+                     "widened by the machine's known spread between sittings where the profile has one; "
+                     f"{verdict_rule(margin_text(evaluations) or 'm')}."
+                     + (f" The reference is the {chosen}." if chosen and chosen.startswith("best baseline") else
+                        " The reference was named." if chosen == "named" else ""))
     if any(is_measured(e) and e.ci95_ms is None for e in evs):
         parts.append("Measured with fewer than 3 rounds: no interval and no verdict, one measurement can be off by "
                      "tens of percent on a shared machine.")

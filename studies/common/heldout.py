@@ -235,8 +235,9 @@ def pooled_samples(*sample_sets: Iterable[Mapping[str, Any]]) -> list[dict[str, 
     """Held-out samples of several campaigns pooled per task (same set, index and task): each
     method measured in more than one campaign with the *same plan* keeps all its rounds, in
     campaign order, so round k of every such method still comes from one paired round; methods
-    of one campaign only, or whose plan differs between campaigns, are dropped. The result is
-    what :func:`search_verdicts` judges with every round at once."""
+    of one campaign only, or whose plan differs between campaigns, are dropped. Each campaign is
+    one sitting (``sittings_ms``), so :func:`search_verdicts` judges the pooled rounds with the
+    hierarchical bootstrap over sittings, never as one flat sitting."""
     by_task: dict[tuple, list[Mapping[str, Any]]] = {}
     for samples in sample_sets:
         for s in samples:
@@ -251,7 +252,8 @@ def pooled_samples(*sample_sets: Iterable[Mapping[str, Any]]) -> list[dict[str, 
         evaluations = {}
         for m in common:
             first = dict(group[0]["evaluations"][m])
-            first["rounds_ms"] = [x for g in group for x in g["evaluations"][m]["rounds_ms"]]
+            first["sittings_ms"] = [list(g["evaluations"][m]["rounds_ms"]) for g in group]
+            first["rounds_ms"] = [x for s in first["sittings_ms"] for x in s]
             first["cost_ms"] = float(np.median(first["rounds_ms"]))
             first.pop("ci95_ms", None)
             evaluations[m] = first

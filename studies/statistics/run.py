@@ -29,8 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
-from shardlab.constants import EQUIVALENCE_MARGIN  # noqa: E402
-from shardlab.evaluate.stats import N_BOOT, VERDICTS, hierarchical_median_ci, verdict  # noqa: E402
+from shardlab.constants import EQUIVALENCE_MARGIN, SITTING_LOG_SD  # noqa: E402
+from shardlab.evaluate.stats import (N_BOOT, VERDICTS, hierarchical_median_ci, verdict,  # noqa: E402
+                                     with_sitting_spread)
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import git_revision  # noqa: E402
 
@@ -41,8 +42,12 @@ ROUNDS, SITTINGS, BETWEEN = (5, 8), (1, 2, 4, 8), (0.0, 0.03, 0.07)
 WITHIN = 0.05
 #: True ratios plan / reference whose verdict rates are reported.
 TRUE_RATIOS = (1.0, 1.03, 1.10)
-#: The two ways of pooling: every sitting its own (hierarchical), or all rounds as one sitting (flat).
-METHODS = ("hierarchical", "flat")
+#: The ways of making the interval: every sitting its own (hierarchical), all rounds as one sitting
+#: (flat), or hierarchical widened by the cpu profile's known between-sitting spread (what shardlab
+#: reports on that profile: ``paired_ratio_ci(..., sitting_sd=SITTING_LOG_SD["cpu"])``).
+METHODS = ("hierarchical", "flat", "with_spread")
+#: The between-sitting log-sd the ``with_spread`` intervals assume (the cpu profile's estimate).
+KNOWN_SPREAD = SITTING_LOG_SD["cpu"]
 
 
 def simulate(rounds: int, sittings: int, between: float, within: float, comparisons: int,
@@ -56,12 +61,16 @@ def simulate(rounds: int, sittings: int, between: float, within: float, comparis
 
 def intervals(ratios: np.ndarray, method: str, seed: int) -> np.ndarray:
     """The 95% interval of every comparison's median ratio, shape (comparisons, 2): hierarchical
-    over its sittings, or (``flat``) all its rounds as one sitting; bootstrap seed ``seed + i``
-    for comparison i."""
+    over its sittings, (``flat``) all its rounds as one sitting, or (``with_spread``) the
+    hierarchical one widened by :data:`KNOWN_SPREAD`; bootstrap seed ``seed + i`` for comparison i."""
     out = np.empty((len(ratios), 2))
     for i, comparison in enumerate(ratios):
-        groups = list(comparison) if method == "hierarchical" else [comparison.ravel()]
-        out[i] = hierarchical_median_ci(groups, seed=seed + i)[1]
+        groups = [comparison.ravel()] if method == "flat" else list(comparison)
+        centre, ci = hierarchical_median_ci(groups, seed=seed + i)
+        if method == "with_spread":
+            within = hierarchical_median_ci(groups, seed=seed + i, resample_sittings=False)[1]
+            ci = with_sitting_spread(centre, ci, within, KNOWN_SPREAD, len(groups))
+        out[i] = ci
     return out
 
 
@@ -108,11 +117,15 @@ def markdown(report: dict) -> str:
              f"{n} simulated comparisons per setting; each: S sittings of R paired rounds, per-round ratio "
              f"exp(log(true ratio) + b_s + e_sr), b_s ~ N(0, between-sitting log-sd), e_sr ~ N(0, {WITHIN}). "
              f"Intervals: percentile bootstrap of the median ({N_BOOT} resamples), **hierarchical** (sittings "
-             "resampled with replacement, then rounds within each; what shardlab computes) or **flat** (all rounds "
-             "pooled as one sitting). With one sitting the two are the same bootstrap. Coverage does not depend on "
-             "the true ratio (module docstring of the driver).", "",
+             "resampled with replacement, then rounds within each), **flat** (all rounds pooled as one sitting; "
+             "with one sitting the same bootstrap as hierarchical) or **with spread** (hierarchical, each side "
+             "widened in log space to at least sqrt(w^2 + (1.96 tau)^2 / S), w the side's half-width with the "
+             f"sittings held fixed, tau = {KNOWN_SPREAD} the cpu profile's between-sitting spread estimated in "
+             "`results/sitting_spread.md`: what shardlab reports on that profile). Coverage does not depend on "
+             "the true ratio (module docstring of the driver); where the true between-sitting sd exceeds the "
+             "assumed tau, few sittings under-cover.", "",
              "## Coverage (share of comparisons whose 95% interval contains the true ratio)", "",
-             "| rounds per sitting | sittings | " + " | ".join(f"between-sitting sd {b:g}: hierarchical / flat"
+             "| rounds per sitting | sittings | " + " | ".join(f"between-sitting sd {b:g}: hierarchical / flat / with spread"
                                                             for b in BETWEEN) + " |",
              "|---|---|" + "---|" * len(BETWEEN)]
     for rounds in ROUNDS:
@@ -120,10 +133,9 @@ def markdown(report: dict) -> str:
             cells = []
             for b in BETWEEN:
                 row = _row(rows, rounds, s, b)
-                cells.append("-" if row is None else f"{pct(row['hierarchical']['coverage'])} / "
-                                                     f"{pct(row['flat']['coverage'])}")
+                cells.append("-" if row is None else " / ".join(pct(row[m]["coverage"]) for m in METHODS))
             lines.append(f"| {rounds} | {s} | " + " | ".join(cells) + " |")
-    lines += ["", "## Median interval half-width (ratio units; hierarchical / flat)", "",
+    lines += ["", "## Median interval half-width (ratio units; hierarchical / flat / with spread)", "",
               "| rounds per sitting | sittings | " + " | ".join(f"sd {b:g}" for b in BETWEEN) + " |",
               "|---|---|" + "---|" * len(BETWEEN)]
     for rounds in ROUNDS:
@@ -131,8 +143,7 @@ def markdown(report: dict) -> str:
             cells = []
             for b in BETWEEN:
                 row = _row(rows, rounds, s, b)
-                cells.append("-" if row is None else f"{row['hierarchical']['median_half_width']:.3f} / "
-                                                     f"{row['flat']['median_half_width']:.3f}")
+                cells.append("-" if row is None else " / ".join(f"{row[m]['median_half_width']:.3f}" for m in METHODS))
             lines.append(f"| {rounds} | {s} | " + " | ".join(cells) + " |")
     for method in METHODS:
         lines += ["", f"## Verdict rates, {method} intervals (margin {EQUIVALENCE_MARGIN:.0%}; "
@@ -170,11 +181,11 @@ def main() -> int:
             for b in BETWEEN:
                 row = setting_row(rounds, s, b, args.comparisons, args.seed)
                 rows.append(row)
-                print(f"R={rounds} S={s} between={b:g}: coverage hierarchical {row['hierarchical']['coverage']:.3f}, "
-                      f"flat {row['flat']['coverage']:.3f}", flush=True)
+                print(f"R={rounds} S={s} between={b:g}: coverage " + ", ".join(
+                    f"{m} {row[m]['coverage']:.3f}" for m in METHODS), flush=True)
     report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": git_revision(),
               "command": " ".join(sys.argv), "numpy": np.__version__, "seed": args.seed, "n_boot": N_BOOT,
-              "within_sd": WITHIN, "equivalence_margin": EQUIVALENCE_MARGIN, "true_ratios": list(TRUE_RATIOS),
+              "within_sd": WITHIN, "known_spread": KNOWN_SPREAD, "equivalence_margin": EQUIVALENCE_MARGIN, "true_ratios": list(TRUE_RATIOS),
               "seconds": time.perf_counter() - t0, "settings": rows}
     out = Path(args.out)
     write_json_atomic(out / "coverage.json", report)
