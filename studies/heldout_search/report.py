@@ -66,7 +66,7 @@ def markdown(report: dict) -> str:
              f"({c.get('tasks_per_set', '?')} per set of `datasets/heldout_models/`, {c.get('ngpu', '?')} GPUs, "
              f"rows capped at {c.get('max_rows', '?')}); every task's plans measured together in "
              f"{c.get('rounds', '?')} paired, interleaved rounds"
-             + (f" per campaign, {c['pooled_campaigns']} campaigns pooled per task (every round kept)"
+             + (f" per campaign, {c['pooled_campaigns']} campaigns pooled per task, each a sitting (every round kept; hierarchical bootstrap over sittings)"
                 if c.get("pooled_campaigns") else "") + " on this CPU (real fbgemm TBE, real gloo "
              "all-to-alls). Verdicts from the 95% bootstrap interval of the paired per-round ratio: faster or "
              "slower when it lies clear of 1, equivalent when it contains 1 and lies inside [1/1.05, 1.05] (margin "
