@@ -136,7 +136,7 @@ def uncertainty_note(evaluations: Mapping[str, Evaluation]) -> str:
     vs = f" the reference plan, {ref}," if ref else " the reference plan"
     parts = []
     if any(e.ci95_ms is not None for e in evs):
-        rounds = sorted({rounds_text(e, "") .strip() for e in evs if e.ci95_ms is not None})
+        rounds = sorted({rounds_text(e, "").strip() for e in evs if e.ci95_ms is not None})
         several = any(len(e.sittings) > 1 for e in evs)
         chosen = next((e.comparison.chosen for e in evs if e.comparison is not None and e.comparison.chosen), None)
         parts.append(f"Measured in {' / '.join(rounds)} paired, shuffled rounds: a plan's cost is the median "
