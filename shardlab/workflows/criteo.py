@@ -83,12 +83,14 @@ def row_layouts(task: Task, plan: Plan) -> dict[str, list[int]]:
 
 
 def measure_criteo(task: Task, plans: Mapping[str, Plan | str], profile: str = "cpu", rounds: int = 3,
-                   seed: int = 0, progress: bool = True) -> dict[str, Evaluation]:
+                   seed: int = 0, progress: bool = True, reference: str | None = None) -> dict[str, Evaluation]:
     """Every plan measured in ``rounds`` paired rounds (compute of each device's fused op and
-    the all-to-alls with G real ranks, row-wise traffic included), compared to the best."""
+    the all-to-alls with G real ranks, row-wise traffic included), compared to ``reference``
+    (a method among the plans), or by default to the best baseline of a separate selection
+    sitting (:class:`~shardlab.evaluate.MeasuredEvaluator`)."""
     ready = {m: p for m, p in plans.items() if isinstance(p, Plan)}
-    return MeasuredEvaluator(profile, rounds=rounds, seed=seed, lower_bound=False,
-                             progress=progress).evaluate(task, ready)
+    return MeasuredEvaluator(profile, rounds=rounds, seed=seed, lower_bound=False, progress=progress,
+                             reference=reference or None).evaluate(task, ready)
 
 
 def summary(task: Task, row_scale: int) -> dict[str, Any]:
