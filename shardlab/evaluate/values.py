@@ -226,7 +226,7 @@ def check_plans(task: Task, plans: Mapping[str, Plan]) -> None:
             raise ShardlabError(f"evaluate: plan '{name}': field 'ngpu' = {p.ngpu} is not the task's {task.ngpu}")
 
 
-#: How :func:`resolve_reference` chose: the words a Comparison's ``chosen`` and the reports carry.
+#: How :func:`choose_reference` chose: the words a Comparison's ``chosen`` and the reports carry.
 NAMED, CHEAPEST_BASELINE, FIRST_PLAN = ("named", "cheapest baseline by these same costs",
                                         "the first plan (no baseline among the plans)")
 
