@@ -38,9 +38,9 @@ from shardlab import constants as C
 from shardlab.data.fit_lookups import with_lookups
 from shardlab.data.lookups import lookup_origin
 from shardlab.errors import ShardlabError, field_error
-from shardlab.evaluate.stats import MIN_ROUNDS, check_margin, hierarchical_median_ci
-from shardlab.evaluate.values import (NAMED, DeviceCost, Evaluation, baseline_names, check_plans, comm_pattern,
-                                      compare_to_reference, device_tables)
+from shardlab.evaluate.stats import check_margin, hierarchical_median_ci
+from shardlab.evaluate.values import (NAMED, SELECTED, DeviceCost, Evaluation, baseline_names, check_plans,
+                                      comm_pattern, compare_to_reference, device_tables, selects_reference)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.profile.comm import CommBench
 from shardlab.profile.compute import DEFAULT_MAX_GB, measure_compute
@@ -296,7 +296,7 @@ class MeasuredEvaluator:
         rep = {k: first[sig[k]] for k in plans}
         items = list(first.values()) + ([BOUND] if self.lower_bound else [])
         base = list(dict.fromkeys(rep[k] for k in baseline_names(plans)))
-        select = self.reference is None and len(base) >= 2 and int(self.rounds) >= MIN_ROUNDS
+        select = selects_reference(self.reference, base, self.rounds)
         nsit = int(self.sittings)
 
         def measure(name: str, bench: Any, cache: dict, first_batch: int) -> Any:
@@ -319,7 +319,7 @@ class MeasuredEvaluator:
                                      "selection", nsit * prof.input_batches, bar, journal)
                 self.selection_ = {k: [float(m.sum(axis=1).max()) for m in runs[k]] for k in base}
                 reference = min(base, key=lambda k: (float(np.median(self.selection_[k])), base.index(k)))
-                chosen = f"best baseline in a separate selection sitting of {C.SELECTION_ROUNDS} rounds"
+                chosen = SELECTED
             by_sitting = []
             for s in range(nsit):
                 orders = round_orders(items, self.rounds, self.seed, sitting=s)

@@ -51,7 +51,8 @@ from shardlab.evaluate.measured import measurable, round_orders
 from shardlab.evaluate.stats import bootstrap_median_ci, check_margin
 from shardlab.evaluate.torchrec_model import (MODULES, check_dlrm_task, dlrm_batches, local_batches, sharded_dlrm,
                                               sharded_ebc)
-from shardlab.evaluate.values import DeviceCost, Evaluation, baseline_names, check_plans, compare_to_reference
+from shardlab.evaluate.values import (SELECTED, DeviceCost, Evaluation, baseline_names, check_plans,
+                                      compare_to_reference, selects_reference)
 from shardlab.export import export_for_device, export_torchrec, placement_rank
 from shardlab.plan import Plan, device_memory_bytes
 from shardlab.profile.hardware import HardwareProfile, get_profile
@@ -126,13 +127,13 @@ class TorchRecEvaluator:
         :data:`~shardlab.constants.SELECTION_ROUNDS` rounds of the baselines' embedding steps,
         never the rounds it is judged on; else None (the cheapest baseline, or the first plan)."""
         base = baseline_names(plans)
-        if self.reference is not None or len(base) < 2 or self.rounds < 3:
+        if not selects_reference(self.reference, base, self.rounds):
             return self.reference, None
         probe = TorchRecEvaluator(self.profile, C.SELECTION_ROUNDS, self.steps, self.warmup_steps, self.seed + 1,
                                   base[0], self.timeout_s, False, self.margin)
         costs = probe.evaluate(task, {k: plans[k] for k in base})
         best = min(base, key=lambda k: (costs[k].cost_ms, base.index(k)))
-        return best, f"best baseline in a separate selection sitting of {C.SELECTION_ROUNDS} rounds"
+        return best, SELECTED
 
 
 def torchrec_plans(task: Task, plans: Mapping[str, Plan], profile: str | HardwareProfile = "cpu", rounds: int = 3,

@@ -21,7 +21,8 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.data.lookups import device_tables, placed_row_block  # noqa: F401  (device_tables: re-exported)
 from shardlab.errors import ShardlabError, check_fields
-from shardlab.evaluate.stats import OLD_VERDICTS, VERDICTS, check_margin, paired_ratio_ci, read_verdict, verdict
+from shardlab.evaluate.stats import (MIN_ROUNDS, OLD_VERDICTS, VERDICTS, check_margin, paired_ratio_ci, read_verdict,
+                                     verdict)
 from shardlab.plan import Plan
 from shardlab.profile.rowwise_comm import RowWise
 from shardlab.schedule import batch_rows, owner_counts
@@ -226,15 +227,24 @@ def check_plans(task: Task, plans: Mapping[str, Plan]) -> None:
             raise ShardlabError(f"evaluate: plan '{name}': field 'ngpu' = {p.ngpu} is not the task's {task.ngpu}")
 
 
-#: How :func:`choose_reference` chose: the words a Comparison's ``chosen`` and the reports carry.
+#: How the reference was chosen: the words a Comparison's ``chosen`` and the reports carry
+#: (:func:`choose_reference`; :data:`SELECTED` by the measured evaluators, :func:`selects_reference`).
 NAMED, CHEAPEST_BASELINE, FIRST_PLAN = ("named", "cheapest baseline by these same costs",
                                         "the first plan (no baseline among the plans)")
+SELECTED = f"best baseline in a separate selection sitting of {C.SELECTION_ROUNDS} rounds"
 
 
 def baseline_names(methods: Mapping[str, Any]) -> list[str]:
     """The keys of ``methods`` (name -> Plan or Evaluation) whose method is a baseline
     (:data:`~shardlab.constants.BASELINE_METHODS`), in order."""
     return [k for k, v in methods.items() if v.method in C.BASELINE_METHODS]
+
+
+def selects_reference(reference: str | None, baselines: list[str], rounds: int) -> bool:
+    """Whether a measuring evaluator picks its reference in a separate selection sitting first:
+    none named, two or more (distinct) ``baselines`` to choose among, and enough ``rounds`` for
+    verdicts (:data:`~shardlab.evaluate.stats.MIN_ROUNDS`)."""
+    return reference is None and len(baselines) >= 2 and int(rounds) >= MIN_ROUNDS
 
 
 def resolve_reference(evaluations: Mapping[str, Evaluation], reference: str | None) -> str:

@@ -19,6 +19,7 @@ from typing import Mapping
 
 from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.evaluate import Comparison, Evaluation, compare_to_reference
+from shardlab.evaluate.values import SELECTED
 
 #: What a prediction shows where a measured plan shows its verdict.
 NO_UNCERTAINTY = "predicted, no uncertainty"
@@ -145,7 +146,7 @@ def uncertainty_note(evaluations: Mapping[str, Evaluation]) -> str:
                      + f". The ratio to{vs} is the median of the per-round paired ratios with its 95% interval, "
                      "widened by the machine's known spread between sittings where the profile has one; "
                      f"{verdict_rule(margin_text(evaluations) or 'm')}."
-                     + (f" The reference is the {chosen}." if chosen and chosen.startswith("best baseline") else
+                     + (f" The reference is the {chosen}." if chosen == SELECTED else
                         " The reference was named." if chosen == "named" else ""))
     if any(is_measured(e) and e.ci95_ms is None for e in evs):
         parts.append("Measured with fewer than 3 rounds: no interval and no verdict, one measurement can be off by "
