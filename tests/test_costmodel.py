@@ -7,7 +7,7 @@ import pytest
 
 from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute, nnls_relative
 from shardlab.costmodel.base import CommModel, ComputeModel, simulate
-from shardlab.costmodel.bundle import load_bundle
+from shardlab.costmodel.bundle import load_bundle, shipped_bundles
 from shardlab.costmodel.metrics import errors, held_out_sets, kendall, split_of, split_samples
 from shardlab.costmodel.neural import NeuroShardCompute
 from shardlab.costmodel.neural_comm import NeuroShardComm
@@ -298,3 +298,12 @@ def test_dreamshard_pretraining_fits_the_compute_heads_first(compute_samples, pl
     pre = DreamShardCost(epochs=2, seed=1, pretrain_epochs=3).fit(data)
     assert len(pre.history_) == len(plain.history_) + 3
     assert DreamShardCost.from_state(pre.state()).pretrain_epochs == 3
+
+
+def test_shipped_bundles_lists_only_loadable_bundle_manifests():
+    names = shipped_bundles("cpu")
+    assert {"analytic", "neuroshard", "neuroshard_broad", "dreamshard", "autoshard"} <= set(names)
+    assert "analytic_rowwise_comm" not in names           # a stand-alone row-wise comm model, no bundle
+    assert not any("." in n for n in names)                # no part files
+    for n in names:
+        assert load_bundle(n, "cpu").source

@@ -202,6 +202,23 @@ def models_dir(profile: str = "cpu") -> Path:
     return datasets_dir() / profile / "models"
 
 
+def shipped_bundles(profile: str = "cpu") -> list[str]:
+    """Names of the cost-model bundles shipped for ``profile``: the manifests in
+    :func:`models_dir` (``<name>.json`` whose ``format`` is a bundle's; part files such as
+    ``<name>.compute.json`` and stand-alone models such as a row-wise comm model are not)."""
+    names = []
+    for q in sorted(models_dir(profile).glob("*.json")):
+        if "." in q.stem:
+            continue
+        try:
+            d = read_json(q)
+        except ShardlabError:
+            continue
+        if isinstance(d, dict) and d.get("format") == MANIFEST_FORMAT:
+            names.append(q.stem)
+    return names
+
+
 def resolve_model_path(name_or_path: str | os.PathLike, profile: str = "cpu") -> Path:
     """A manifest path as given, or a shipped model's by name (e.g. ``"analytic"``)."""
     p = Path(name_or_path)
@@ -209,7 +226,7 @@ def resolve_model_path(name_or_path: str | os.PathLike, profile: str = "cpu") ->
         return p
     shipped = models_dir(profile) / f"{name_or_path}.json"
     if not shipped.exists():
-        names = sorted(q.stem for q in models_dir(profile).glob("*.json") if q.stem.count(".") == 0)
+        names = shipped_bundles(profile)
         raise ShardlabError(f"cost model '{name_or_path}': no such file or shipped model for profile "
                             f"'{profile}' (shipped: {', '.join(names) or 'none'})")
     return shipped

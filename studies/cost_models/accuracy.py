@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from shardlab.costmodel.bundle import load_bundle, models_dir  # noqa: E402
+from shardlab.costmodel.bundle import load_bundle, shipped_bundles  # noqa: E402
 from shardlab.costmodel.metrics import assess, held_out_sets, markdown_table, singles_index  # noqa: E402
 from shardlab.costmodel.train import load_records  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
@@ -40,7 +40,7 @@ def main() -> int:
     compute = load_records("compute", dataset=args.dataset)
     singles = singles_index(load_records("single", dataset=args.dataset))
     sets = held_out_sets(compute)
-    names = sorted(p.stem for p in models_dir(args.dataset).glob("*.json") if "." not in p.stem)
+    names = shipped_bundles(args.dataset)
     bundles = {n: load_bundle(n, args.dataset) for n in names}
     result = assess({n: b.compute for n, b in bundles.items()}, sets, singles)
     comm = {n: {k: v for k, v in b.heldout.items() if k.startswith("comm")} for n, b in bundles.items()}

@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from shardlab.costmodel.bundle import load_bundle, models_dir  # noqa: E402
+from shardlab.costmodel.bundle import load_bundle, shipped_bundles  # noqa: E402
 from shardlab.costmodel.metrics import errors, split_of  # noqa: E402
 from shardlab.costmodel.train import load_records  # noqa: E402
 from shardlab.data.lookups import lookup_origin  # noqa: E402
@@ -45,7 +45,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     records = load_records("compute", store=args.store, dataset=args.dataset or "cpu/rows")
-    names = sorted(p.stem for p in models_dir("cpu").glob("*.json") if "." not in p.stem)
+    names = shipped_bundles("cpu")
     bundles = {n: load_bundle(n, "cpu") for n in names}
     for spec in args.models:
         name, path = spec.split("=", 1)

@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from shardlab.costmodel.bundle import load_bundle, models_dir  # noqa: E402
+from shardlab.costmodel.bundle import load_bundle, shipped_bundles  # noqa: E402
 from shardlab.data.tasks import pool_tables  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.profile.hardware import environment  # noqa: E402
@@ -40,7 +40,7 @@ def main() -> int:
                for i in rng.choice(len(pool), size=int(rng.integers(args.tables - 5, args.tables + 6)), replace=False)]
               for _ in range(args.shards)]
     rows = {}
-    for name in sorted(p.stem for p in models_dir(args.dataset).glob("*.json") if "." not in p.stem):
+    for name in shipped_bundles(args.dataset):
         model = load_bundle(name, args.dataset).compute
         model.predict(shards[:10])  # warm-up
         cold = time.perf_counter()
