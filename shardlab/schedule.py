@@ -11,13 +11,21 @@ One training iteration of a plan over G devices, in NeuroShard's order:
    stragglers inside its forward comm;
 5. plan cost = max over devices of compute + fw comm + bw comm.
 
-The **lower bound** of a task: compute cannot beat (all tables in one fused op) / G where fused
-costs are subadditive, and communication cannot beat the all-to-all of perfectly balanced dim
-sums (the cheapest rank's forward + backward, no delays).
+The **lower bound** of a task is a bound under the evaluator that reports it (docs/measurement.md,
+"The lower bound"). Both kinds rest on plan cost = max over devices >= their mean:
+
+- measured (:func:`lower_bound_ms`): all tables in one fused op, timed, / G plus the cheapest
+  rank's forward + backward all-to-all of perfectly balanced dim sums (no delays). A bound only
+  as far as fused costs are subadditive and balanced comm is cheapest, which measurements can
+  contradict (on CPU a plan can measure slightly below it);
+- predicted (:func:`floor_bound_ms`): from a cost model's floors on the compute summed over
+  the devices that hold blocks in ANY plan and on those devices' mean comm, each proven for that
+  model (:func:`shardlab.evaluate.model.model_bound_ms`); a model that has no such floors (the
+  neural ones) gives no bound.
 
 The measured evaluator (:mod:`shardlab.evaluate.measured`) and the cost-model simulation
-(:func:`shardlab.costmodel.base.simulate_many`) both call :func:`forward_delays` and
-:func:`lower_bound_ms`; nothing else computes either. How a step's batch is split over the ranks
+(:func:`shardlab.costmodel.base.simulate_many`) both call :func:`forward_delays`, and the
+bounds are composed here; nothing else computes either. How a step's batch is split over the ranks
 (:func:`batch_rows`) and the index traffic of a row-split table (:func:`owner_counts`) live here
 too, for the profilers, the evaluators and the search alike. Plain numpy, no timing, no model.
 """
@@ -48,14 +56,25 @@ def balanced_dims(task: Task) -> list[int]:
 
 
 def lower_bound_ms(fused_all_ms: float, ngpu: int, comm_ms: np.ndarray | Sequence[Sequence[float]] | None) -> float:
-    """The lower bound (ms): ``fused_all_ms`` (forward + backward of all tables in one fused op,
-    measured or predicted) / ``ngpu`` plus the cheapest rank's forward + backward all-to-all of
-    the balanced dim sums, ``comm_ms`` of shape (G, 2) (None or G = 1: no communication)."""
+    """The measured lower bound (ms): ``fused_all_ms`` (forward + backward of all tables in one
+    fused op, measured) / ``ngpu`` plus the cheapest rank's forward + backward all-to-all of the
+    balanced dim sums, ``comm_ms`` of shape (G, 2) (None or G = 1: no communication). Its premises
+    (subadditive fused costs, balanced comm cheapest) are the hardware's, not proven (module
+    docstring); cost models use :func:`floor_bound_ms`."""
     comm = 0.0
     if comm_ms is not None and ngpu > 1:
         c = np.asarray(comm_ms, dtype=float).reshape(ngpu, 2)
         comm = float((c[:, 0] + c[:, 1]).min())
     return float(fused_all_ms) / ngpu + comm
+
+
+def floor_bound_ms(op_ms: float, rest_ms: float, ngpu: int, comm_ms: float) -> float:
+    """A predicted lower bound (ms) from a cost model's floors, valid for any plan whose n >= 1
+    devices holding blocks have forward + backward compute summing to >= n x ``op_ms`` +
+    ``rest_ms`` and forward + backward comm (waiting included) averaging >= ``comm_ms`` (0 for
+    G = 1): ``op_ms + rest_ms / ngpu + comm_ms``. Plan cost = max over devices of compute + fw
+    comm + bw comm >= the mean over those n devices >= op_ms + rest_ms / n + comm_ms, and n <= G."""
+    return float(op_ms) + float(rest_ms) / ngpu + (float(comm_ms) if ngpu > 1 else 0.0)
 
 
 def batch_rows(batch_size: int, world_size: int) -> list[int]:

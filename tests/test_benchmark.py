@@ -20,7 +20,7 @@ from shardlab.constants import BASELINE_METHODS as BASELINES
 from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.evaluate import VERDICTS, verdict
 from shardlab.workflows.benchmark import SETTINGS, as_settings, benchmark_tasks, parse_setting, run_benchmark
-from shardlab.report.benchmark import ratio, summarise, summary_rows
+from shardlab.report.benchmark import best_found, summarise, summary_rows, to_best
 from shardlab.report.benchmark_figures import (benchmark_widget, ratio_figure, win_matrix, win_rate_figure,
                                               write_benchmark)
 from shardlab.search import registry as base
@@ -86,7 +86,8 @@ def test_one_row_per_task_and_method_failures_skipped(bench):
         if r["method"] in ("always_fails", "no_such_method"):
             assert set(r) == {"setting", "task", "method", "skipped"} and "\n" not in r["skipped"]
         else:
-            assert "skipped" not in r and r["simulated_ms"] > 0 and r["simulated_bound_ms"] > 0
+            assert "skipped" not in r and r["simulated_ms"] > 0
+            assert r["simulated_bound_ms"] is None        # a learned judge proves no lower bound
             assert r["sim_source"].startswith("model:neuroshard") and r["search_s"] >= 0
             assert len(r["simulated_per_device"]) == (2 if r["setting"] == "2x6" else 4)
             assert r["simulated_ms"] == pytest.approx(max(
@@ -103,15 +104,19 @@ def test_summary_matches_hand_computation(bench):
     for setting in ("2x6", "4x8-14"):
         for m in METHODS[:-1]:
             mine = [r for r in rows if r["setting"] == setting and r["method"] == m]
-            ratios = [r["simulated_ms"] / r["simulated_bound_ms"] for r in mine]
+            best = {k: min(r["simulated_ms"] for r in rows if "skipped" not in r and r["setting"] == setting
+                           and r["task"] == k) for k in range(2)}
+            ratios = [r["simulated_ms"] / best[r["task"]] for r in mine]
             s = sm[(setting, m)]
             assert s["cost_ms"] == pytest.approx(np.mean([r["simulated_ms"] for r in mine]))
-            assert s["ratio_to_bound"] == pytest.approx(np.mean(ratios))
-            assert min(ratios) - 1e-12 <= s["ratio_to_bound"] <= max(ratios) + 1e-12
-            assert s["ratio_to_bound"] == pytest.approx(np.mean([ratio(r) for r in mine]))
+            assert s["ratio_to_best"] == pytest.approx(np.mean(ratios)) and min(ratios) >= 1.0
+            assert s["ratio_to_best"] == pytest.approx(np.mean([to_best(r, best_found(rows)) for r in mine]))
+            assert math.isnan(s["ratio_to_bound"])                   # no bound under the learned judge
     table = summary_rows(rows, METHODS, "simulated_ms")
     fails = [t for t in table if t["method"] == "always_fails"]
     assert [(t["tasks"], t["skipped"], t["mean cost (ms)"]) for t in fails] == [(0, 2, None)] * 2
+    assert all(t["mean cost / lower bound"] is None and t["mean cost / best found"] >= 1.0
+               for t in table if t["method"] != "always_fails")
 
 
 def _row(setting, task, method, cost, bound=10.0):
@@ -129,6 +134,8 @@ def test_win_rates_by_hand():
     sm = summarise(rows, ["a", "random", "torchrec"], "simulated_ms", baselines=["random", "torchrec"])
     assert sm[("s", "a")]["wins"] == {"random": pytest.approx(2 / 3)}        # task 3 skipped by a
     assert sm[("s", "a")]["ratio_to_bound"] == pytest.approx(np.mean([1.0, 1.2, 1.1]))
+    assert sm[("s", "a")]["ratio_to_best"] == pytest.approx(np.mean([1.0, 1.0, 1.0]))   # the cheapest each time
+    assert sm[("s", "random")]["ratio_to_best"] == pytest.approx(np.mean([1.2, 1.0, 15 / 11, 99 / 5]))
     assert sm[("s", "random")]["wins"] == {"torchrec": 0.0}                   # only task 3 in common
     assert "random" not in sm[("s", "random")]["wins"]
     assert math.isnan(sm[("s", "torchrec")]["ratio_to_bound"])               # no bound at all
@@ -185,7 +192,8 @@ def test_widget_redraws_the_chosen_setting_in_place(bench):
         box.controls["setting"].value = setting
         assert box.figures["ratio"] is before and fig.layout.annotations[0].text == setting
         for trace, m in zip(fig.data, methods):
-            want = [ratio(r) for r in rows if r["setting"] == setting and r["method"] == m]
+            want = [to_best(r, best_found(rows)) for r in rows if r["setting"] == setting and r["method"] == m]
+            assert want and all(w >= 1.0 for w in want)
             assert list(trace.y) == pytest.approx(want)
 
 
@@ -274,10 +282,11 @@ def test_measured_costs_come_from_the_evaluator(model, tmp_path):
     fig = ratio_figure(rows, methods, "measured_ms")
     points = [t for t in fig.data if t.type == "scatter" and t.name == "neuroshard[columns=false]"][0]
     mine = [r for r in rows if r["method"] == "neuroshard[columns=false]"]
+    best = best_found(rows, "measured_ms")
     assert [y + u for y, u in zip(points.y, points.error_y.array)] == pytest.approx(
-        [r["measured_ci95_ms"][1] / r["measured_bound_ms"] for r in mine])
+        [r["measured_ci95_ms"][1] / best[("2x6", r["task"])] for r in mine])
     assert [y - d for y, d in zip(points.y, points.error_y.arrayminus)] == pytest.approx(
-        [r["measured_ci95_ms"][0] / r["measured_bound_ms"] for r in mine])
+        [r["measured_ci95_ms"][0] / best[("2x6", r["task"])] for r in mine])
     paths = write_benchmark(tmp_path, rows, methods, ("simulated_ms", "measured_ms"), ["random", "size_greedy"])
     text = paths["html"].read_text()
     assert "<h1>Search benchmark</h1>" in text

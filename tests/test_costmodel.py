@@ -143,7 +143,10 @@ def test_estimate_plan_labels_its_source_and_falls_back_for_untrained_device_cou
         task = generate_task(ntables=10, ngpu=g, mem_cap_gb=4.0, batch_size=4096, seed=g)
         ev = estimate_plan(task, run_sharder(get_sharder("dim_greedy"), task), neural)
         assert ev.source == "model:neuroshard-compute@cpu[batch_size=4096]" + suffix
-        assert ev.cost_ms == max(d.total_ms for d in ev.per_device) and ev.lower_bound_ms > 0
+        assert ev.cost_ms == max(d.total_ms for d in ev.per_device)
+        assert ev.lower_bound_ms is None                     # a learned model proves no bound
+        bounded = estimate_plan(task, run_sharder(get_sharder("dim_greedy"), task), load_bundle("analytic"))
+        assert 0 < bounded.lower_bound_ms <= bounded.cost_ms
 
 
 # --- one estimator convention: config never changed by fit, NotFittedError, records, protocol

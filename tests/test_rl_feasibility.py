@@ -46,12 +46,23 @@ def test_both_policies_find_a_plan_on_every_tight_task_size_greedy_solves():
 
 
 def test_an_impossible_task_is_one_line_naming_the_table_and_the_gb_short():
+    """A table larger than a device is cut into row blocks, so impossible means: a table whose
+    row blocks fit no device even one per device, or more bytes than all devices hold."""
     task = tight_task(3)
-    sizes = sorted(task.table_bytes(t) for t in task.tables)
-    squeezed = Task(task.name, task.ngpu, sizes[-1] * 0.9 / C.GB, task.tables, batch_size=task.batch_size)
+    big = max(task.tables, key=task.table_bytes)
+    blocks = Task(task.name, task.ngpu, task.table_bytes(big) / task.ngpu * 0.9 / C.GB, task.tables,
+                  batch_size=task.batch_size)
+    total = sum(task.table_bytes(t) for t in task.tables)
+    full = Task(task.name, task.ngpu, total / task.ngpu * 0.95 / C.GB, task.tables, batch_size=task.batch_size)
+    assert task.table_bytes(big) / task.ngpu <= full.mem_cap_bytes     # the big one splits; the sum cannot fit
     for name in ("dreamshard", "autoshard"):
-        with pytest.raises(InfeasibleError, match=r"table '[^']+' does not fit: it needs [\d.]+ GB, [\d.]+ GB over"):
-            run_sharder(get_sharder(name), squeezed)
+        with pytest.raises(InfeasibleError, match=rf"table '{big.name}' fits no device even in {task.ngpu} row "
+                                                  r"blocks: each needs [\d.]+ GB, [\d.]+ GB over") as e:
+            run_sharder(get_sharder(name), blocks)
+        assert "\n" not in str(e.value) and e.value.table == big.name
+        with pytest.raises(InfeasibleError, match=r"tables need [\d.]+ GB in all, [\d.]+ GB over") as e:
+            run_sharder(get_sharder(name), full)
+        assert "\n" not in str(e.value)
 
 
 def test_the_mask_keeps_a_witness_so_no_random_episode_is_stranded():

@@ -1,7 +1,7 @@
 """Row-range blocks: a block's lookups are exactly its parent's that fall in its rows,
 re-numbered; its load is measured; it survives Task JSON carrying its parent's generator
 parameters (not the parent itself); blocks stored the older way still read; bad ranges and
-tables without lookups are one-line errors naming the field."""
+a table with only the Task JSON fields is cut from lookups fitted to its bins."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from shardlab import ShardlabError
+from shardlab.data.fit_lookups import fit_table_lookups
 from shardlab.data.lookups import describe, lookup_origin, row_block_table, table_lookups
 from shardlab.data.tasks import generate_task
 from shardlab.tables import Table
@@ -81,7 +82,14 @@ def test_bad_ranges_name_the_field(table, offset, rows, field):
     assert "\n" not in str(e.value) and table.name in str(e.value)
 
 
-def test_a_table_without_lookups_is_refused(table):
+def test_a_table_without_lookups_is_cut_from_lookups_fitted_to_its_bins(table):
     bare = Table("bare", 1000, 16, 2.0, table.reuse_bins)
-    with pytest.raises(ShardlabError, match="field 'distribution'"):
-        row_block_table(bare, 0, 10, 256)
+    block = row_block_table(bare, 0, 10, 256)
+    fitted = fit_table_lookups(bare, 256)
+    assert lookup_origin(bare) == "none" and lookup_origin(fitted) == "fitted"
+    assert describe(block)["parent_origin"] == describe(fitted)            # the fit, recorded
+    assert block == row_block_table(fitted, 0, 10, 256)                    # the same block, deterministic
+    assert (table_lookups(block, 256, 1)[0] == table_lookups(row_block_table(bare, 0, 10, 256), 256, 1)[0]).all()
+    with pytest.raises(ShardlabError, match="field 'distribution'") as e:   # whole, it still has none to measure
+        table_lookups(bare, 256)
+    assert "shardlab." not in str(e.value)

@@ -1,6 +1,7 @@
 """The redesign changed no plan: every sharder, spelled as the package spells it now, gives the
 placements saved before it (``tests/saved_plans.py``) on three benchmark tasks and three tasks
-with tables that fit no device -- and fails where it failed then, with the same error type.
+with tables that fit no device -- and fails where it failed then, with the same error type,
+except where a method has since learnt to answer (:data:`ANSWERED_NOW`, with a valid plan).
 
 NeuroShard's one-state-at-a-time greedy (removed; the search has one greedy path, the batched
 one) was saved too: the batched search must give exactly its plans."""
@@ -13,6 +14,7 @@ import json
 import pytest
 
 from shardlab.errors import ShardlabError
+from shardlab.plan import validate_plan
 from shardlab.search import registry, run_sharder, sharder_for
 from shardlab.tables import Task
 from tests.saved_plans import METHODS, PATH, placements
@@ -33,11 +35,27 @@ def _outcome(spec: str, task: Task):
         return {"error": type(e).__name__}
 
 
+#: Where a method failed when the plans were saved and answers now, on purpose: DreamShard and
+#: AutoShard cut tables that fit no device into row blocks, and the heuristics' look-ahead
+#: completes tight tasks their one pass strands (docs/methods.md, "Tables that fit no device").
+ANSWERED_NOW = {("avazu_fec_dlrm-4x2gb-rows1of4", "dreamshard"), ("avazu_fec_dlrm-4x2gb-rows1of4", "autoshard"),
+                ("pool-test0-16x4-cap0.45", "dreamshard"), ("pool-test0-16x4-cap0.45", "autoshard"),
+                ("pool-test56-12x4-cap0.5", "random"), ("pool-test56-12x4-cap0.5", "dim_greedy"),
+                ("pool-test56-12x4-cap0.5", "dreamshard"), ("pool-test56-12x4-cap0.5", "autoshard")}
+
+
 @pytest.mark.parametrize("name", list(TASKS))
 def test_every_method_gives_its_saved_plan(name):
+    """Every saved plan is given again, placement for placement; a saved failure stays one,
+    except the listed ones, which now answer with a valid plan."""
     task, saved = TASKS[name], SAVED["plans"][name]
     for old, spec in METHODS.items():
-        assert json.loads(_outcome_of(spec, name)) == saved[old], (name, old, spec)
+        got = json.loads(_outcome_of(spec, name))
+        if (name, old) in ANSWERED_NOW:
+            assert saved[old] == {"error": "InfeasibleError"} and isinstance(got, list), (name, old)
+            validate_plan(task, run_sharder(sharder_for(spec, "cpu"), task))
+        else:
+            assert got == saved[old], (name, old, spec)
 
 
 @pytest.mark.parametrize("name", list(TASKS))

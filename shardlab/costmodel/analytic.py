@@ -21,16 +21,43 @@ Comm, per rank g of G (dim sums d, delays delta, s bytes per value):
 Bytes scale with the batch size, so these models extrapolate to other batches and to G no
 machine here can run -- which is what they are for; they are additive across tables, which the
 measured fused costs are not.
+
+**Floors** (what the lower bound of :mod:`shardlab.evaluate.model` is made of; every coefficient
+is >= 0, which non-negative least squares guarantees and the floors check):
+
+- :meth:`AnalyticCompute.floor_ms`: (c_call, R) such that the fw + bw ms summed over the n
+  devices that hold blocks in ANY plan of the tables -- whole tables, column blocks, row blocks
+  or a mix -- is at least n c_call + R. R: per table c_table once (every table has a block), and the byte
+  terms of each table whole at dim D, with two stand-ins for what a plan's blocks could show less
+  of: L' = min(L, L0) lookups per sample, L0 the table's lookups on the batch its row blocks are
+  measured on (batch 0 at the task's batch size; the blocks' lookups add up to it), and touched
+  rows min(U, kappa U0), U the whole table's touched rows, U0 the distinct rows that batch
+  touches and kappa = min(1, B / B_task x rho), rho the smallest access count / bin access over
+  those rows (the model's touched-row estimate of any row block is >= kappa x its distinct rows).
+  Valid because every term is non-negative and, per row, the blocks holding it split the D
+  columns: a block of c columns pays p(c) >= p(D) (the penalty falls with dim),
+  sum max(c, 32) >= max(D, 32) and sum c = D.
+- :meth:`AnalyticComm.floor_ms`: at most the MEAN fw + bw ms over any ranks that include every
+  rank with a positive dim sum, for any dim sums adding up to >= D and any delays: a rank's cost
+  is terms every rank shares (received bytes and the largest rank's grow with the sum and
+  max(d) >= D / G), its sent bytes (>= 0, and the mean over such ranks of d_g is >= D / G) and
+  waiting (>= 0); so the prediction at dim sums D / G each, no delays. Affine in D.
+- :meth:`RowWiseComm.increment_floor_ms`: the row-wise collectives of d reduce-scattered
+  columns without their index traffic (which only adds). A step at 0 plus a line: concave in d.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from shardlab import constants as C
 from shardlab.costmodel.base import Estimator
+from shardlab.data.features import reuse_bin_of_counts
+from shardlab.data.fit_lookups import fit_table_lookups
+from shardlab.data.lookups import table_lookups
 from shardlab.errors import NotFittedError, ShardlabError
 from shardlab.io import read_json, write_json_atomic
 from shardlab.profile.records import CommRecord, ComputeRecord, as_comm_records, as_compute_records
@@ -40,6 +67,28 @@ FORMAT = "shardlab-analytic-v1"
 
 #: Access count standing for each reuse bin: 1 for bin 0, the middle of (2^(i-1), 2^i] else.
 BIN_ACCESSES = np.array([1.0] + [0.75 * 2.0**i for i in range(1, C.N_REUSE_BINS)])
+
+
+@lru_cache(maxsize=8192)
+def row_block_batch(table: Table, batch_size: int) -> tuple[float, int, float] | None:
+    """What any row block of ``table`` is measured on (:func:`shardlab.data.lookups.row_block_table`:
+    batch 0 of ``batch_size`` samples of its lookups, fitted first where it has none), as
+    (L0 lookups per sample, U0 distinct rows touched, rho = the smallest access count /
+    ``BIN_ACCESSES`` of its bin over those rows, 1 when none). None when the table has no such
+    lookups (then no plan can split it by rows). Cached per table and batch size."""
+    try:
+        idx, _ = table_lookups(fit_table_lookups(table, batch_size), batch_size, 0)
+    except ShardlabError:
+        return None
+    if idx.size == 0:
+        return 0.0, 0, 1.0
+    if int(idx.max()) < 4 * idx.size + 65536:     # as reuse_histograms: bincount where rows allow
+        counts = np.bincount(idx)
+        counts = counts[counts > 0]
+    else:
+        counts = np.unique(idx, return_counts=True)[1]
+    rho = float(np.min(counts / BIN_ACCESSES[reuse_bin_of_counts(counts)]))
+    return idx.size / batch_size, int(counts.size), rho
 
 
 def block_penalty(dim: int) -> float:
@@ -228,6 +277,30 @@ class AnalyticCompute(AnalyticModel):
                 out[i] = (f @ self.coef_fw_, b @ self.coef_bw_)
         return out
 
+    def floor_ms(self, tables: Sequence[Table], lookup_batch: int) -> tuple[float, float] | None:
+        """(per-op ms, rest ms): the fw + bw ms summed over the n devices holding blocks of any
+        plan of ``tables`` (whole, column blocks, row blocks measured at ``lookup_batch``
+        samples -- the task's batch size -- or a mix) is at least n x per-op + rest (module
+        docstring, "Floors"); None if a coefficient is negative."""
+        self.check_fitted()
+        assert self.coef_fw_ is not None and self.coef_bw_ is not None
+        cf, cb = self.coef_fw_, self.coef_bw_
+        if (cf < 0).any() or (cb < 0).any():
+            return None
+        if not tables:
+            return 0.0, 0.0
+        b, s = self.setting("batch_size"), C.BYTES_PER_WEIGHT[self.setting("weights_precision")]
+        total = (cf[1] + cb[1]) * len(tables)
+        for t in tables:
+            seen = row_block_batch(t, int(lookup_batch))
+            lookups, touched = t.pooling_factor, touched_rows(t, b)
+            if seen is not None:
+                l0, u0, rho = seen
+                lookups, touched = min(lookups, l0), min(touched, min(1.0, b / lookup_batch * rho) * u0)
+            moved = block_penalty(t.dim) * (b * lookups * (8 + max(t.dim, 32) * s) + b * t.dim * s)
+            total += (cf[2] + cb[2]) * moved + cb[3] * touched * t.dim * s
+        return float(cf[0] + cb[0]), float(total)
+
 
 class AnalyticComm(AnalyticModel):
     """Bandwidth + latency + waiting all-to-all model for any G (module docstring); ``fit``
@@ -295,6 +368,20 @@ class AnalyticComm(AnalyticModel):
             out[i, :, 0] = x @ self.coef_fw_
             out[i, :, 1] = x[:, :5] @ self.coef_bw_
         return out
+
+    def floor_ms(self, ngpu: int, total_dim: float) -> float | None:
+        """At most the mean fw + bw all-to-all ms over any of the ``ngpu`` ranks that include every
+        rank with a positive dim sum, for any dim sums adding up to >= ``total_dim`` and any
+        delays (module docstring, "Floors"): the prediction at
+        ``total_dim / ngpu`` on every rank, no delays; affine in ``total_dim``. 0 for one device;
+        None if a coefficient is negative."""
+        self.check_fitted()
+        assert self.coef_fw_ is not None and self.coef_bw_ is not None
+        if (self.coef_fw_ < 0).any() or (self.coef_bw_ < 0).any():
+            return None
+        if ngpu < 2:
+            return 0.0
+        return float(self.predict(np.full((1, ngpu), total_dim / ngpu), None)[0].sum(axis=1).mean())
 
 
 def save_analytic(model: AnalyticModel, path: str) -> None:

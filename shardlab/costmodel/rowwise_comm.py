@@ -113,6 +113,17 @@ class RowWiseComm(AnalyticComm):
         return np.column_stack([t @ self.coef_fw_[ROWWISE_START:],
                                 t[:, [BW_COLS[i] - ROWWISE_START for i in bw_rw]] @ self.coef_bw_[bw_rw]])
 
+    def increment_floor_ms(self, world_size: int, dim: float) -> float | None:
+        """At most the fw + bw ms that row-wise collectives of ``dim`` reduce-scattered columns
+        add on any rank, whatever their index traffic (its terms only add): the
+        increment of ``{"dim": dim}``. A step at 0 plus a line, so concave in ``dim`` (what
+        :func:`shardlab.evaluate.model.model_bound_ms` needs). None if a coefficient is negative."""
+        self.check_fitted()
+        assert self.coef_fw_ is not None and self.coef_bw_ is not None
+        if (self.coef_fw_ < 0).any() or (self.coef_bw_ < 0).any():
+            return None
+        return float(self.increment(world_size, {"dim": dim}).sum(axis=1).mean()) if world_size > 1 else 0.0
+
     @property
     def source(self) -> str:
         """Evaluation label (analytic, linear in bytes, fitted to measured row-wise comm)."""

@@ -135,6 +135,28 @@ class TopologyComm:
         wait = wait.max(axis=1, keepdims=True) - wait
         return np.stack([t + wait, t], axis=2)
 
+    def floor_ms(self, ngpu: int, total_dim: float) -> float:
+        """At most the mean fw + bw ms over any of the ``ngpu`` ranks for any dim sums adding up
+        to >= ``total_dim`` and any delays. Every rank's comm is the slowest rank's time t (forward
+        adds waiting, >= 0); rank r needs at least its sent chunk c_r = B/G x d_r x bytes times
+        w_r = max(intra peers / intra bandwidth, inter peers / inter bandwidth), and
+        max_r c_r w_r >= sum_r c_r / sum_r (1 / w_r), so t >= latency + that: fw + bw >= 2 t.
+        Affine in ``total_dim``; 0 for one device."""
+        g = int(ngpu)
+        if g < 2:
+            return 0.0
+        host = np.arange(g) // max(1, self.gpus_per_host)
+        size = np.bincount(host)[host]                                   # ranks in each rank's host
+        w = np.maximum((size - 1) / (self.intra_gbps * 1e9), (g - size) / (self.inter_gbps * 1e9))   # s per byte
+        sent = self.batch_size / g * self.bytes_per_value * float(total_dim)
+        return 2.0 * (self.latency_us * 1e-3 + 1e3 * sent / float(np.sum(1.0 / w)))
+
+    def increment_floor_ms(self, world_size: int, dim: float) -> float:
+        """At most the fw + bw ms that row-wise collectives of ``dim`` reduce-scattered columns
+        add on any rank, whatever their index traffic (which only adds): the
+        increment of ``{"dim": dim}``, the latency plus a line in ``dim``, so concave in it."""
+        return float(self.increment(world_size, {"dim": dim}).sum(axis=1).mean()) if world_size > 1 else 0.0
+
     def increment(self, world_size: int, rowwise: Mapping[str, Any] | None, batch_size: int | None = None
                   ) -> np.ndarray:
         """(G, 2) forward and backward ms per rank that ``rowwise``'s collectives add

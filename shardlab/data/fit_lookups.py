@@ -34,11 +34,10 @@ from shardlab import constants as C
 from shardlab.data.calibration import expected_unique_counts
 from shardlab.data.features import reuse_histograms
 from shardlab.data.generator import MODEL, generate_lookups
-from shardlab.data.lookups import lookup_origin
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table, Task
 
-__all__ = ["FIT_BAG_K", "fit_params", "fit_table_lookups", "with_lookups", "lookup_origin"]
+__all__ = ["FIT_BAG_K", "fit_params", "fit_table_lookups", "with_lookups"]
 
 #: Dispersion of fitted tables' bag lengths (negative binomial; large = near Poisson), as for
 #: imported tables (:data:`shardlab.data.importers.IMPORT_BAG_K`).
@@ -160,13 +159,13 @@ def _fit(name: str, rows: int, pooling_factor: float, reuse_bins: tuple[float, .
 
 
 def fit_table_lookups(table: Table, batch_size: int = C.DEFAULT_BATCH_SIZE) -> Table:
-    """``table`` made measurable: a table that already has lookups (a generator or a trace,
-    :func:`lookup_origin` not ``"none"``) is returned unchanged; otherwise a copy with the
+    """``table`` made measurable: a table that already has lookups (a non-empty ``distribution``:
+    a generator, a trace or a row block's parent) is returned unchanged; otherwise a copy with the
     same name, rows, dim, pooling_factor and reuse_bins, an ``index_seed`` (its own if set,
     else crc32 of the name), the fitted ``distribution`` and a ``source`` that says so (module
     docstring). ``batch_size``: samples per batch the table's reuse bins were measured at
     (the task's batch size). Cached: the same table and batch size fit once per process."""
-    if lookup_origin(table) != "none":
+    if table.distribution_params:
         return table
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
             or batch_size < 1:

@@ -19,20 +19,23 @@ any measurable table as FBGEMM TBE inputs, dispatching on ``table.distribution["
   before (``"row-block-v1"``) carry their parent's whole Task JSON as text and are still read.
 
 A table with no ``distribution`` (origin ``"none"``: only the Task JSON fields) has no lookups
-until :func:`shardlab.data.fit_lookups.with_lookups` fits them.
+of its own: :func:`~shardlab.data.fit_lookups.fit_table_lookups` fits the generator to its
+reuse bins and pooling factor (deterministic, once per table and batch size), and its row
+blocks are cut from those fitted lookups.
 """
 
 from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from shardlab import constants as C
 from shardlab.data.dlrm_format import TRACE_MODEL, cached_lookups
 from shardlab.data.features import table_stats_from_lookups
+from shardlab.data.fit_lookups import fit_table_lookups
 from shardlab.data.generator import MODEL, generate_lookups
 from shardlab.errors import ShardlabError
 from shardlab.plan import Plan
@@ -130,9 +133,18 @@ def table_lookups(table: Table, batch_size: int, batch_index: int = 0
         return _row_block_lookups(table, batch_size, batch_index)
     if origin == "none":
         raise ShardlabError(f"table '{table.name}': field 'distribution' is empty, so it has no "
-                            "lookups to measure; fit them to its reuse_bins first "
-                            "(shardlab.data.fit_lookups.with_lookups(task))")
+                            "lookups to measure (the evaluators fit them to its reuse_bins)")
     return generate_lookups(table, batch_size, batch_index)
+
+
+def row_block_lookups(task: Task, tables: Sequence[Table]) -> dict[str, Any]:
+    """Plan metadata saying where the row blocks of ``tables`` (split by rows in a search) took
+    their lookups from: ``{"row_block_lookups": {name: describe(...)}}`` of each table as made
+    measurable at the task's batch size (origin ``fitted`` with the fit's errors for a table
+    with only the Task JSON fields); empty when ``tables`` is."""
+    if not tables:
+        return {}
+    return {"row_block_lookups": {t.name: describe(fit_table_lookups(t, task.batch_size)) for t in tables}}
 
 
 def describe(table: Table) -> dict[str, Any]:
@@ -142,7 +154,8 @@ def describe(table: Table) -> dict[str, Any]:
     d = table.distribution_params
     out: dict[str, Any] = {"origin": origin}
     if origin == "fitted":
-        out |= {k: d[k] for k in ("fit_l1", "fit_pooling_rel_err", "fit_batch_size") if k in d}
+        out |= {k: d[k] for k in ("model", "alpha", "q", "hot", "pooling", "bag_k", "fit_l1", "fit_pooling_rel_err",
+                                  "fit_batch_size") if k in d} | {"index_seed": table.index_seed}
     elif origin == "trace":
         out |= {"path": d.get("path"), "table_index": d.get("table_index")}
     elif origin == "row-block":
@@ -159,7 +172,9 @@ def row_block_table(table: Table, row_offset: int, rows: int, batch_size: int, n
     factor (lookups per sample) and 17 reuse bins -- are measured on batch 0 of ``batch_size``
     samples, so cost models see the block's own load. A block of a block is a block of the
     first parent. The whole table is itself (no copy). Named ``<name>[r<start>:<stop>]`` unless
-    ``name`` is given. One-line errors name the bad field."""
+    ``name`` is given. A table with only the Task JSON fields gets lookups fitted to its reuse
+    bins at ``batch_size`` first (:func:`~shardlab.data.fit_lookups.fit_table_lookups`).
+    One-line errors name the bad field."""
     if not 0 <= row_offset < table.rows:
         raise ShardlabError(f"table '{table.name}': field 'row_offset' = {row_offset} must be in [0, {table.rows})")
     if not 1 <= rows <= table.rows - row_offset:
@@ -167,10 +182,8 @@ def row_block_table(table: Table, row_offset: int, rows: int, batch_size: int, n
                             f"at row_offset {row_offset}")
     if row_offset == 0 and rows == table.rows:
         return table
+    table = fit_table_lookups(table, batch_size)
     origin = lookup_origin(table)
-    if origin == "none":
-        raise ShardlabError(f"table '{table.name}': field 'distribution' is empty, so its row blocks have no "
-                            "lookups; fit them first (shardlab.data.fit_lookups.with_lookups(task))")
     parent, start = (_parent(table), int(table.distribution_params["row_offset"])) if origin == "row-block" \
         else (table, 0)
     dist = {"model": ROW_BLOCK_MODEL, "row_offset": start + int(row_offset), "parent": parent.name,

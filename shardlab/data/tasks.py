@@ -228,7 +228,8 @@ def generate_task(pool: str = C.DEFAULT_POOL, ntables: int = 50, ngpu: int = 4,
 
     Each table gets a dim drawn uniformly from those of ``dims`` at which it fits one device
     (``mem_cap_gb``, GB); tables that fit at no dim are not drawn. ``dims=None`` keeps every
-    table's own dim instead; a drawn table that does not fit one device at it is an
+    table's own dim instead; a drawn table larger than one device is kept (the sharders cut it
+    into row blocks), one that fits the devices not even in one row block per device is an
     :class:`InfeasibleError` naming it. Draws are repeated (up to 100 times) until all tables
     together use at most ``max_fill`` of the ``ngpu`` devices' memory, so that table-wise
     placement is possible. Deterministic in ``seed``.
@@ -275,12 +276,15 @@ def generate_task(pool: str = C.DEFAULT_POOL, ntables: int = 50, ngpu: int = 4,
 
 
 def _check_own_dim(probe: Task, t: Table) -> None:
-    """InfeasibleError naming ``t`` if it does not fit one device of ``probe`` at its own dim."""
-    need = probe.block_bytes(t.rows, t.dim)
+    """InfeasibleError naming ``t`` if it does not fit the devices of ``probe`` at its own dim,
+    even cut into one row block per device (a table larger than one device is sharded by rows)."""
+    k = max(1, min(probe.ngpu, t.rows))
+    need = probe.block_bytes(-(-t.rows // k), t.dim)
     if need > probe.mem_cap_bytes:
         excess = (need - probe.mem_cap_bytes) / C.GB
+        what = "" if k == 1 else f" even in {k} row blocks"
         raise InfeasibleError(f"task '{probe.name}': table '{t.name}' does not fit at its own dim "
-                              f"{t.dim}: needs {need / C.GB:.3f} GB, {excess:.3f} GB over the "
+                              f"{t.dim}{what}: needs {need / C.GB:.3f} GB, {excess:.3f} GB over the "
                               f"{probe.mem_cap_gb:g} GB cap (field 'dim'; pass dims to draw "
                               "smaller ones)", t.name, excess)
 

@@ -1,5 +1,30 @@
 """Predicted evaluation: a plan's costs from a cost model (learned from measurements, or the
-analytic model, which says it is one), labelled with the model's ``source``."""
+analytic model, which says it is one), labelled with the model's ``source``, and the task's
+lower bound under that model (:func:`model_bound_ms`; docs/measurement.md, "The lower bound").
+
+**The bound** is at most the predicted cost of every valid plan of the task -- table-wise,
+column blocks, row blocks or a mix, under the same model, comm models and schedule
+(:func:`~shardlab.costmodel.base.simulate`) -- or None. Plan cost = max over devices >= the mean
+over the n devices that hold blocks, so with floors on their summed compute (n x per-op + rest)
+and on their mean comm it is per-op + rest / G + comm (:func:`~shardlab.schedule.floor_bound_ms`).
+The floors are capabilities of the models that can prove them:
+
+- compute: ``floor_ms(tables, lookup_batch)`` -> (per-op ms, rest ms) (the analytic model:
+  additive over tables plus a per-op cost, non-negative terms that no split makes smaller;
+  :meth:`~shardlab.costmodel.analytic.AnalyticCompute.floor_ms`);
+- comm: ``floor_ms(G, total_dim)``, at most the mean fw + bw ms over any ranks that include
+  every rank with a positive dim sum, for any dim sums adding up to >= total_dim and any delays,
+  affine in total_dim (the analytic all-to-all and the GPU-cluster topology model);
+- row-wise comm (when the evaluator costs row-wise collectives): ``increment_floor_ms(G, dim)``
+  for ``dim`` reduce-scattered columns on any rank, concave in dim. A plan's columns go to the all-to-all
+  (total D_a) or are reduce-scattered (D_r), D_a + D_r >= D, so the comm floor is the smaller
+  of the two ends, min(floor(D), floor(0) + increment_floor(D)): a concave function of the
+  split has its minimum at an end.
+
+A learned (neural) model is neither additive nor monotone: a shard's predicted cost can fall
+when a table is added or a table is split, so nothing it predicts for a few shards bounds what
+it predicts for every plan, and it gives no bound (None; reports then show none).
+"""
 
 from __future__ import annotations
 
@@ -12,30 +37,58 @@ from shardlab.costmodel.base import simulate
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.costmodel.rowwise_comm import WithRowWise, load_rowwise_comm
 from shardlab.evaluate.values import (DeviceCost, Evaluation, check_plans, comm_pattern, compare_to_reference,
-                                      device_tables)
+                                      device_tables, row_lookup_note)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
-from shardlab.schedule import balanced_dims, lower_bound_ms
+from shardlab.schedule import floor_bound_ms
 from shardlab.tables import Task
 
-#: Largest shard a model is asked to predict for the lower bound (the campaigns' max_tables).
+#: Largest shard the campaigns train on (their max_tables). No longer used by the bound, which
+#: asks models for floors instead of predicting all tables in chunks of this size.
 BOUND_CHUNK = 15
+
+
+def comm_floor_ms(comm: Any, rowwise_comm: Any, ngpu: int, total_dim: int) -> float | None:
+    """At most the mean fw + bw comm ms over the devices holding blocks of any plan over
+    ``ngpu`` devices whose tables hold ``total_dim`` columns, costed with ``comm`` and, when
+    given, ``rowwise_comm``'s increment (module docstring); 0 for one device; None when a model
+    has no floor."""
+    if ngpu < 2:
+        return 0.0
+    floor = getattr(comm, "floor_ms", None)
+    full = floor(ngpu, total_dim) if floor is not None else None
+    if full is None or rowwise_comm is None:
+        return full
+    rw = getattr(rowwise_comm, "increment_floor_ms", None)
+    inc = rw(ngpu, total_dim) if rw is not None else None
+    return None if inc is None else min(full, floor(ngpu, 0) + inc)
+
+
+def model_bound_ms(task: Task, model: Any, rowwise_comm: Any = None) -> float | None:
+    """The task's lower bound (ms) under cost-model bundle ``model`` (and ``rowwise_comm``, as
+    :func:`estimate_plan` costs row-wise plans): at most every valid plan's predicted cost, or
+    None when the compute or a comm model has no floor (module docstring)."""
+    floor = getattr(model.compute, "floor_ms", None)
+    compute = floor(task.tables, task.batch_size) if floor is not None else None
+    if compute is None:
+        return None
+    comm = comm_floor_ms(model.comm_for(task.ngpu)[0], rowwise_comm, task.ngpu, sum(t.dim for t in task.tables))
+    return None if comm is None else floor_bound_ms(compute[0], compute[1], task.ngpu, comm)
 
 
 def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True, rowwise_comm: Any = None
                   ) -> Evaluation:
     """A plan's cost predicted by a cost-model bundle
     (:class:`~shardlab.costmodel.bundle.CostModelBundle`), labelled with the model's ``source``
-    (``model:...`` or ``analytic:...``). The bound (:func:`~shardlab.schedule.lower_bound_ms`):
-    the model's cost of all tables fused / G plus the comm of balanced dim sums. A model is only
-    asked about shards of at most ``BOUND_CHUNK`` tables (the size the compute campaigns train
-    on), so "all tables fused" is the sum over chunks of that size -- near-additive on the
-    measured data (datasets/cpu/NOTES.md); a model's bound is only as good as the model.
+    (``model:...`` or ``analytic:...``). ``lower_bound``: also the task's bound under the same
+    models (:func:`model_bound_ms`; None where the model gives none).
 
     ``rowwise_comm``: a fitted :class:`~shardlab.costmodel.rowwise_comm.RowWiseComm`. Given, a
     plan with row-wise traffic (:func:`~shardlab.evaluate.values.comm_pattern`: tables split by
     rows) is costed with the pattern's all-to-all dim sums (a table split over every device
     leaves them) plus the row-wise collectives' predicted increment, and the source says so.
-    Not given, or a plan without row blocks: every shard's columns on its device's all-to-all."""
+    Not given, or a plan without row blocks: every shard's columns on its device's all-to-all.
+    Row blocks of tables with only the Task JSON fields are costed on lookups fitted to their
+    reuse bins, and the source says for how many tables (:func:`~shardlab.evaluate.values.row_lookup_note`)."""
     validate_plan(task, plan)
     per_dev = device_tables(task, plan)
     comm_model, comm_label = model.comm_for(plan.ngpu)
@@ -50,20 +103,18 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True, 
     mem = [b / C.GB for b in device_memory_bytes(task, plan)]
     devices = tuple(DeviceCost(g, float(sim.fw_compute[g]), float(sim.bw_compute[g]), float(sim.fw_comm[g]),
                                float(sim.bw_comm[g]), mem[g]) for g in range(plan.ngpu))
-    bound = None
-    if lower_bound:
-        chunks = [list(task.tables[i:i + BOUND_CHUNK]) for i in range(0, len(task.tables), BOUND_CHUNK)]
-        whole = float(np.asarray(model.compute.predict(chunks)).sum())
-        comm = np.asarray(comm_model.predict([balanced_dims(task)], None))[0] if task.ngpu > 1 else None
-        bound = lower_bound_ms(whole, task.ngpu, comm)
-    return Evaluation(task.name, plan.method, model.source + comm_label, devices, bound)
+    bound = model_bound_ms(task, model, rowwise_comm) if lower_bound else None
+    note = row_lookup_note(task, {plan.method: plan})
+    return Evaluation(task.name, plan.method, model.source + comm_label + note, devices, bound)
 
 
 class ModelEvaluator:
     """The :class:`~shardlab.evaluate.values.Evaluator` of a cost model.
 
     ``model``: a cost-model bundle, or the name / manifest path of one (loaded for
-    ``profile``, default ``constants.PLAN_PROFILE``); ``lower_bound``: also predict the task's bound; ``reference``: the plan to
+    ``profile``, default ``constants.PLAN_PROFILE``); ``lower_bound``: also give the task's bound
+    under the model (:func:`model_bound_ms`: None for a model that has none, e.g. a neural one);
+    ``reference``: the plan to
     compare against (default: the best baseline, see
     :func:`~shardlab.evaluate.values.resolve_reference`). Predictions carry no uncertainty,
     so their comparisons have a ratio but no interval and no verdict. ``rowwise_comm``: the
@@ -93,13 +144,14 @@ class ModelEvaluator:
         return self.model
 
     def evaluate(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, Evaluation]:
-        """Predicted Evaluations of ``plans``, one shared predicted bound, compared to the reference."""
+        """Predicted Evaluations of ``plans``, one shared bound (:func:`model_bound_ms`, or None),
+        compared to the reference."""
         check_plans(task, plans)
         model = self.bundle()
         rowwise = self.rowwise_model(model)
-        out, bound = {}, None
+        bound = model_bound_ms(task, model, rowwise) if self.lower_bound else None
+        out = {}
         for k, p in plans.items():
-            e = estimate_plan(task, p, model, lower_bound=self.lower_bound and bound is None, rowwise_comm=rowwise)
-            bound = e.lower_bound_ms if bound is None else bound
+            e = estimate_plan(task, p, model, lower_bound=False, rowwise_comm=rowwise)
             out[k] = Evaluation(e.task, e.method, e.source, e.per_device, bound)
         return compare_to_reference(out, self.reference)

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 import numpy as np
 
 from shardlab import constants as C
-from shardlab.data.lookups import device_tables, placed_row_block  # noqa: F401  (device_tables: re-exported)
+from shardlab.data.lookups import device_tables, lookup_origin, placed_row_block  # noqa: F401  (device_tables: re-exported)
 from shardlab.errors import ShardlabError, check_fields
 from shardlab.evaluate.stats import (MIN_ROUNDS, OLD_VERDICTS, VERDICTS, check_margin, paired_ratio_ci, read_verdict,
                                      verdict)
@@ -214,6 +214,16 @@ def costs_label(evaluator: Any) -> str:
         name = model if isinstance(model, str) else getattr(model, "source", type(model).__name__)
         return f"predicted for profile {profile} by {name}"
     return f"measured on this machine under profile {profile}"
+
+
+def row_lookup_note(task: Task, plans: Mapping[str, Plan]) -> str:
+    """The ``source`` note of a predicted evaluation whose plans split by rows tables with only
+    the Task JSON fields: their row blocks' loads come from lookups fitted to the tables' reuse
+    bins (:func:`~shardlab.data.fit_lookups.fit_table_lookups`), e.g. ``" (row-block lookups fitted
+    for 1/7 tables)"``; ``""`` when there are none."""
+    split = {p.table for plan in plans.values() for p in plan.placements if p.rows != task.table(p.table).rows}
+    fitted = [name for name in split if lookup_origin(task.table(name)) == "none"]
+    return f" (row-block lookups fitted for {len(fitted)}/{len(task.tables)} tables)" if fitted else ""
 
 
 def check_plans(task: Task, plans: Mapping[str, Plan]) -> None:

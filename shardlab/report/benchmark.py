@@ -1,6 +1,7 @@
 """Summaries of a search benchmark's rows (:mod:`shardlab.workflows.benchmark` runs it and
-documents the rows): ratio to the lower bound, win rates against each baseline, and search time,
-as numbers and as table rows. Pure functions over rows: nothing here runs a sharder or measures.
+documents the rows): ratio to the best plan any method found on the task, ratio to the lower
+bound (only under judges that give one: the analytic models and measurement), win rates against
+each baseline, and search time, as numbers and as table rows. Pure functions over rows: nothing here runs a sharder or measures.
 
 Wins: on simulated costs, the fraction of tasks on which a method's predicted cost is strictly
 below the baseline's. On measured costs only **significant** wins count: the fraction of tasks
@@ -42,10 +43,19 @@ def settings_of(rows: Iterable[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(r["setting"] for r in rows))
 
 
-def ratio(row: dict[str, Any], key: str = "simulated_ms") -> float:
-    """A row's cost / lower bound (dimensionless); nan where there is no bound."""
-    b = row.get(bound_key(key))
-    return row[key] / b if b else float("nan")
+def best_found(rows: Iterable[dict[str, Any]], key: str = "simulated_ms") -> dict[tuple[str, int], float]:
+    """Per (setting, task): the cheapest cost (ms) under ``key`` that any method's plan reached."""
+    out: dict[tuple[str, int], float] = {}
+    for r in done(rows, key):
+        k = (r["setting"], r["task"])
+        out[k] = min(out.get(k, math.inf), float(r[key]))
+    return out
+
+
+def to_best(row: dict[str, Any], best: Mapping[tuple[str, int], float], key: str = "simulated_ms") -> float:
+    """A row's cost / the best cost found on its task (:func:`best_found`; dimensionless, >= 1)."""
+    b = best[(row["setting"], row["task"])]
+    return row[key] / b if b > 0 else float("nan")
 
 
 def significant(key: str) -> bool:
@@ -80,7 +90,9 @@ def _half_width_pct(row: Mapping[str, Any]) -> float | None:
 def summarise(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str = "simulated_ms",
               baselines: Sequence[str] = BASELINE_METHODS) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (setting, method), in setting then ``methods`` order: ``cost_ms`` (mean cost under
-    ``key``, ms), ``ratio_to_bound`` (mean over tasks of cost / bound; nan without bounds),
+    ``key``, ms), ``ratio_to_best`` (mean over tasks of cost / the best cost any method found on
+    the task, :func:`to_best`), ``ratio_to_bound`` (mean over tasks of cost / bound; nan without
+    bounds),
     ``search_s`` (mean search time, s), ``wins``: baseline -> fraction (in [0, 1]) of the tasks
     both solved on which the method wins (:func:`beats`: strictly cheaper when simulated, a
     paired verdict ``faster`` when measured; a method is never compared with itself), and for
@@ -88,6 +100,7 @@ def summarise(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str =
     % of the cost; nan without intervals). Skipped rows are left out; a method with no row in a
     setting has no entry."""
     ok = done(rows, key)
+    best = best_found(ok, key)
     out = {}
     for setting in settings_of(rows):
         by_method = {m: {r["task"]: r for r in ok if r["setting"] == setting and r["method"] == m}
@@ -105,6 +118,7 @@ def summarise(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str =
                     wins[b] = float(np.mean(won))
             ratios = [r[key] / r[bound_key(key)] for r in mine.values() if r.get(bound_key(key))]
             out[(setting, m)] = {"cost_ms": float(np.mean([r[key] for r in mine.values()])),
+                                 "ratio_to_best": float(np.mean([to_best(r, best, key) for r in mine.values()])),
                                  "ratio_to_bound": float(np.mean(ratios)) if ratios else float("nan"),
                                  "search_s": float(np.mean([r["search_s"] for r in mine.values()])), "wins": wins}
             if significant(key):
@@ -117,8 +131,8 @@ def summary_rows(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: st
                  baselines: Sequence[str] = BASELINE_METHODS) -> list[dict[str, Any]]:
     """:func:`summarise` as table rows (one per setting and method, rounded; methods skipped on
     every task of a setting appear with their count of skips): setting, method, tasks,
-    skipped, mean cost (ms), [mean 95% CI half-width (%), measured only], mean cost / lower
-    bound, mean search (s), and wins against each baseline (:func:`wins_label`)."""
+    skipped, mean cost (ms), [mean 95% CI half-width (%), measured only], mean cost / best found,
+    mean cost / lower bound (None without bounds), mean search (s), and wins against each baseline (:func:`wins_label`)."""
     sm = summarise(rows, methods, key, baselines)
     out = []
     for setting in settings_of(rows):
@@ -132,7 +146,8 @@ def summary_rows(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: st
                    "mean cost (ms)": _round(s and s["cost_ms"], 2)}
             if significant(key):
                 row["mean 95% CI half-width (%)"] = _round(s and s["ci_half_width_pct"], 2)
-            row.update({"mean cost / lower bound": _round(s and s["ratio_to_bound"], 3),
+            row.update({"mean cost / best found": _round(s and s["ratio_to_best"], 3),
+                        "mean cost / lower bound": _round(s and s["ratio_to_bound"], 3),
                         "mean search (s)": _round(s and s["search_s"], 4)})
             for b in baselines:
                 row[wins_label(key, b)] = _round(s["wins"].get(b) if s else None, 2)

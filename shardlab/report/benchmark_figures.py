@@ -1,6 +1,6 @@
 """Figures and the standalone HTML page of a search benchmark (rows of
-:func:`shardlab.workflows.benchmark.run_benchmark`): cost / lower bound per method (box with every
-task as a point, one panel per setting), search time per method (s, log axis), and win rates
+:func:`shardlab.workflows.benchmark.run_benchmark`): cost / the best plan any method found on
+the task, per method (box with every task as a point, one panel per setting), search time per method (s, log axis), and win rates
 against each baseline (heatmap per setting). Every figure names where its costs come from
 (``simulated by model:...``, no uncertainty, or ``measured:<profile>`` in paired rounds) and,
 for measured costs, draws each task's 95% interval and counts only significant wins. The page
@@ -19,8 +19,8 @@ from plotly.subplots import make_subplots
 
 from shardlab.constants import BASELINE_METHODS
 from shardlab.io import write_json_atomic, write_text_atomic
-from shardlab.report.benchmark import (bound_key, done, ratio, settings_of, significant, skipped, summarise,
-                                       summary_rows)
+from shardlab.report.benchmark import (best_found, done, settings_of, significant, skipped, summarise, summary_rows,
+                                       to_best)
 from shardlab.report.benchmark_text import section_title, wins_note
 from shardlab.report.figures import rows_to_html
 from shardlab.report.html import figure_html, page_provenance, provenance_table, standalone_page
@@ -60,43 +60,48 @@ def _colour(methods: Sequence[str], m: str) -> str:
 
 def ratio_figure(rows: Sequence[dict[str, Any]], methods: Sequence[str], key: str = "simulated_ms",
                  settings: Sequence[str] | str | None = None, height: int = 520) -> go.Figure:
-    """Cost / lower bound (dimensionless; 1 = at the bound, dotted line) per method: a box with
-    every task as a point, one panel per setting (default: every setting in ``rows``). Hover
-    gives the task, the cost and the bound (ms). Tasks without a bound are left out."""
+    """Cost / the best cost any method found on the task (dimensionless; 1 = the best, dotted
+    line; :func:`~shardlab.report.benchmark.to_best`) per method: a box with every task as a
+    point, one panel per setting (default: every setting in ``rows``). Hover gives the task, the
+    cost and the best (ms). A ratio to the best found, not to a lower bound: a learned judge has
+    no valid bound (docs/measurement.md, "The lower bound")."""
     names = _settings(rows, settings)
     ok = done(rows, key)
+    best = best_found(ok, key)
     bars = significant(key)
     fig = make_subplots(rows=1, cols=max(len(names), 1), shared_yaxes=True, subplot_titles=names,
                         horizontal_spacing=0.03)
     for col, setting in enumerate(names, start=1):
         for m in methods:
-            mine = [r for r in ok if r["setting"] == setting and r["method"] == m and r.get(bound_key(key))]
-            fig.add_trace(go.Box(x=[m] * len(mine), y=[ratio(r, key) for r in mine], name=m, legendgroup=m,
+            mine = [r for r in ok if r["setting"] == setting and r["method"] == m]
+            fig.add_trace(go.Box(x=[m] * len(mine), y=[to_best(r, best, key) for r in mine], name=m, legendgroup=m,
                                  showlegend=col == 1, marker_color=_colour(methods, m),
                                  boxpoints=False if bars else "all", jitter=0.4, pointpos=0,
-                                 customdata=[[r["task"], r[key], r[bound_key(key)]] for r in mine],
+                                 customdata=[[r["task"], r[key], best[(r["setting"], r["task"])]] for r in mine],
                                  hovertemplate=f"{setting} {m}, task %{{customdata[0]}}<br>cost "
-                                               "%{customdata[1]:.2f} ms, bound %{customdata[2]:.2f} ms<br>"
+                                               "%{customdata[1]:.2f} ms, best found %{customdata[2]:.2f} ms<br>"
                                                "ratio %{y:.3f}<extra></extra>"),
                           row=1, col=col)
             if bars:
-                fig.add_trace(_ratio_points(mine, m, setting, _colour(methods, m)), row=1, col=col)
+                fig.add_trace(_ratio_points(mine, best, m, setting, _colour(methods, m)), row=1, col=col)
         fig.add_hline(y=1.0, line_dash="dot", line_color="gray", row=1, col=col)
-    points = "one point per task, error bars: its cost's 95% CI / bound" if bars else "one point per task"
+    points = ("one point per task, error bars: its cost's 95% CI / the best median" if bars
+              else "one point per task")
     fig.update_layout(height=height, margin=dict(t=120), showlegend=False,
-                      title="Plan cost / lower bound per method (1 = at the bound)<br>"
+                      title="Plan cost / the best plan any method found on the task (1 = the best)<br>"
                             f"<sup>{html.escape(cost_label(rows, key))}; {points}</sup>")
     fig.update_xaxes(tickangle=-45, categoryorder="array", categoryarray=list(methods))
-    fig.update_yaxes(title_text="cost / lower bound", row=1, col=1)
+    fig.update_yaxes(title_text="cost / best found", row=1, col=1)
     return fig
 
 
-def _ratio_points(mine: Sequence[dict[str, Any]], method: str, setting: str, colour: str) -> go.Scatter:
-    """Measured cost / bound of each task as a point with the cost's 95% interval over the
-    (median) bound as asymmetric error bars (zero where a row has no interval)."""
-    y = [ratio(r, "measured_ms") for r in mine]
+def _ratio_points(mine: Sequence[dict[str, Any]], best: Mapping[tuple[str, int], float], method: str, setting: str,
+                  colour: str) -> go.Scatter:
+    """Measured cost / the task's best median of each task as a point with the cost's 95%
+    interval over that best as asymmetric error bars (zero where a row has no interval)."""
+    y = [to_best(r, best, "measured_ms") for r in mine]
     ci = [r.get("measured_ci95_ms") for r in mine]
-    b = [r["measured_bound_ms"] for r in mine]
+    b = [best[(r["setting"], r["task"])] for r in mine]
     up = [c[1] / bb - v if c else 0.0 for c, bb, v in zip(ci, b, y)]
     down = [v - c[0] / bb if c else 0.0 for c, bb, v in zip(ci, b, y)]
     return go.Scatter(x=[method] * len(mine), y=y, mode="markers", name=method, legendgroup=method, showlegend=False,
@@ -105,7 +110,7 @@ def _ratio_points(mine: Sequence[dict[str, Any]], method: str, setting: str, col
                       customdata=[[r["task"], r["measured_ms"], bb, f"[{c[0]:.2f}, {c[1]:.2f}]" if c else "none"]
                                   for r, bb, c in zip(mine, b, ci)],
                       hovertemplate=f"{setting} {method}, task %{{customdata[0]}}<br>cost %{{customdata[1]:.2f}} ms "
-                                    "95% CI %{customdata[3]}, bound %{customdata[2]:.2f} ms<br>ratio %{y:.3f}"
+                                    "95% CI %{customdata[3]}, best found %{customdata[2]:.2f} ms<br>ratio %{y:.3f}"
                                     "<extra></extra>")
 
 
@@ -199,8 +204,8 @@ def benchmark_html(rows: Sequence[dict[str, Any]], methods: Sequence[str], keys:
         note = re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(wins_note(key, rounds_of(rows))))
         heading = section_title(key, rounds_of(rows))
         body += [f"<h2>{html.escape(heading[0].upper() + heading[1:])}</h2>",
-                 f"<p>{html.escape(cost_label(rows, key))}. Costs in ms per training step; the ratio is the plan cost "
-                 f"over that source's lower bound.</p>", f'<p class="wins">{note}</p>',
+                 f"<p>{html.escape(cost_label(rows, key))}. Costs in ms per training step; the figure's ratio is the plan "
+                 f"cost over the best any method found on the task.</p>", f'<p class="wins">{note}</p>',
                  f'<div class="wide">{rows_to_html(summary_rows(rows, methods, key, baselines))}</div>',
                  figure_html(figs["ratio"]), figure_html(figs["win_rate"])]
     body += ["<h2>Search time</h2>", figure_html(search_time_figure(rows, methods))]

@@ -29,7 +29,7 @@ fbgemm-gpu-cpu 1.8.0) cannot take.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -77,11 +77,13 @@ class AutoShardAgent(PolicyAgent):
     COST = AutoShardCompute
 
     def run(self, policy: AutoShardPolicy, task: Task, n: int, actions: torch.Tensor | None = None,
-            greedy: bool = False, mask: bool = False, generator: torch.Generator | None = None) -> Episodes:
+            greedy: bool = False, mask: bool = False, generator: torch.Generator | None = None,
+            pins: Sequence[int] = (), witness: Sequence[int] | None = None) -> Episodes:
         """Play (or, given ``actions`` (n, T) in placement order, replay) ``n`` episodes of
         ``policy`` (the learner's, or the actors' lagging copy); ``reward`` is the final reward
-        of the module docstring, ``value`` the critic's estimates."""
-        order = self.order(task)
+        of the module docstring, ``value`` the critic's estimates; ``pins`` and ``witness``:
+        :func:`~shardlab.search.episode.play_episodes`."""
+        order = self.order(task, len(pins))
         tables = [task.tables[i] for i in order]
         x = torch.from_numpy(self.cost.scaler_.transform(tables))
         emb = torch.as_tensor(self.cost.embed(tables), dtype=torch.float32)    # cost-model encodings
@@ -112,13 +114,18 @@ class AutoShardAgent(PolicyAgent):
                 return torch.where(over > cap, (cap - over) / cap, balance.double()).float(), None
 
         return play_episodes(task, order, n, step, finish, mask=mask, greedy=greedy, actions=actions,
-                             generator=generator, accumulate={"cost": emb})
+                             generator=generator, accumulate={"cost": emb}, pins=pins, witness=witness)
+
+    def decode(self, task: Task, pins: Sequence[int] = (), witness: Sequence[int] | None = None
+               ) -> tuple[list[int], float]:
+        """Greedy decoding with infeasible devices masked; the score is minus the final reward."""
+        with torch.no_grad():
+            ep = self.run(self.policy, task, 1, greedy=True, mask=True, pins=pins, witness=witness)
+        return [int(d) for d in ep.devices()[0]], -float(ep.reward[0])
 
     def plan(self, task: Task, seed: int = 0, method: str = "autoshard") -> Plan:
-        """Greedy decoding with infeasible devices masked."""
-        with torch.no_grad():
-            ep = self.run(self.policy, task, 1, greedy=True, mask=True)
-        return Plan.table_wise(task, [int(d) for d in ep.devices()[0]], method, seed)
+        """Greedy decoding (:meth:`PolicyAgent.plan`)."""
+        return super().plan(task, seed, method)
 
 
 @dataclass

@@ -22,6 +22,7 @@ plans, so it sits in the workflows layer).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -58,11 +59,12 @@ class DreamShardAgent(PolicyAgent):
     POLICY = PolicyNet
     COST = DreamShardCost
 
-    def rollout(self, task: Task, n: int, greedy: bool = False, generator: torch.Generator | None = None
-                ) -> Episodes:
+    def rollout(self, task: Task, n: int, greedy: bool = False, generator: torch.Generator | None = None,
+                pins: Sequence[int] = (), witness: Sequence[int] | None = None) -> Episodes:
         """``n`` parallel episodes on ``task`` (feasible moves only); ``reward`` = minus
-        ``cost_ms``, the cost network's predicted plan cost (overall head, ms)."""
-        order = self.order(task)
+        ``cost_ms``, the cost network's predicted plan cost (overall head, ms); ``pins`` and
+        ``witness``: :func:`~shardlab.search.episode.play_episodes`."""
+        order = self.order(task, len(pins))
         x = torch.from_numpy(self.cost.scaler_.transform([task.tables[i] for i in order]))  # shared scaling
         net = self.cost.net_
         enc_policy = self.policy.encoder(x)                               # (T, 32), with grad
@@ -82,13 +84,19 @@ class DreamShardAgent(PolicyAgent):
                                                              self.cost.plan_scale_ms_))
             return -cost, cost
 
-        return play_episodes(task, order, n, step, finish, greedy=greedy, generator=generator)
+        return play_episodes(task, order, n, step, finish, greedy=greedy, generator=generator, pins=pins,
+                             witness=witness)
+
+    def decode(self, task: Task, pins: Sequence[int] = (), witness: Sequence[int] | None = None
+               ) -> tuple[list[int], float]:
+        """Greedy decoding; the score is the predicted plan cost (ms)."""
+        with torch.no_grad():
+            ep = self.rollout(task, 1, greedy=True, pins=pins, witness=witness)
+        return [int(d) for d in ep.devices()[0]], float(ep.cost_ms[0])
 
     def plan(self, task: Task, seed: int = 0, method: str = "dreamshard") -> Plan:
-        """Greedy decoding: each table on the policy's most likely feasible device."""
-        with torch.no_grad():
-            ep = self.rollout(task, 1, greedy=True)
-        return Plan.table_wise(task, [int(d) for d in ep.devices()[0]], method, seed)
+        """Greedy decoding (:meth:`PolicyAgent.plan`)."""
+        return super().plan(task, seed, method)
 
 
 @dataclass

@@ -70,7 +70,8 @@ FinishFn = Callable[[PlacementState], "tuple[torch.Tensor, torch.Tensor | None]"
 def play_episodes(task: Task, order: Sequence[int], n: int, step: StepFn, finish: FinishFn, *,
                   mask: bool = True, greedy: bool = False, actions: torch.Tensor | None = None,
                   generator: torch.Generator | None = None,
-                  accumulate: dict[str, torch.Tensor] | None = None) -> Episodes:
+                  accumulate: dict[str, torch.Tensor] | None = None, pins: Sequence[int] = (),
+                  witness: Sequence[int] | None = None) -> Episodes:
     """Play ``n`` episodes placing ``task``'s tables in ``order``.
 
     Each step: ``step(state)`` gives logits; with ``mask`` only the devices
@@ -80,7 +81,13 @@ def play_episodes(task: Task, order: Sequence[int], n: int, step: StepFn, finish
     moves are allowed, for methods whose reward teaches the cap; the action is the
     given ``actions[:, t]`` (replay, (n, T)), the arg-max (``greedy``), a draw from
     ``generator`` (``torch.multinomial``) or, with no generator, ``Categorical.sample``.
-    ``accumulate``: named (T, k) rows added to the chosen device's ``state.sums[name]``."""
+    ``accumulate``: named (T, k) rows added to the chosen device's ``state.sums[name]``.
+    ``pins``: the devices of the first ``len(pins)`` steps, which must place the task's first
+    tables (``order`` starts 0, 1, ...: row blocks pinned by the search, probability 1, no
+    gradient); ``witness``: a device per table (task order) where all fit, for the mask when
+    pinned blocks make the heuristics' packing inapplicable."""
+    if list(order[:len(pins)]) != list(range(len(pins))):
+        raise ValueError("pinned steps must place the task's first tables, in order")
     tables = [task.tables[i] for i in order]
     g, t_count = task.ngpu, len(tables)
     rows = dict(accumulate or {})
@@ -90,13 +97,15 @@ def play_episodes(task: Task, order: Sequence[int], n: int, step: StepFn, finish
                            {k: torch.zeros(n, g, r.shape[1], dtype=r.dtype) for k, r in rows.items()})
     acts, logps, ents, vals = [], [], [], []
     batch = torch.arange(n)
-    guard = FeasibleMask(task, order, n) if mask else None
+    guard = FeasibleMask(task, order, n, witness) if mask else None
     for t in range(t_count):
         state.t = t
         logits, value = step(state)
         if guard is not None:
             allowed = torch.from_numpy(guard.allowed(t, state.mem.numpy()))
             logits = logits.masked_fill(~allowed, float("-inf"))
+        if t < len(pins):
+            logits = logits.masked_fill(torch.arange(g) != int(pins[t]), float("-inf"))
         dist = torch.distributions.Categorical(logits=logits)
         if actions is not None:
             a = actions[:, t]

@@ -31,6 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from shardlab.errors import InfeasibleError
+from shardlab.plan import Plan
 from shardlab.search.heuristics import GreedySharder
 from shardlab.tables import Task
 
@@ -57,34 +58,43 @@ def pack(free: np.ndarray, sizes: np.ndarray) -> list[int] | None:
     return out
 
 
-def witness_devices(task: Task, order: Sequence[int]) -> np.ndarray:
-    """(T,) a device for each step's table (``order[t]`` is its task index) from the first
-    heuristic of :data:`WITNESS_SHARDERS` that finds a plan; the first heuristic's
-    :class:`InfeasibleError` (table and GB short) when none does."""
+def heuristic_plan(task: Task, required: bool = True) -> Plan | None:
+    """The plan of the first heuristic of :data:`WITNESS_SHARDERS` that finds one; when none
+    does, the first one's :class:`InfeasibleError` (table and GB short), or None where not
+    ``required``."""
     first: InfeasibleError | None = None
     for name in WITNESS_SHARDERS:
         try:
-            plan = GreedySharder(name).shard(task)
+            return GreedySharder(name).shard(task)
         except InfeasibleError as e:
             first = first or e
-            continue
-        device = {p.table: p.device for p in plan.placements}
-        return np.array([device[task.tables[i].name] for i in order], dtype=np.int64)
-    assert first is not None
-    raise first
+    if required:
+        assert first is not None
+        raise first
+    return None
+
+
+def witness_devices(task: Task, order: Sequence[int]) -> np.ndarray:
+    """(T,) a device for each step's table (``order[t]`` is its task index) from
+    :func:`heuristic_plan` (its one-line error when no heuristic finds a plan)."""
+    device = {p.table: p.device for p in heuristic_plan(task).placements}
+    return np.array([device[task.tables[i].name] for i in order], dtype=np.int64)
 
 
 class FeasibleMask:
     """Allowed devices at every step of ``n`` episodes placing ``task``'s tables in ``order``
     (module docstring). Call :meth:`allowed` then :meth:`chose` once per step, in order."""
 
-    def __init__(self, task: Task, order: Sequence[int], n: int):
+    def __init__(self, task: Task, order: Sequence[int], n: int, witness: Sequence[int] | None = None):
+        """``witness``: a device for every table of ``task`` (task order) where they all fit
+        together; default: the heuristics' (:func:`witness_devices`)."""
         self.sizes = np.array([task.table_bytes(task.tables[i]) for i in order], dtype=np.float64)   # (T,)
         self.cap = float(task.mem_cap_bytes)
         tail = self.sizes[::-1]
         self.rest_sum = np.append(np.cumsum(tail)[::-1], 0.0)                       # (T+1,) bytes from step t on
         self.rest_max = np.append(np.maximum.accumulate(tail)[::-1], 0.0)            # (T+1,)
-        self.witness = np.tile(witness_devices(task, order), (n, 1))                  # (n, T)
+        first = witness_devices(task, order) if witness is None else np.array([witness[i] for i in order])
+        self.witness = np.tile(first, (n, 1))                                         # (n, T)
         self.relaxed = np.zeros(n, dtype=bool)
         self._roomy = np.zeros((n, task.ngpu), dtype=bool)
         self._packings: dict[tuple[int, int], list[int]] = {}

@@ -30,6 +30,11 @@ TorchRec's layouts, the layout chosen by the model. ``rowwise_comm`` (a row-wise
 costs each layout's own collectives (:func:`row_aware_comm`); by default (None) a row block's
 columns count on its device's all-to-all. Measured, the row-wise model's plans were never faster
 (inconclusive on one task, slower on another: ``studies/row_wise``), so the default is None.
+A table with only the Task JSON fields gets its row blocks' lookups from the generator fitted to
+its reuse bins (:func:`~shardlab.data.fit_lookups.fit_table_lookups`; ``metadata["row_block_lookups"]``).
+
+Tight tasks: where no cap of the grid and no split places every block within memory, the answer
+is the first heuristic plan that does, costed by the model (``metadata["fallback"]`` names it).
 
 Options (``neuroshard[key=value,...]``): ``columns`` (column-wise splits; false: table-wise
 only), ``model``, ``split_guard``, ``rowwise_comm``, ``beam_width``, ``max_splits``, ``top_n``,
@@ -52,10 +57,12 @@ from shardlab import constants as C
 from shardlab.costmodel.base import Simulated, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.costmodel.rowwise_comm import WithRowWise, load_rowwise_comm
+from shardlab.data.lookups import placed_row_block, row_block_lookups
 from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.plan import Placement, Plan
 from shardlab.schedule import batch_rows, owner_counts
 from shardlab.search.blocks import Block, ShardCoster, split_block, whole_blocks
+from shardlab.search.feasibility import heuristic_plan
 from shardlab.search.greedy_grid import HeadCoster, greedy_grid
 from shardlab.search.registry import check_search_gpus, register_sharder
 from shardlab.search.row_wise import RowBlocks, RowChoice, choose_rows, oversized, row_metadata
@@ -256,8 +263,23 @@ class NeuroShardSharder:
                 scored.sort(key=lambda x: x[0])
                 beam = scored[: self.beam_width]
         if not evaluated:
-            raise InfeasibleError(f"task '{task.name}': neuroshard found no memory-feasible plan", "", 0.0)
+            evaluated, rows = self._fallback(task, coster)
         return (*self._guard(task, evaluated), rows)
+
+    def _fallback(self, task: Task, coster: ShardCoster) -> tuple[list[State], dict[str, Any]]:
+        """When no cap of the grid and no split gave a memory-feasible plan (a tight task): the
+        first heuristic plan that fits (:func:`~shardlab.search.feasibility.heuristic_plan`,
+        its one-line error when none does) as the one state, every block pinned where it put
+        it, costed by the model; the plan's metadata names it (``fallback``)."""
+        plan = heuristic_plan(task)
+        tables = {t.name: t for t in task.tables}
+        blocks = tuple(Block(placed_row_block(tables[p.table], p.row_offset, p.rows, task.batch_size), p.table, 0,
+                             p.row_offset, p.device) for p in plan.placements)
+        got = self.table_wise_many(task, [blocks], coster, self.bundle().comm_for(task.ngpu)[0])[0]
+        if got is None:
+            raise InfeasibleError(f"task '{task.name}': neuroshard found no memory-feasible plan", "", 0.0)
+        split = [tables[p.table] for p in plan.placements if p.rows != tables[p.table].rows and p.row_offset == 0]
+        return [State(blocks, got[0], got[1])], {"fallback": plan.method, **row_block_lookups(task, split)}
 
     def _guard(self, task: Task, evaluated: list[State]) -> tuple[list[Ranked], dict[str, Any]]:
         """Rank the evaluated states: by the split guard (``search/split_guard.py``) for a guarded

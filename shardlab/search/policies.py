@@ -5,8 +5,8 @@ network, table order, one atomic torch file for both networks)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Sequence
 
 from shardlab import constants as C
 from shardlab.costmodel.bundle import models_dir
@@ -14,6 +14,8 @@ from shardlab.costmodel.neural_base import one_torch_thread
 from shardlab.errors import ShardlabError
 from shardlab.io import torch_load_safe, torch_save_atomic
 from shardlab.plan import Plan
+from shardlab.search.row_split import row_split
+from shardlab.search.row_wise import oversized, pinned_layouts
 from shardlab.tables import Task
 
 
@@ -40,8 +42,9 @@ class PolicySharder:
         return self._agent
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
-        """Table-wise plan by greedy decoding (deterministic), on one torch thread."""
-        task.check_feasible()
+        """Plan by greedy decoding (deterministic), on one torch thread: table-wise, with row
+        blocks for tables that fit no device (:meth:`PolicyAgent.plan`)."""
+        row_split(task)          # one-line InfeasibleError for a table no split fits, or too little memory
         with one_torch_thread():
             return self.agent().plan(task, seed, self.name)
 
@@ -62,10 +65,33 @@ class PolicyAgent:
         self.history_: list[dict[str, Any]] = []
         self.provenance_: dict[str, Any] = {}
 
-    def order(self, task: Task) -> list[int]:
-        """Table indices by predicted single-table compute cost, descending (ties: task order)."""
+    def order(self, task: Task, first: int = 0) -> list[int]:
+        """Table indices by predicted single-table compute cost, descending (ties: task order),
+        after the first ``first`` tables in task order (row blocks pinned by the search)."""
         single = self.cost.predict([[t] for t in task.tables]).sum(axis=1)
-        return sorted(range(len(task.tables)), key=lambda i: (-single[i], i))
+        return list(range(first)) + sorted(range(first, len(task.tables)), key=lambda i: (-single[i], i))
+
+    def decode(self, task: Task, pins: Sequence[int] = (), witness: Sequence[int] | None = None
+               ) -> tuple[list[int], float]:
+        """Greedy decoding: a device per table (task order) and the episode's score, lower is
+        better; ``pins``/``witness`` as in :func:`~shardlab.search.episode.play_episodes`."""
+        raise NotImplementedError
+
+    def plan(self, task: Task, seed: int = 0, method: str = "") -> Plan:
+        """Greedy decoding, each table on the policy's most likely feasible device. Tables that
+        fit no device are cut into row blocks pinned in each layout of
+        :func:`~shardlab.search.row_wise.pinned_layouts`; the policy places the rest around
+        them, and the layout whose episode scores best is kept (ties: the first); the plan's
+        metadata names the layout, the layouts tried and where the blocks' lookups came from."""
+        method = method or self.FORMAT
+        if not oversized(task):
+            return Plan.table_wise(task, self.decode(task)[0], method, seed)
+        layouts = pinned_layouts(task)
+        scored = [(self.decode(x.episode, x.pins, x.witness), x) for x in layouts]
+        (devices, score), best = min(scored, key=lambda s: s[0][1])
+        plan = best.plan(task, devices, method, seed)
+        return replace(plan, metadata={**plan.metadata, "row_layouts_tried": len(layouts),
+                                       "episode_score": round(float(score), 6)})
 
     def save(self, path: str) -> None:
         """Policy + cost model (+ history, and the provenance its trainer recorded in

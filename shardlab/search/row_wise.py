@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from shardlab import constants as C
-from shardlab.data.lookups import row_block_table
+from shardlab.data.lookups import placed_row_block, row_block_lookups, row_block_table
+from shardlab.plan import Placement, Plan
+from shardlab.search.feasibility import heuristic_plan, pack
 from shardlab.search.row_split import equal_row_ranges, fewest_row_blocks
 from shardlab.tables import Task
 
@@ -141,7 +143,88 @@ def _crowding(task: Task, blocks: Sequence[Any]) -> int:
 
 def row_metadata(task: Task, choice: dict[int, RowChoice]) -> dict[str, Any]:
     """Plan metadata of the chosen layouts: TorchRec's sharding type per row-split table (read
-    by the export) and the choice itself."""
+    by the export), the choice itself, and where each such table's lookups came from (its own,
+    or fitted to its reuse bins: :func:`~shardlab.data.lookups.row_block_lookups`)."""
     return {"torchrec_sharding_types": {task.tables[i].name: c.sharding_type for i, c in choice.items()},
             "row_wise": {task.tables[i].name: {"blocks": c.k, "first_device": c.first,
-                                               "sharding_type": c.sharding_type} for i, c in choice.items()}}
+                                               "sharding_type": c.sharding_type} for i, c in choice.items()},
+            **row_block_lookups(task, [task.tables[i] for i in choice])}
+
+
+@dataclass(frozen=True)
+class PinnedRows:
+    """A task's oversized tables cut into row blocks pinned to devices, as the RL sharders play
+    it: ``episode`` is a task whose tables are the pinned blocks first (block j on device
+    ``pins[j]``; ``blocks[j]`` = (its table's index in the original task, row_offset, rows)),
+    then every other table in task order; ``witness`` gives every episode table (pins first) a
+    device where all fit together, so the feasibility look-ahead stays exact."""
+
+    episode: Task
+    pins: tuple[int, ...]
+    blocks: tuple[tuple[int, int, int], ...]
+    witness: tuple[int, ...]
+    metadata: dict[str, Any]
+
+    def plan(self, task: Task, devices: Sequence[int], method: str, seed: int = 0) -> Plan:
+        """The plan of ``task`` from a device per episode table (pinned blocks first)."""
+        pinned = {i for i, _, _ in self.blocks}
+        rest = [t for i, t in enumerate(task.tables) if i not in pinned]
+        placements = [Placement(task.tables[i].name, 0, task.tables[i].dim, off, n, d)
+                      for (i, off, n), d in zip(self.blocks, devices)]
+        placements += [Placement(t.name, 0, t.dim, 0, t.rows, int(d)) for t, d in zip(rest, devices[len(self.blocks):])]
+        return Plan(task.name, method, task.ngpu, tuple(placements), seed, metadata=self.metadata)
+
+
+def _pinned(task: Task, blocks: list[tuple[int, int, int, int]], rest_devices: Sequence[int] | None,
+            metadata: dict[str, Any]) -> PinnedRows | None:
+    """``blocks`` (table index, row_offset, rows, device) pinned; the other tables' witness is
+    ``rest_devices`` or, None, a best-fit-decreasing packing of the room left (None: no room)."""
+    pinned = {b[0] for b in blocks}
+    rest = [t for i, t in enumerate(task.tables) if i not in pinned]
+    if rest_devices is None:
+        used = [0.0] * task.ngpu
+        for i, _, n, d in blocks:
+            used[d] += task.block_bytes(n, task.tables[i].dim)
+        if max(used) > task.mem_cap_bytes:
+            return None
+        rest_devices = pack([task.mem_cap_bytes - u for u in used], [task.table_bytes(t) for t in rest])
+        if rest_devices is None:
+            return None
+    tables = tuple(placed_row_block(task.tables[i], off, n, task.batch_size) for i, off, n, _ in blocks)
+    pins = tuple(d for *_, d in blocks)
+    return PinnedRows(replace(task, tables=tables + tuple(rest)), pins, tuple((i, off, n) for i, off, n, _ in blocks),
+                      pins + tuple(int(d) for d in rest_devices), metadata)
+
+
+def pinned_layouts(task: Task, host_size: int = C.DEFAULT_HOST_SIZE, max_layouts: int = 16) -> list[PinnedRows]:
+    """The row layouts an RL sharder decides between for ``task``'s oversized tables: TorchRec's
+    layouts (:func:`row_choices`: every combination when there are at most ``max_layouts``, else
+    each table row-wise over the fewest devices, and each over all G), those whose other tables
+    still pack; and the layout of the first heuristic plan (``feasibility.WITNESS_SHARDERS``),
+    which always completes. No layout at all: the heuristics' one-line InfeasibleError."""
+    big = oversized(task)
+    options = {i: row_choices(task, i, host_size) for i in big}
+    if math.prod(len(o) for o in options.values()) <= max_layouts:
+        combos = [dict(zip(big, c)) for c in itertools.product(*(options[i] for i in big))]
+    else:
+        combos = [{i: options[i][0] for i in big}, {i: RowChoice(task.ngpu, 0) for i in big}]
+    out = []
+    for combo in combos:
+        blocks = [(i, off, n, c.first + j) for i, c in combo.items()
+                  for j, (off, n) in enumerate(equal_row_ranges(task.tables[i].rows, c.k))]
+        got = _pinned(task, blocks, None, row_metadata(task, combo))
+        if got is not None:
+            out.append(got)
+    plan = heuristic_plan(task, out == [])
+    if plan is not None:
+        index = {t.name: i for i, t in enumerate(task.tables)}
+        blocks = [(index[p.table], p.row_offset, p.rows, p.device) for p in plan.placements if index[p.table] in big]
+        whole = {p.table: p.device for p in plan.placements if index[p.table] not in big}
+        if all(x.pins != tuple(b[3] for b in blocks) or [b[:3] for b in x.blocks] != [b[:3] for b in blocks]
+               for x in out):
+            layout = {task.tables[i].name: {"blocks": sum(b[0] == i for b in blocks),
+                                            "devices": [b[3] for b in blocks if b[0] == i], "from": plan.method}
+                      for i in big}
+            meta = {"row_wise": layout, **row_block_lookups(task, [task.tables[i] for i in big])}
+            out.append(_pinned(task, blocks, [whole[t.name] for i, t in enumerate(task.tables) if i not in big], meta))
+    return out

@@ -9,9 +9,9 @@ partitioner; its ``ShardingPlan`` becomes our Plan (one placement per shard).
 
 Modes: ``torchrec`` constrains sharding types to table-wise and column-wise (comparable with the
 seeds); ``torchrec_free`` also allows row-wise and table-row-wise (data-parallel is left out:
-a replicated table is not a placement of each row once). The default proposers take minutes past
-~200 tables on this stack; above ``fast_above`` tables the greedy and uniform proposers are
-used instead, and the plan's method name says which (``torchrec[greedy+uniform]``).
+a replicated table is not a placement of each row once). The default proposers slow down
+steeply with the number of tables; above ``fast_above`` tables the greedy and uniform proposers
+are used instead, and the plan's method name says which (``torchrec[greedy+uniform]``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.plan import Placement, Plan
 from shardlab.search.registry import check_search_gpus
+from shardlab.search.row_split import row_split
 from shardlab.tables import Task
 
 CONSTRAINED = ("table_wise", "column_wise")
@@ -74,7 +75,10 @@ class TorchRecSharder:
         check_search_gpus(task, C.MAX_TORCHREC_GPUS, "torchrec planner")
         tr = torchrec_api()
 
-        task.check_feasible(column_wise="column_wise" in self.sharding_types)
+        if "row_wise" in self.sharding_types:
+            row_split(task)          # one-line InfeasibleError when no row split fits
+        else:
+            task.check_feasible(column_wise="column_wise" in self.sharding_types)
         configs = [tr.EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,
                                       feature_names=[f"f_{t.name}"]) for t in task.tables]
         module = tr.EmbeddingBagCollection(tables=configs, device=tr.device("meta"))
@@ -96,7 +100,11 @@ class TorchRecSharder:
         try:
             sharding_plan = planner.plan(module, [sharder])
         except Exception as e:
-            raise ShardlabError(f"task '{task.name}': torchrec planner failed: {str(e).splitlines()[0]}") from e
+            hint = ""
+            if self.sharding_types == CONSTRAINED and any(task.table_bytes(t) > task.mem_cap_bytes for t in task.tables):
+                hint = (" (method 'torchrec' allows table-wise and column-wise shards only; 'torchrec_free' also "
+                        "row-wise, for tables that fit no device)")
+            raise ShardlabError(f"task '{task.name}': torchrec planner failed: {str(e).splitlines()[0].strip()}{hint}") from e
         method = self.name + ("[greedy+uniform]" if fast else "")
         return plan_from_sharding_plan(task, sharding_plan, method, seed)
 

@@ -1,0 +1,184 @@
+#!/usr/bin/env python
+"""Every sharder on tasks with tables larger than a device, built from interface fields only,
+measured in paired rounds on this machine; run it alone (it times).
+
+    .venv/bin/python studies/oversized/run.py [--per-family 2] [--rounds 8] [--sittings 2]
+    .venv/bin/python studies/oversized/run.py --report results/oversized-<UTC>.jsonl   # measures nothing
+
+1. Draws ``--per-family`` tasks of every development family (``tasks.py``).
+2. Plans each with every method of :data:`METHODS` at its shipped defaults for the ``cpu``
+   profile (``sharder_for(method, "cpu")``); a method that refuses a task (one-line error) is
+   recorded as skipped -- the question is whether any does.
+3. Measures the task's plans together: ``MeasuredEvaluator("cpu", rounds, sittings, seed,
+   reference=None)``, so each verdict is against the best heuristic, picked in a separate
+   selection sitting. The same rounds are then judged against ``torchrec_free``, named
+   (:func:`~shardlab.evaluate.values.compare_to_reference`): no choice is made on them.
+4. Appends the task's record (task, plans, skips, both sets of Evaluation JSON) to
+   ``results/oversized-<UTC>.jsonl`` as soon as it is done and rewrites the ``.md`` beside it.
+   Every single measurement is journalled as it is made (``.journal.jsonl``). A run never
+   writes over an earlier one.
+
+The targets the report checks: NeuroShard faster than or equivalent to ``torchrec_free`` on >= 90%
+of tasks; DreamShard and AutoShard faster than or equivalent to the best heuristic on >= 60%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tqdm.auto import tqdm  # noqa: E402
+
+from shardlab import constants as C  # noqa: E402
+from shardlab.errors import ShardlabError  # noqa: E402
+from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
+from shardlab.evaluate.values import Evaluation, compare_to_reference  # noqa: E402
+from shardlab.io import write_text_atomic  # noqa: E402
+from shardlab.profile.hardware import environment, get_profile  # noqa: E402
+from shardlab.search import run_sharder, sharder_for  # noqa: E402
+from shardlab.search.row_wise import oversized  # noqa: E402
+from studies.oversized.tasks import study_tasks  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PROFILE = "cpu"
+
+#: The five heuristics, TorchRec's planner with row-wise shards, NeuroShard, DreamShard, AutoShard.
+METHODS = C.HEURISTIC_METHODS + ("torchrec_free", "neuroshard", "dreamshard", "autoshard")
+
+#: (method, reference, target share of tasks "faster or equivalent"); reference ``best`` = the best
+#: heuristic as the evaluator picks it in its selection sitting.
+TARGETS = (("neuroshard", "torchrec_free", 0.9), ("dreamshard", "best", 0.6), ("autoshard", "best", 0.6))
+GOOD = ("faster", "equivalent")
+
+
+def measure_task(task: Any, methods: Sequence[str], rounds: int, sittings: int, seed: int,
+                 journal: str | None = None) -> dict[str, Any]:
+    """One task's record: plans, skips, Evaluations against the best heuristic and against
+    ``torchrec_free`` (module docstring); every measurement is appended to ``journal`` as made."""
+    plans, skipped = {}, {}
+    for m in methods:
+        try:
+            plans[m] = run_sharder(sharder_for(m, PROFILE), task, seed)
+        except ShardlabError as e:
+            skipped[m] = str(e)
+    evs = MeasuredEvaluator(get_profile(PROFILE), rounds=rounds, sittings=sittings, seed=seed, reference=None,
+                            lower_bound=False, progress=False, journal=journal).evaluate(task, plans)
+    named = compare_to_reference(evs, "torchrec_free", seed=seed) if "torchrec_free" in evs else {}
+    return {"kind": "task", "task": task.to_dict(), "oversized": [task.tables[i].name for i in oversized(task)],
+            "plans": {m: p.to_dict() for m, p in plans.items()}, "skipped": skipped,
+            "evaluations": {m: e.to_dict() for m, e in evs.items()},
+            "vs_torchrec_free": {m: e.to_dict() for m, e in named.items()}}
+
+
+def _verdict(rec: Mapping[str, Any], method: str, reference: str) -> tuple[str, float | None]:
+    """(verdict or 'skipped' / 'reference', ratio) of ``method`` in a task record."""
+    if method in rec["skipped"]:
+        return "skipped", None
+    evs = rec["evaluations"] if reference == "best" else rec["vs_torchrec_free"]
+    if method not in evs:
+        return "skipped", None
+    comp = Evaluation.from_dict(evs[method]).comparison
+    if comp is None:
+        return "inconclusive", None
+    if comp.reference == method:
+        return "reference", 1.0
+    return comp.verdict or "inconclusive", comp.ratio
+
+
+def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
+    """The run's markdown: the targets met or not, then every task's verdicts."""
+    s = header["settings"]
+    lines = [f"# Tables larger than a device, measured: run `{header['run']}`", "",
+             f"{len(records)} tasks (development families, interface fields only, at least one table larger than "
+             f"a device), profile `{header['profile']}`, {s['rounds']} paired rounds x {s['sittings']} sittings, "
+             f"equivalence margin {s['margin']:.0%}. `best` = the best heuristic, picked by the evaluator in a "
+             "separate selection sitting; `torchrec_free` is named, so nothing is chosen on the judged rounds.", "",
+             "| method | against | faster | equivalent | slower | inconclusive | skipped | faster or equivalent | target |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for method, ref, target in TARGETS:
+        said = [_verdict(r, method, ref)[0] for r in records]
+        judged = [v for v in said if v != "reference"]
+        good = sum(v in GOOD for v in judged)
+        share = good / len(judged) if judged else float("nan")
+        met = "met" if judged and share >= target else "not met"
+        lines.append(f"| `{method}` | {ref} | " + " | ".join(str(said.count(v)) for v in
+                                                           ("faster", "equivalent", "slower", "inconclusive", "skipped"))
+                     + f" | {good}/{len(judged)} ({share:.0%}) | >= {target:.0%}: {met} |")
+    lines += ["", "A method that was itself the reference of a task (the best heuristic) is left out of that "
+              "task's count.", "", "## Tasks", "",
+              "| task | tables | cap GB | larger than a device | best heuristic | neuroshard vs torchrec_free | "
+              "dreamshard vs best | autoshard vs best | skipped |", "| --- | ---: | ---: | --- | --- | --- | --- | --- | --- |"]
+    for r in records:
+        best = next((e["comparison"]["reference"] for e in r["evaluations"].values() if e.get("comparison")), "-")
+
+        def cell(method: str, ref: str, rec: Mapping[str, Any] = r) -> str:
+            v, ratio = _verdict(rec, method, ref)
+            return v if ratio is None else f"x{ratio:.3f} {v}"
+
+        lines.append(f"| `{r['task']['name']}` | {len(r['task']['tables'])} | {r['task']['mem_cap_gb']:.3f} | "
+                     f"{', '.join(r['oversized'])} | `{best}` | {cell('neuroshard', 'torchrec_free')} | "
+                     f"{cell('dreamshard', 'best')} | {cell('autoshard', 'best')} | {', '.join(r['skipped']) or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def read_run(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(header, task records) of a run's jsonl."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return rows[0], [r for r in rows[1:] if r.get("kind") == "task"]
+
+
+def run(per_family: int, rounds: int, sittings: int, out: Path, progress: bool = True) -> Path:
+    """Measure the study's tasks (module docstring); returns the run's jsonl path."""
+    out.mkdir(parents=True, exist_ok=True)
+    run_id = "oversized-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    jsonl, md = out / f"{run_id}.jsonl", out / f"{run_id}.md"
+    header = {"kind": "header", "run": run_id, "profile": PROFILE, "environment": environment("cpu"),
+              "settings": {"methods": list(METHODS), "per_family": per_family, "rounds": rounds, "sittings": sittings,
+                           "margin": C.EQUIVALENCE_MARGIN}}
+    records: list[dict[str, Any]] = []
+    tasks = study_tasks(per_family)
+    with open(jsonl, "x") as f:
+        f.write(json.dumps(header) + "\n")
+        for i, task in enumerate(tqdm(tasks, desc="oversized tasks", unit="task", disable=not progress)):
+            start = dt.datetime.now(dt.timezone.utc)
+            rec = measure_task(task, METHODS, rounds, sittings, seed=i, journal=str(out / f"{run_id}.journal.jsonl"))
+            rec["seconds"] = round((dt.datetime.now(dt.timezone.utc) - start).total_seconds(), 1)
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+            records.append(rec)
+            write_text_atomic(md, report(header, records))
+    return jsonl
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--per-family", type=int, default=2, help="tasks per development family (default 2)")
+    ap.add_argument("--rounds", type=int, default=8, help="paired rounds per sitting (default 8)")
+    ap.add_argument("--sittings", type=int, default=2, help="sittings (default 2)")
+    ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
+    ap.add_argument("--report", default=None, help="rewrite the .md of a stored run's jsonl; measures nothing")
+    args = ap.parse_args(argv)
+    if args.report:
+        path = Path(args.report)
+        header, records = read_run(path)
+        write_text_atomic(path.with_suffix(".md"), report(header, records))
+        print(path.with_suffix(".md"))
+        return 0
+    try:
+        print(run(args.per_family, args.rounds, args.sittings, Path(args.out)))
+    except ShardlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
