@@ -34,6 +34,7 @@ from shardlab import constants as C
 from shardlab.data.calibration import expected_unique_counts
 from shardlab.data.features import reuse_histograms
 from shardlab.data.generator import MODEL, generate_lookups
+from shardlab.data.origin import lookup_origin
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table, Task
 
@@ -159,13 +160,14 @@ def _fit(name: str, rows: int, pooling_factor: float, reuse_bins: tuple[float, .
 
 
 def fit_table_lookups(table: Table, batch_size: int = C.DEFAULT_BATCH_SIZE) -> Table:
-    """``table`` made measurable: a table that already has lookups (a non-empty ``distribution``:
-    a generator, a trace or a row block's parent) is returned unchanged; otherwise a copy with the
+    """``table`` made measurable: a table that already has lookups (a generator, a trace or a
+    row block's parent: :func:`~shardlab.data.origin.lookup_origin` not ``"none"``) is returned
+    unchanged; otherwise a copy with the
     same name, rows, dim, pooling_factor and reuse_bins, an ``index_seed`` (its own if set,
     else crc32 of the name), the fitted ``distribution`` and a ``source`` that says so (module
     docstring). ``batch_size``: samples per batch the table's reuse bins were measured at
     (the task's batch size). Cached: the same table and batch size fit once per process."""
-    if table.distribution_params:
+    if lookup_origin(table) != "none":
         return table
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
             or batch_size < 1:

@@ -33,39 +33,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from shardlab import constants as C
-from shardlab.data.dlrm_format import TRACE_MODEL, cached_lookups
+from shardlab.data.dlrm_format import cached_lookups
 from shardlab.data.features import table_stats_from_lookups
 from shardlab.data.fit_lookups import fit_table_lookups
-from shardlab.data.generator import MODEL, generate_lookups
+from shardlab.data.generator import generate_lookups
+from shardlab.data.origin import PARENT, ROW_BLOCK_MODEL, ROW_BLOCK_MODEL_V1, lookup_origin  # noqa: F401 (re-exported)
 from shardlab.errors import ShardlabError
 from shardlab.plan import Plan
 from shardlab.tables import Table, Task
-
-#: The values :func:`lookup_origin` returns.
-ORIGINS = ("generated", "fitted", "trace", "row-block", "none")
-#: ``distribution["model"]`` of a row block (module docstring).
-ROW_BLOCK_MODEL = "row-block-v2"
-#: ... and of a row block that stores its parent as Task JSON text (read, no longer written).
-ROW_BLOCK_MODEL_V1 = "row-block-v1"
-#: Prefix of the parent's distribution keys inside a row block's distribution.
-PARENT = "parent."
-
-
-def lookup_origin(table: Table) -> str:
-    """``"generated"``, ``"fitted"``, ``"trace"``, ``"row-block"`` or ``"none"`` (module docstring); a
-    distribution of an unknown model is a one-line error naming the table and the field."""
-    d = table.distribution_params
-    model = d.get("model")
-    if model == TRACE_MODEL:
-        return "trace"
-    if model in (ROW_BLOCK_MODEL, ROW_BLOCK_MODEL_V1):
-        return "row-block"
-    if model == MODEL:
-        return "fitted" if d.get("fitted") is True else "generated"
-    if not d:
-        return "none"
-    raise ShardlabError(f"table '{table.name}': field 'distribution' has model {model!r}, "
-                        f"expected '{MODEL}' or '{TRACE_MODEL}'")
 
 
 def _trace_ref(table: Table) -> tuple[str, int]:
