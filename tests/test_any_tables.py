@@ -21,6 +21,7 @@ from shardlab.io import save_plan, save_task
 from shardlab.plan import validate_plan
 from shardlab.search import get_sharder
 from shardlab.search.registry import sharder_for
+from shardlab.search.row_split import fewest_row_blocks
 from shardlab.search.heuristics import GreedySharder
 from shardlab.tables import Table, Task
 
@@ -90,6 +91,16 @@ def test_searches_record_the_fitted_lookups_of_their_row_blocks(big_task, plans)
     for method in ("dreamshard", "autoshard"):
         assert plans[method].metadata["row_layouts_tried"] >= 1
         assert get_sharder(method).shard(big_task, 0) == plans[method]              # same seed, same plan
+
+
+def test_autoshard_keeps_the_fewest_row_blocks_its_reward_cannot_cost(big_task, plans):
+    """AutoShard's reward has no communication term, so it plays only the layouts with the
+    fewest row blocks; DreamShard's predicted plan cost chooses among all of them."""
+    k = fewest_row_blocks(big_task, big_task.table("mlperf_C1"))
+    assert sum(p.table == "mlperf_C1" for p in plans["autoshard"].placements) == k
+    assert get_sharder("autoshard").agent().SCORE_COSTS_COMM is False
+    assert get_sharder("dreamshard").agent().SCORE_COSTS_COMM is True
+    assert plans["dreamshard"].metadata["row_layouts_tried"] >= plans["autoshard"].metadata["row_layouts_tried"]
 
 
 def test_compare_predicts_and_labels_row_wise_plans(tmp_path, big_task, plans, capsys):

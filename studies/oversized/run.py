@@ -2,10 +2,11 @@
 """Every sharder on tasks with tables larger than a device, built from interface fields only,
 measured in paired rounds on this machine; run it alone (it times).
 
-    .venv/bin/python studies/oversized/run.py [--per-family 2] [--rounds 8] [--sittings 2]
+    .venv/bin/python studies/oversized/run.py [--per-family 2] [--first-task 0] [--rounds 8] [--sittings 2]
     .venv/bin/python studies/oversized/run.py --report results/oversized-<UTC>.jsonl   # measures nothing
 
-1. Draws ``--per-family`` tasks of every development family (``tasks.py``).
+1. Draws ``--per-family`` tasks of every development family, indices ``--first-task`` on
+   (``tasks.py``; a new index range is a new draw of tasks).
 2. Plans each with every method of :data:`METHODS` at its shipped defaults for the ``cpu``
    profile (``sharder_for(method, "cpu")``); a method that refuses a task (one-line error) is
    recorded as skipped -- the question is whether any does.
@@ -116,7 +117,7 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
               "| task | tables | cap GB | larger than a device | best heuristic | neuroshard vs torchrec_free | "
               "dreamshard vs best | autoshard vs best | skipped |", "| --- | ---: | ---: | --- | --- | --- | --- | --- | --- |"]
     for r in records:
-        best = next((e["comparison"]["reference"] for e in r["evaluations"].values() if e.get("comparison")), "-")
+        best = next((e["reference"] for e in r["evaluations"].values() if e.get("reference")), "-")
 
         def cell(method: str, ref: str, rec: Mapping[str, Any] = r) -> str:
             v, ratio = _verdict(rec, method, ref)
@@ -134,21 +135,23 @@ def read_run(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return rows[0], [r for r in rows[1:] if r.get("kind") == "task"]
 
 
-def run(per_family: int, rounds: int, sittings: int, out: Path, progress: bool = True) -> Path:
+def run(per_family: int, rounds: int, sittings: int, out: Path, progress: bool = True, first: int = 0) -> Path:
     """Measure the study's tasks (module docstring); returns the run's jsonl path."""
     out.mkdir(parents=True, exist_ok=True)
     run_id = "oversized-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     jsonl, md = out / f"{run_id}.jsonl", out / f"{run_id}.md"
     header = {"kind": "header", "run": run_id, "profile": PROFILE, "environment": environment("cpu"),
-              "settings": {"methods": list(METHODS), "per_family": per_family, "rounds": rounds, "sittings": sittings,
+              "settings": {"methods": list(METHODS), "per_family": per_family, "first_task": first, "rounds": rounds,
+                           "sittings": sittings,
                            "margin": C.EQUIVALENCE_MARGIN}}
     records: list[dict[str, Any]] = []
-    tasks = study_tasks(per_family)
+    tasks = study_tasks(per_family, first)
     with open(jsonl, "x") as f:
         f.write(json.dumps(header) + "\n")
         for i, task in enumerate(tqdm(tasks, desc="oversized tasks", unit="task", disable=not progress)):
             start = dt.datetime.now(dt.timezone.utc)
-            rec = measure_task(task, METHODS, rounds, sittings, seed=i, journal=str(out / f"{run_id}.journal.jsonl"))
+            rec = measure_task(task, METHODS, rounds, sittings, seed=first * 1000 + i,
+                               journal=str(out / f"{run_id}.journal.jsonl"))
             rec["seconds"] = round((dt.datetime.now(dt.timezone.utc) - start).total_seconds(), 1)
             f.write(json.dumps(rec) + "\n")
             f.flush()
@@ -161,6 +164,7 @@ def run(per_family: int, rounds: int, sittings: int, out: Path, progress: bool =
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--per-family", type=int, default=2, help="tasks per development family (default 2)")
+    ap.add_argument("--first-task", type=int, default=0, help="first task index per family (default 0)")
     ap.add_argument("--rounds", type=int, default=8, help="paired rounds per sitting (default 8)")
     ap.add_argument("--sittings", type=int, default=2, help="sittings (default 2)")
     ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
@@ -173,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         print(path.with_suffix(".md"))
         return 0
     try:
-        print(run(args.per_family, args.rounds, args.sittings, Path(args.out)))
+        print(run(args.per_family, args.rounds, args.sittings, Path(args.out), first=args.first_task))
     except ShardlabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -57,6 +57,6 @@ def oversized_task(family: str, index: int, ngpu: int = NGPU, batch_size: int = 
     return Task(f"oversized-{family}-{index}", ngpu, cap_bytes / GB, picked, batch_size)
 
 
-def study_tasks(per_family: int = 2) -> list[Task]:
-    """``per_family`` tasks of every development family, family by family."""
-    return [oversized_task(f, i) for f in FAMILY_SETS for i in range(per_family)]
+def study_tasks(per_family: int = 2, first: int = 0) -> list[Task]:
+    """``per_family`` tasks of every development family (indices ``first`` on), family by family."""
+    return [oversized_task(f, i) for f in FAMILY_SETS for i in range(first, first + per_family)]
