@@ -93,14 +93,14 @@ def test_searches_record_the_fitted_lookups_of_their_row_blocks(big_task, plans)
         assert get_sharder(method).shard(big_task, 0) == plans[method]              # same seed, same plan
 
 
-def test_autoshard_keeps_the_fewest_row_blocks_its_reward_cannot_cost(big_task, plans):
-    """AutoShard's reward has no communication term, so it plays only the layouts with the
-    fewest row blocks; DreamShard's predicted plan cost chooses among all of them."""
+def test_policies_keep_the_fewest_row_blocks_their_scores_cannot_cost(big_task, plans):
+    """Neither policy's score was trained on row blocks or row-wise collectives, so both play
+    only the layouts with the fewest row blocks (TorchRec's row-wise over the fewest devices,
+    and the heuristic's layout when it differs)."""
     k = fewest_row_blocks(big_task, big_task.table("mlperf_C1"))
-    assert sum(p.table == "mlperf_C1" for p in plans["autoshard"].placements) == k
-    assert get_sharder("autoshard").agent().SCORE_COSTS_COMM is False
-    assert get_sharder("dreamshard").agent().SCORE_COSTS_COMM is True
-    assert plans["dreamshard"].metadata["row_layouts_tried"] >= plans["autoshard"].metadata["row_layouts_tried"]
+    for method in ("dreamshard", "autoshard"):
+        assert sum(p.table == "mlperf_C1" for p in plans[method].placements) == k, method
+        assert 1 <= plans[method].metadata["row_layouts_tried"] <= 2, method
 
 
 def test_compare_predicts_and_labels_row_wise_plans(tmp_path, big_task, plans, capsys):

@@ -75,7 +75,6 @@ class AutoShardAgent(PolicyAgent):
     FORMAT = FORMAT
     POLICY = AutoShardPolicy
     COST = AutoShardCompute
-    SCORE_COSTS_COMM = False          # the reward balances predicted compute only
 
     def run(self, policy: AutoShardPolicy, task: Task, n: int, actions: torch.Tensor | None = None,
             greedy: bool = False, mask: bool = False, generator: torch.Generator | None = None,

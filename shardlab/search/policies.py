@@ -57,11 +57,6 @@ class PolicyAgent:
     FORMAT = ""
     POLICY: ClassVar[Any] = None
     COST: ClassVar[Any] = None
-    #: Whether the episode's score costs communication (row-wise collectives included). A score
-    #: that does not cannot tell what a row layout spread over more devices costs in
-    #: collectives, so such an agent keeps the layouts with the fewest row blocks and lets the
-    #: score choose among those only (:meth:`plan`).
-    SCORE_COSTS_COMM: ClassVar[bool] = True
 
     def __init__(self, cost: Any, policy: Any = None, seed: int = 0):
         self.cost = cost
@@ -86,17 +81,18 @@ class PolicyAgent:
         """Greedy decoding, each table on the policy's most likely feasible device. Tables that
         fit no device are cut into row blocks pinned in each layout of
         :func:`~shardlab.search.row_wise.pinned_layouts`; the policy places the rest around
-        them, and the layout whose episode scores best is kept (ties: the first) -- among the
-        layouts with the fewest row blocks where the score does not cost communication
-        (:data:`SCORE_COSTS_COMM`); the plan's metadata names the layout, the layouts tried and
-        where the blocks' lookups came from."""
+        them, and the layout whose episode scores best is kept (ties: the first). Only the
+        layouts with the fewest row blocks are played: neither policy's score (DreamShard's cost
+        network, AutoShard's compute-balance reward) was trained on plans with row blocks or on
+        row-wise collectives, so neither can say what spreading a table's rows over more devices
+        costs. The plan's metadata names the layout, the layouts tried and where the blocks'
+        lookups came from."""
         method = method or self.FORMAT
         if not oversized(task):
             return Plan.table_wise(task, self.decode(task)[0], method, seed)
         layouts = pinned_layouts(task)
-        if not self.SCORE_COSTS_COMM:
-            fewest = min(len(x.blocks) for x in layouts)
-            layouts = [x for x in layouts if len(x.blocks) == fewest]
+        fewest = min(len(x.blocks) for x in layouts)
+        layouts = [x for x in layouts if len(x.blocks) == fewest]
         scored = [(self.decode(x.episode, x.pins, x.witness), x) for x in layouts]
         (devices, score), best = min(scored, key=lambda s: s[0][1])
         plan = best.plan(task, devices, method, seed)
