@@ -4,6 +4,7 @@ measured in paired rounds on this machine; run it alone (it times).
 
     .venv/bin/python studies/oversized/run.py [--per-family 2] [--first-task 0] [--rounds 8] [--sittings 2]
     .venv/bin/python studies/oversized/run.py --report results/oversized-<UTC>.jsonl   # measures nothing
+    .venv/bin/python studies/oversized/run.py --summary    # reports/oversized.md over every kept run
 
 1. Draws ``--per-family`` tasks of every development family, indices ``--first-task`` on
    (``tasks.py``; a new index range is a new draw of tasks).
@@ -129,6 +130,43 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
     return "\n".join(lines) + "\n"
 
 
+def counts(records: Sequence[Mapping[str, Any]], method: str, ref: str) -> dict[str, int]:
+    """Tasks per verdict (and skipped) of ``method`` against ``ref`` (``best`` or
+    ``torchrec_free``); a task where it was itself the reference is not counted."""
+    said = [_verdict(r, method, ref)[0] for r in records]
+    return {v: said.count(v) for v in ("faster", "equivalent", "slower", "inconclusive", "skipped")}
+
+
+def summary(paths: Sequence[Path]) -> str:
+    """The markdown over every kept run (``reports/oversized.md``): per run, the decision state
+    it measured and each target's count."""
+    lines = ["# Tables larger than a device: every kept run of `studies/oversized`", "",
+             "Regenerate: `.venv/bin/python studies/oversized/run.py --summary` (measures nothing; reads every "
+             "`studies/oversized/results/oversized-*.jsonl`). Each run: 2 tasks of each development family (interface "
+             "fields only, at least one table larger than a device, 4 GPUs), all sharders at their `cpu` defaults, "
+             "8 paired rounds x 2 sittings, four verdicts with a 5% margin. Targets: NeuroShard faster or equivalent "
+             "to `torchrec_free` on >= 90% of tasks; DreamShard and AutoShard to the best heuristic on >= 60%. "
+             "The runs differ in the code they measured (the commit in each header; the study README says which "
+             "decision each run led to) and in their tasks (`first_task`).", "",
+             "| run | tasks (first index) | git | " + " | ".join(f"`{m}` vs {ref}: faster / equiv / slower / inconcl"
+                                                            for m, ref, _ in TARGETS) + " |",
+             "| --- | --- | --- | " + " | ".join("---" for _ in TARGETS) + " |"]
+    for path in paths:
+        header, records = read_run(path)
+        git = str(header["environment"].get("git", "?"))[:7]
+        cells = []
+        for m, ref, target in TARGETS:
+            k = counts(records, m, ref)
+            judged = sum(k[v] for v in ("faster", "equivalent", "slower", "inconclusive", "skipped"))
+            good = k["faster"] + k["equivalent"]
+            met = "met" if judged and good / judged >= target else "not met"
+            cells.append(f"{k['faster']} / {k['equivalent']} / {k['slower']} / {k['inconclusive']} "
+                         f"({good}/{judged}, {met})")
+        lines.append(f"| `{path.stem}` | {len(records)} ({header['settings'].get('first_task', 0)}) | `{git}` | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def read_run(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(header, task records) of a run's jsonl."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -169,7 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sittings", type=int, default=2, help="sittings (default 2)")
     ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
     ap.add_argument("--report", default=None, help="rewrite the .md of a stored run's jsonl; measures nothing")
+    ap.add_argument("--summary", action="store_true",
+                    help="write reports/oversized.md over every kept run; measures nothing")
     args = ap.parse_args(argv)
+    if args.summary:
+        target = Path(__file__).resolve().parents[2] / "reports" / "oversized.md"
+        write_text_atomic(target, summary(sorted(Path(args.out).glob("oversized-*[0-9]Z.jsonl"))))
+        print(target)
+        return 0
     if args.report:
         path = Path(args.report)
         header, records = read_run(path)
