@@ -81,3 +81,20 @@ def test_headless_fallback_keeps_the_intervals():
     assert sorted((round(s.y0, 9), round(s.y1, 9)) for s in rects) == sorted(
         (round(e.ci95_ms[0], 9), round(e.ci95_ms[1], 9)) for e in measured.values())
     assert "95% CI" in static.layout.title.text
+
+
+def test_the_dotted_bound_is_drawn_and_named_only_where_the_model_gives_one():
+    """The analytic model proves a lower bound; the learned one gives none, so its figure has
+    neither the dotted line nor the words for it."""
+    from shardlab.report.costs import BOUND_NOTE, device_cost_figure
+
+    task, plans, sim, _ = setup()
+    learned = {m: estimate_plan(task, p, load_bundle("neuroshard")) for m, p in plans.items()}
+    assert all(e.lower_bound_ms is None for e in learned.values())
+    assert all(0 < e.lower_bound_ms <= e.cost_ms for e in sim.values())
+    with_bound, without = device_cost_figure(sim), device_cost_figure(learned)
+    assert BOUND_NOTE in with_bound.layout.title.text and BOUND_NOTE not in without.layout.title.text
+    assert any(s.line.dash == "dot" for s in with_bound.layout.shapes)
+    assert not any(s.line.dash == "dot" for s in without.layout.shapes)
+    box = balance_widget(task, plans, learned, interactive=True)
+    assert "dotted" not in box.caption.value

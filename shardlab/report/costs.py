@@ -25,6 +25,10 @@ PARTS = (("fw_compute_ms", "forward compute", "#4C78A8"), ("bw_compute_ms", "bac
 #: Plan-cost bars: every plan, and the reference plan (also hatched).
 PLAN_COLOUR, REFERENCE_COLOUR = "#4C78A8", "#9D755D"
 
+#: The figure's words for the dotted line, shown only where an evaluation has a bound (a
+#: learned model gives none: docs/measurement.md, "The lower bound").
+BOUND_NOTE = "; dotted: lower bound"
+
 
 def _panel_title(method: str, ev: Evaluation) -> str:
     ci = f" [{ev.ci95_ms[0]:.2f}, {ev.ci95_ms[1]:.2f}]" if ev.ci95_ms else ""
@@ -61,7 +65,7 @@ def device_cost_figure(evaluations: Mapping[str, Evaluation], height: int | None
     fig.update_layout(barmode="stack", height=height or 150 + 330 * rows, legend_title_text="cost part",
                       margin=dict(t=130),
                       title=f"Per-GPU cost (ms), {' / '.join(sources)}<br><sup>dashed: plan cost (the straggler)"
-                            f"{band}; dotted: lower bound</sup>")
+                            f"{band}{BOUND_NOTE if any(e.lower_bound_ms for e in evaluations.values()) else ''}</sup>")
     for row in range(1, rows + 1):
         fig.update_yaxes(title_text="ms", row=row, col=1)
     fig.update_yaxes(matches="y")

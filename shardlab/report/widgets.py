@@ -21,7 +21,7 @@ from plotly.subplots import make_subplots
 
 from shardlab.evaluate import Evaluation, device_tables
 from shardlab.plan import Plan
-from shardlab.report.costs import PARTS, device_cost_figure
+from shardlab.report.costs import BOUND_NOTE, PARTS, device_cost_figure
 from shardlab.report.uncertainty import is_measured, pair_text
 from shardlab.tables import Task
 
@@ -97,9 +97,10 @@ def balance_widget(task: Task, plans: Mapping[str, Plan], simulated: Mapping[str
             fig.layout.shapes = lines
             fig.layout.title = f"Per-GPU cost (ms), {evs[left.value].source}"
         band = "; grey band: its 95% CI over rounds" if any(evs[p].ci95_ms for p in (left.value, right.value)) else ""
+        bound = BOUND_NOTE if any(evs[p].lower_bound_ms for p in (left.value, right.value)) else ""
         vs = html.escape(pair_text(left.value, evs[left.value], right.value, evs[right.value], seed))
         caption.value = (f"<b>plan B vs plan A</b>: {vs}<br><small>{task.name}: {len(task.tables)} tables on "
-                         f"{task.ngpu} GPUs. Dashed: plan cost (the straggler){band}; dotted: lower bound. Hover a "
+                         f"{task.ngpu} GPUs. Dashed: plan cost (the straggler){band}{bound}. Hover a "
                          "bar for the tables on that GPU.</small>")
 
     for control in (left, right, source):
