@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 
 from shardlab.costmodel.analytic import AnalyticComm
-from shardlab.costmodel.bundle import MANIFEST_FORMAT, load_bundle, models_dir
+from shardlab.costmodel.bundle import load_bundle, shipped_bundles
 from shardlab.costmodel.rowwise_comm import load_rowwise_comm
 from shardlab.costmodel.topology_comm import TopologyComm
 from shardlab.data.tasks import generate_task, pool_tables
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.model import ModelEvaluator, estimate_plan, model_bound_ms
-from shardlab.io import read_json
 from shardlab.plan import Placement, Plan, validate_plan
 from shardlab.schedule import balanced_dims, lower_bound_ms
 from shardlab.search import get_sharder, run_sharder
@@ -29,8 +28,7 @@ from shardlab.search.row_wise import oversized
 from shardlab.tables import Task
 
 #: Every shipped CPU bundle, and the H100 analytic one (its comm: the GPU-cluster topology model).
-CPU_MODELS = sorted(p.stem for p in models_dir("cpu").glob("*.json")
-                    if read_json(p).get("format") == MANIFEST_FORMAT)
+CPU_MODELS = shipped_bundles("cpu")
 MODELS = [("cpu", m) for m in CPU_MODELS] + [("h100", "analytic")]
 #: Models with a proven floor (the analytic ones); the others must give None.
 BOUNDED = {("cpu", "analytic"), ("cpu", "analytic_broad"), ("h100", "analytic")}

@@ -12,7 +12,7 @@ paired rounds, ``measured:torchrec-...``; torchrec is imported only when it runs
 
 from shardlab.evaluate.measured import (BOUND, MeasuredEvaluator, measurable, measure_bound, measure_lower_bound,
                                         measure_plan, measure_plans, measure_shards, round_orders)
-from shardlab.evaluate.model import BOUND_CHUNK, ModelEvaluator, estimate_plan
+from shardlab.evaluate.model import ModelEvaluator, estimate_plan
 from shardlab.evaluate.stats import (bootstrap_median_ci, fused_and_summed, hierarchical_median_ci, paired_ratio_ci,
                                      paired_ratios, subadditivity, verdict)
 from shardlab.evaluate.torchrec_step import TorchRecEvaluator, torchrec_plans
@@ -21,7 +21,7 @@ from shardlab.evaluate.values import (VERDICTS, Comparison, DeviceCost, Evaluati
                                       resolve_reference)
 from shardlab.schedule import balanced_dims
 
-__all__ = ["BOUND", "BOUND_CHUNK", "VERDICTS", "Comparison", "DeviceCost", "Evaluation", "Evaluator",
+__all__ = ["BOUND", "VERDICTS", "Comparison", "DeviceCost", "Evaluation", "Evaluator",
            "MeasuredEvaluator", "ModelEvaluator", "balanced_dims", "bootstrap_median_ci", "check_plans",
            "compare_to_reference", "costs_label", "device_tables", "estimate_plan", "fused_and_summed",
            "hierarchical_median_ci", "measurable", "measure_bound", "measure_lower_bound", "measure_plan",

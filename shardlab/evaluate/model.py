@@ -42,10 +42,6 @@ from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.schedule import floor_bound_ms
 from shardlab.tables import Task
 
-#: Largest shard the campaigns train on (their max_tables). No longer used by the bound, which
-#: asks models for floors instead of predicting all tables in chunks of this size.
-BOUND_CHUNK = 15
-
 
 def comm_floor_ms(comm: Any, rowwise_comm: Any, ngpu: int, total_dim: int) -> float | None:
     """At most the mean fw + bw comm ms over the devices holding blocks of any plan over

@@ -38,7 +38,6 @@ from torch import nn
 from shardlab import constants as C
 from shardlab.costmodel.neural import AutoShardCompute
 from shardlab.costmodel.neural_base import mlp
-from shardlab.plan import Plan
 from shardlab.search.policies import PolicyAgent, PolicySharder
 from shardlab.search.episode import Episodes, PlacementState, play_episodes
 from shardlab.tables import Task
@@ -73,6 +72,7 @@ class AutoShardAgent(PolicyAgent):
     """Policy + cost model + the episode of the MDP."""
 
     FORMAT = FORMAT
+    METHOD = "autoshard"
     POLICY = AutoShardPolicy
     COST = AutoShardCompute
 
@@ -122,10 +122,6 @@ class AutoShardAgent(PolicyAgent):
         with torch.no_grad():
             ep = self.run(self.policy, task, 1, greedy=True, mask=True, pins=pins, witness=witness)
         return [int(d) for d in ep.devices()[0]], -float(ep.reward[0])
-
-    def plan(self, task: Task, seed: int = 0, method: str = "autoshard") -> Plan:
-        """Greedy decoding (:meth:`PolicyAgent.plan`)."""
-        return super().plan(task, seed, method)
 
 
 @dataclass

@@ -30,7 +30,6 @@ from torch import nn
 from shardlab import constants as C
 from shardlab.costmodel.dreamshard import DreamShardCost
 from shardlab.costmodel.neural_base import mlp
-from shardlab.plan import Plan
 from shardlab.search.policies import PolicyAgent, PolicySharder
 from shardlab.search.episode import Episodes, PlacementState, play_episodes
 from shardlab.tables import Task
@@ -56,6 +55,7 @@ class DreamShardAgent(PolicyAgent):
     """Policy + cost network + the estimated MDP's episode (module docstring, step 2)."""
 
     FORMAT = FORMAT
+    METHOD = "dreamshard"
     POLICY = PolicyNet
     COST = DreamShardCost
 
@@ -93,10 +93,6 @@ class DreamShardAgent(PolicyAgent):
         with torch.no_grad():
             ep = self.rollout(task, 1, greedy=True, pins=pins, witness=witness)
         return [int(d) for d in ep.devices()[0]], float(ep.cost_ms[0])
-
-    def plan(self, task: Task, seed: int = 0, method: str = "dreamshard") -> Plan:
-        """Greedy decoding (:meth:`PolicyAgent.plan`)."""
-        return super().plan(task, seed, method)
 
 
 @dataclass

@@ -32,30 +32,12 @@ import numpy as np
 
 from shardlab.errors import InfeasibleError
 from shardlab.plan import Plan
+from shardlab.search.greedy_state import pack
 from shardlab.search.heuristics import GreedySharder
 from shardlab.tables import Task
 
 #: Heuristics whose plans seed the witness, in the order tried.
 WITNESS_SHARDERS = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
-
-
-def pack(free: np.ndarray, sizes: np.ndarray) -> list[int] | None:
-    """Best-fit decreasing: a device for each of ``sizes`` (bytes) given ``free`` (G,) bytes per
-    device, largest first, each on the fitting device with the least room (ties: the lower id);
-    None if one fits nowhere. Plain Python: with G <= a few dozen, numpy's per-call cost dominated."""
-    room = [float(x) for x in free]
-    need = [float(x) for x in sizes]
-    out = [0] * len(need)
-    for i in sorted(range(len(need)), key=lambda k: -need[k]):
-        s, best, least = need[i], -1, float("inf")
-        for d, f in enumerate(room):
-            if s <= f < least:
-                best, least = d, f
-        if best < 0:
-            return None
-        room[best] -= s
-        out[i] = best
-    return out
 
 
 def heuristic_plan(task: Task, required: bool = True) -> Plan | None:

@@ -52,9 +52,11 @@ class PolicySharder:
 class PolicyAgent:
     """Shared parts of the RL agents: a cost model (``cost``), a policy network (``policy``),
     the seeds' table order, and one atomic torch file holding both networks. Subclasses set
-    ``FORMAT``, ``POLICY`` (the policy network class) and ``COST`` (the cost model class)."""
+    ``FORMAT``, ``METHOD``, ``POLICY`` (the policy network class) and ``COST`` (the cost model class)."""
 
     FORMAT = ""
+    #: The method name its plans carry unless the caller names one (``"dreamshard"``, ...).
+    METHOD = ""
     POLICY: ClassVar[Any] = None
     COST: ClassVar[Any] = None
 
@@ -77,7 +79,7 @@ class PolicyAgent:
         better; ``pins``/``witness`` as in :func:`~shardlab.search.episode.play_episodes`."""
         raise NotImplementedError
 
-    def plan(self, task: Task, seed: int = 0, method: str = "") -> Plan:
+    def plan(self, task: Task, seed: int = 0, method: str | None = None) -> Plan:
         """Greedy decoding, each table on the policy's most likely feasible device. Tables that
         fit no device are cut into row blocks pinned in each layout of
         :func:`~shardlab.search.row_wise.pinned_layouts`; the policy places the rest around
@@ -87,7 +89,7 @@ class PolicyAgent:
         row-wise collectives, so neither can say what spreading a table's rows over more devices
         costs. The plan's metadata names the layout, the layouts tried and where the blocks'
         lookups came from."""
-        method = method or self.FORMAT
+        method = method or self.METHOD
         if not oversized(task):
             return Plan.table_wise(task, self.decode(task)[0], method, seed)
         layouts = pinned_layouts(task)

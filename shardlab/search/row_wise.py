@@ -32,7 +32,8 @@ from typing import Any, Callable, Sequence
 from shardlab import constants as C
 from shardlab.data.lookups import placed_row_block, row_block_lookups, row_block_table
 from shardlab.plan import Placement, Plan
-from shardlab.search.feasibility import heuristic_plan, pack
+from shardlab.search.feasibility import heuristic_plan
+from shardlab.search.greedy_state import pack
 from shardlab.search.row_split import equal_row_ranges, fewest_row_blocks
 from shardlab.tables import Task
 

@@ -57,7 +57,6 @@ METHODS = C.HEURISTIC_METHODS + ("torchrec_free", "neuroshard", "dreamshard", "a
 #: (method, reference, target share of tasks "faster or equivalent"); reference ``best`` = the best
 #: heuristic as the evaluator picks it in its selection sitting.
 TARGETS = (("neuroshard", "torchrec_free", 0.9), ("dreamshard", "best", 0.6), ("autoshard", "best", 0.6))
-GOOD = ("faster", "equivalent")
 
 
 def measure_task(task: Any, methods: Sequence[str], rounds: int, sittings: int, seed: int,
@@ -94,6 +93,21 @@ def _verdict(rec: Mapping[str, Any], method: str, reference: str) -> tuple[str, 
     return comp.verdict or "inconclusive", comp.ratio
 
 
+OUTCOMES = ("faster", "equivalent", "slower", "inconclusive", "skipped")
+
+
+def tally(records: Sequence[Mapping[str, Any]], method: str, ref: str, target: float) -> dict[str, Any]:
+    """``method`` against ``ref`` (``best`` or ``torchrec_free``) over ``records``: tasks per
+    outcome of :data:`OUTCOMES` (a task where it was itself the reference is not counted),
+    ``judged`` tasks, ``good`` (faster or equivalent) and whether ``target`` (a share) is ``met``."""
+    said = [_verdict(r, method, ref)[0] for r in records]
+    out: dict[str, Any] = {v: said.count(v) for v in OUTCOMES}
+    out["judged"] = sum(out[v] for v in OUTCOMES)
+    out["good"] = out["faster"] + out["equivalent"]
+    out["met"] = bool(out["judged"]) and out["good"] / out["judged"] >= target
+    return out
+
+
 def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
     """The run's markdown: the targets met or not, then every task's verdicts."""
     s = header["settings"]
@@ -105,14 +119,11 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
              "| method | against | faster | equivalent | slower | inconclusive | skipped | faster or equivalent | target |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for method, ref, target in TARGETS:
-        said = [_verdict(r, method, ref)[0] for r in records]
-        judged = [v for v in said if v != "reference"]
-        good = sum(v in GOOD for v in judged)
-        share = good / len(judged) if judged else float("nan")
-        met = "met" if judged and share >= target else "not met"
-        lines.append(f"| `{method}` | {ref} | " + " | ".join(str(said.count(v)) for v in
-                                                           ("faster", "equivalent", "slower", "inconclusive", "skipped"))
-                     + f" | {good}/{len(judged)} ({share:.0%}) | >= {target:.0%}: {met} |")
+        k = tally(records, method, ref, target)
+        share = k["good"] / k["judged"] if k["judged"] else float("nan")
+        lines.append(f"| `{method}` | {ref} | " + " | ".join(str(k[v]) for v in OUTCOMES)
+                     + f" | {k['good']}/{k['judged']} ({share:.0%}) | >= {target:.0%}: "
+                     + f"{'met' if k['met'] else 'not met'} |")
     lines += ["", "A method that was itself the reference of a task (the best heuristic) is left out of that "
               "task's count.", "", "## Tasks", "",
               "| task | tables | cap GB | larger than a device | best heuristic | neuroshard vs torchrec_free | "
@@ -128,13 +139,6 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
                      f"{', '.join(r['oversized'])} | `{best}` | {cell('neuroshard', 'torchrec_free')} | "
                      f"{cell('dreamshard', 'best')} | {cell('autoshard', 'best')} | {', '.join(r['skipped']) or '-'} |")
     return "\n".join(lines) + "\n"
-
-
-def counts(records: Sequence[Mapping[str, Any]], method: str, ref: str) -> dict[str, int]:
-    """Tasks per verdict (and skipped) of ``method`` against ``ref`` (``best`` or
-    ``torchrec_free``); a task where it was itself the reference is not counted."""
-    said = [_verdict(r, method, ref)[0] for r in records]
-    return {v: said.count(v) for v in ("faster", "equivalent", "slower", "inconclusive", "skipped")}
 
 
 def summary(paths: Sequence[Path]) -> str:
@@ -156,12 +160,9 @@ def summary(paths: Sequence[Path]) -> str:
         git = str(header["environment"].get("git", "?"))[:7]
         cells = []
         for m, ref, target in TARGETS:
-            k = counts(records, m, ref)
-            judged = sum(k[v] for v in ("faster", "equivalent", "slower", "inconclusive", "skipped"))
-            good = k["faster"] + k["equivalent"]
-            met = "met" if judged and good / judged >= target else "not met"
+            k = tally(records, m, ref, target)
             cells.append(f"{k['faster']} / {k['equivalent']} / {k['slower']} / {k['inconclusive']} "
-                         f"({good}/{judged}, {met})")
+                         f"({k['good']}/{k['judged']}, {'met' if k['met'] else 'not met'})")
         lines.append(f"| `{path.stem}` | {len(records)} ({header['settings'].get('first_task', 0)}) | `{git}` | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
