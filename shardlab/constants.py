@@ -140,3 +140,15 @@ MAX_TORCHREC_GPUS = 128
 #: hundred (the shipped pools: <= 209); beyond this a "table" is an input error, not a workload
 #: (a pooling of 1e12 once evaluated to 1.3e11 ms through the analytic model's extrapolation).
 MAX_POOLING_FACTOR = 1e5
+
+#: TorchRec's planner defaults a drop-in planner keeps (``torchrec/distributed/planner/constants.py``):
+#: the per-rank batch (samples) and the pooling factor (lookups per sample) it assumes where the
+#: user gives none.
+TORCHREC_DEFAULT_BATCH = 512
+TORCHREC_DEFAULT_POOLING = 1.0
+#: Share of each rank's memory TorchRec's default storage reservation keeps free
+#: (``HeuristicalStorageReservation(percentage=0.15)``); ShardlabPlanner keeps the same by default.
+TORCHREC_RESERVED_SHARE = 0.15
+#: Zipf exponent of the lookups assumed where a table's real lookups are unknown (the Criteo
+#: workflow's and the drop-in planner's labelled assumption).
+ASSUMED_ZIPF = 1.05

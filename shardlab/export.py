@@ -142,20 +142,33 @@ def check_export(data: Mapping[str, Any], task: Task | None = None) -> None:
             raise bad("a row-wise shard does not hold every column")
 
 
+def parameter_sharding(entry: Mapping[str, Any]) -> Any:
+    """TorchRec's ``ParameterSharding`` of one table's export entry (needs torchrec; not checked:
+    :func:`check_export` first)."""
+    from torch.distributed._shard.sharding_spec import EnumerableShardingSpec, ShardMetadata
+    from torchrec.distributed.types import ParameterSharding
+
+    spec = EnumerableShardingSpec([ShardMetadata(shard_offsets=list(s["shard_offsets"]),
+                                                 shard_sizes=list(s["shard_sizes"]), placement=s["placement"])
+                                   for s in entry["shards"]])
+    return ParameterSharding(sharding_type=entry["sharding_type"], compute_kernel=entry["compute_kernel"],
+                             ranks=list(entry["ranks"]), sharding_spec=spec)
+
+
+def sharding_plan_of(modules: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Any:
+    """A TorchRec ``ShardingPlan`` from {module path: {table: export entry}} (needs torchrec)."""
+    from torchrec.distributed.types import EmbeddingModuleShardingPlan, ShardingPlan
+
+    plans = {}
+    for path, entries in modules.items():
+        module_plan = EmbeddingModuleShardingPlan()
+        module_plan.update({name: parameter_sharding(e) for name, e in entries.items()})
+        plans[path] = module_plan
+    return ShardingPlan(plans)
+
+
 def sharding_plan_from_export(data: Mapping[str, Any], task: Task | None = None):
     """A TorchRec ``ShardingPlan`` rebuilt from :func:`export_torchrec`'s JSON (needs torchrec),
     checked first (:func:`check_export`, against ``task`` when given)."""
     check_export(data, task)
-    from torch.distributed._shard.sharding_spec import EnumerableShardingSpec, ShardMetadata
-    from torchrec.distributed.types import EmbeddingModuleShardingPlan, ParameterSharding, ShardingPlan
-
-    tables = {}
-    for name, e in data["plan"].items():
-        spec = EnumerableShardingSpec([ShardMetadata(shard_offsets=list(s["shard_offsets"]),
-                                                     shard_sizes=list(s["shard_sizes"]), placement=s["placement"])
-                                       for s in e["shards"]])
-        tables[name] = ParameterSharding(sharding_type=e["sharding_type"], compute_kernel=e["compute_kernel"],
-                                         ranks=list(e["ranks"]), sharding_spec=spec)
-    module_plan = EmbeddingModuleShardingPlan()
-    module_plan.update(tables)
-    return ShardingPlan({data["module"]: module_plan})
+    return sharding_plan_of({data["module"]: data["plan"]})

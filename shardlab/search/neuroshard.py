@@ -38,7 +38,8 @@ is the first heuristic plan that does, costed by the model (``metadata["fallback
 
 Options (``neuroshard[key=value,...]``): ``columns`` (column-wise splits; false: table-wise
 only), ``model``, ``split_guard``, ``rowwise_comm``, ``beam_width``, ``max_splits``, ``top_n``,
-``caps``, ``row_wise``, ``host_size``, ``profile`` (the dataclass fields below). ``profile``
+``caps``, ``row_wise``, ``host_size``, ``whole`` (tables never split column-wise, e.g. what a
+TorchRec constraint allows only table-wise), ``profile`` (the dataclass fields below). ``profile``
 (default ``constants.PLAN_PROFILE``, h100) picks the shipped models: ``model`` left empty is the
 profile's ``constants.SEARCH_MODELS`` bundle.
 
@@ -100,6 +101,7 @@ class NeuroShardSharder:
     row_wise: bool = True
     host_size: int = C.DEFAULT_HOST_SIZE
     rowwise_comm: Any = None
+    whole: tuple[str, ...] = ()
     _bundle: CostModelBundle | None = field(default=None, repr=False)
 
     def model_name(self) -> str:
@@ -310,7 +312,8 @@ class NeuroShardSharder:
         return tuple(sorted(cls._block_id(b) for b in blocks))
 
     def _candidates(self, blocks: tuple[Block, ...], coster: ShardCoster) -> list[int]:
-        ok = [i for i, b in enumerate(blocks) if b.cols % 8 == 0 and b.device < 0]
+        whole = set(self.whole)
+        ok = [i for i, b in enumerate(blocks) if b.cols % 8 == 0 and b.device < 0 and b.parent not in whole]
         if not ok:
             return []
         by_size = sorted(ok, key=lambda i: (-blocks[i].table.size, i))[: self.top_n]

@@ -30,7 +30,7 @@ METHODS = ("size_greedy", "lookup_greedy", "neuroshard[columns=false]", "neurosh
 
 
 def scaled_task(records: Sequence[Mapping[str, Any]], name: str, ngpu: int, mem_cap_gb: float, row_scale: int = 1,
-                batch_size: int = C.DEFAULT_BATCH_SIZE, assume_zipf: float = 1.05, seed: int = 0,
+                batch_size: int = C.DEFAULT_BATCH_SIZE, assume_zipf: float = C.ASSUMED_ZIPF, seed: int = 0,
                 origin: str = "") -> Task:
     """A task over table records (``name``, ``rows``, ``dim``, ``pooling_factor``, optional
     ``fixed_bags``) on ``ngpu`` devices of ``mem_cap_gb`` GB, rows and cap divided by
@@ -50,7 +50,7 @@ def scaled_task(records: Sequence[Mapping[str, Any]], name: str, ngpu: int, mem_
 
 
 def criteo_task(ngpu: int = 8, mem_cap_gb: float = 16.0, row_scale: int = 1, batch_size: int = C.DEFAULT_BATCH_SIZE,
-                assume_zipf: float = 1.05, seed: int = 0) -> Task:
+                assume_zipf: float = C.ASSUMED_ZIPF, seed: int = 0) -> Task:
     """The Criteo 1TB tables (one-hot) as :func:`scaled_task` (module docstring)."""
     t = criteo_tables("criteo_1tb")
     records = [{"name": n, "rows": int(r), "dim": int(d), "pooling_factor": float(p), "fixed_bags": True}
