@@ -26,14 +26,9 @@ def reuse_bin_of_counts(counts: np.ndarray) -> np.ndarray:
     counts = np.asarray(counts, dtype=np.int64)
     if counts.size and counts.min() < 1:
         raise ValueError("access counts must be >= 1")
-    # ceil(log2(c)) computed exactly on integers: bit length of (c - 1).
-    c = counts - 1
-    bins = np.zeros(c.shape, dtype=np.int64)
-    v = c.copy()
-    while np.any(v):
-        nz = v > 0
-        bins[nz] += 1
-        v >>= 1
+    # ceil(log2(c)) computed exactly: the bit length of (c - 1), frexp's exponent (exact in
+    # float64 for counts below 2**53; 0 for c = 1).
+    bins = np.frexp((counts - 1).astype(np.float64))[1].astype(np.int64)
     return np.minimum(bins, C.N_REUSE_BINS - 1)
 
 

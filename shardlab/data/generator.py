@@ -123,6 +123,17 @@ def generate_lookups(table: Table, batch_size: int, batch_index: int = 0
     Deterministic in (table.index_seed, table.distribution, table.rows, batch_size, batch_index);
     different ``batch_index`` values give independent batches.
     """
+    ranks, offsets = _ranks(table, batch_size, batch_index)
+    p, off = _scatter(int(table.index_seed), table.rows)
+    ranks *= p
+    ranks += off
+    np.remainder(ranks, table.rows, out=ranks)
+    return ranks, offsets
+
+
+def _ranks(table: Table, batch_size: int, batch_index: int) -> tuple[np.ndarray, np.ndarray]:
+    """(popularity ranks, offsets) of :func:`generate_lookups`' batch before the rank -> row
+    bijection: the same bags and the same access counts (reuse statistics need no more)."""
     d = _params(table)
     if batch_size < 1 or batch_index < 0:
         raise ShardlabError(f"table '{table.name}': batch_size must be >= 1 and batch_index >= 0")
@@ -138,10 +149,6 @@ def generate_lookups(table: Table, batch_size: int, batch_index: int = 0
     np.cumsum(lengths, out=offsets[1:])
     ranks = _sample_ranks(rng, int(offsets[-1]), table.rows, float(d["alpha"]),
                           float(d.get("q", 0.0)), float(d.get("hot", 0.0)))
-    p, off = _scatter(int(table.index_seed), table.rows)
-    ranks *= p
-    ranks += off
-    np.remainder(ranks, table.rows, out=ranks)
     return ranks, offsets
 
 
@@ -180,7 +187,7 @@ def table_from_params(name: str, params: Mapping[str, Any], dim: int, batch_size
         dist["fixed"] = 1
     probe = Table(name, int(params["rows"]), dim, 0.0, (0.0,) * C.N_REUSE_BINS, None,
                   int(index_seed), dist)
-    idx, off = generate_lookups(probe, batch_size, 0)
+    idx, off = _ranks(probe, batch_size, 0)      # the bijection to rows changes no access count
     stats = lookup_stats(name, idx, off)
     table = Table(name, probe.rows, dim, stats.pop("pooling_factor"), stats.pop("reuse_bins"),
                   source or f"synthetic:{MODEL}", int(index_seed), dist)

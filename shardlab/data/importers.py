@@ -13,6 +13,7 @@ import csv
 import math
 import os
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -45,7 +46,8 @@ def tables_from_records(records: Iterable[Mapping[str, Any]], batch_size: int = 
     ``reuse_bins`` (17 fractions), ``source`` and ``fixed_bags`` (true: every bag exactly
     ``pooling_factor`` long -- one-hot or fixed multi-hot features; default near-Poisson lengths). Without bins, ``assume_zipf`` is required
     (module docstring); ``batch_size`` (samples) is the batch the bins are measured at."""
-    out = []
+    out: list[Table | None] = []
+    todo: list[tuple] = []
     for i, rec in enumerate(records):
         name = str(rec.get("name") or f"table{i}")
         for key in ("rows", "dim"):
@@ -63,9 +65,14 @@ def tables_from_records(records: Iterable[Mapping[str, Any]], batch_size: int = 
                                 f"assume_zipf=ALPHA / --assume-zipf ALPHA to measure them on assumed "
                                 f"Zipf lookups)")
         probe = Table(name, rec["rows"], rec["dim"], pooling, (1.0,) + (0.0,) * (C.N_REUSE_BINS - 1))
-        out.append(_with_assumed_bins(name, probe.rows, probe.dim, probe.pooling_factor, batch_size,
-                                      assume_zipf, seed, rec.get("source", origin), bool(rec.get("fixed_bags"))))
-    return out
+        out.append(None)
+        todo.append((name, probe.rows, probe.dim, probe.pooling_factor, batch_size, assume_zipf, seed,
+                     rec.get("source", origin), bool(rec.get("fixed_bags"))))
+    # one generated batch per table, tables in parallel threads (numpy releases the GIL; each
+    # table has its own seeded generator, so the result does not depend on the threads)
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1, len(todo)))) as pool:
+        made = iter(list(pool.map(lambda args: _with_assumed_bins(*args), todo)))
+    return [t if t is not None else next(made) for t in out]
 
 
 def _csv_records(path: Path) -> list[dict[str, Any]]:

@@ -128,8 +128,11 @@ class ShardlabPlanner(ShardingPlanner):
             sub = self._sub_task(task, rest, pinned)
             whole = tuple(t.name for t in rest if "column_wise" not in t.allowed)
             config: dict[str, Any] = {"model": self.model} if self.model else {}
-            if whole and "whole" in sharder_options(self.method):
+            options = sharder_options(self.method)
+            if whole and "whole" in options:
                 config["whole"] = whole
+            if "row_wise" in options and not any({"row_wise", "table_row_wise"} & set(t.allowed) for t in rest):
+                config["row_wise"] = False
             got = run_sharder(sharder_for(self.method, self.profile, **config), sub, self.seed)
             placements.extend(got.placements)
             metadata = dict(got.metadata)
