@@ -76,7 +76,7 @@ SEALED_DIR = "sealed"
 SEALED_FAMILY_SETS = ("outbrain_nvidia_widedeep", "aliccp_tzrec_mmoe")
 
 #: Default assumed Zipf exponent of the lookups (the sets publish no access statistics).
-DEFAULT_ASSUME_ZIPF = 1.05
+DEFAULT_ASSUME_ZIPF = C.ASSUMED_ZIPF
 
 
 def _folder(name: str) -> str:

@@ -93,20 +93,30 @@ def sharded_dlrm(task: Task, export: Mapping[str, Any], device: Any, learning_ra
     tables sharded as ``export`` says (module ``MODULES["whole_step"]``), pairwise interaction,
     over arch ``OVER_ARCH``, BCE loss -- under ``DistributedModelParallel``; the SGD optimizer of its
     dense parameters). One embedding dim for every table (:func:`check_dlrm_task`)."""
-    from torchrec.models.dlrm import DLRM, DLRMTrain
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
     from torchrec.optim.keyed import KeyedOptimizerWrapper
     from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+    model = _apply(dlrm_train(task, device), export, task, device, learning_rate)
+    dense = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(model.named_parameters())),
+                                  lambda params: torch.optim.SGD(params, lr=learning_rate))
+    return model, dense
+
+
+def dlrm_train(task: Task, device: Any) -> Any:
+    """TorchRec's ``DLRMTrain`` over ``DLRM`` of the task's tables, unsharded: the embedding
+    collection on the meta device (a planner or ``DistributedModelParallel`` materialises it), the
+    dense and over arches (``DENSE_ARCH`` + (D,), ``OVER_ARCH``) on ``device``; the collection's
+    module path is ``MODULES["whole_step"]``. One embedding dim for every table
+    (:func:`check_dlrm_task`)."""
+    from torchrec.models.dlrm import DLRM, DLRMTrain
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
     check_dlrm_task(task)
     ebc = EmbeddingBagCollection(tables=_configs(task), device=torch.device("meta"))
     dlrm = DLRM(embedding_bag_collection=ebc, dense_in_features=DENSE_FEATURES,
                 dense_arch_layer_sizes=[*DENSE_ARCH, task.tables[0].dim], over_arch_layer_sizes=list(OVER_ARCH),
                 dense_device=device)
-    model = _apply(DLRMTrain(dlrm), export, task, device, learning_rate)
-    dense = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(model.named_parameters())),
-                                  lambda params: torch.optim.SGD(params, lr=learning_rate))
-    return model, dense
+    return DLRMTrain(dlrm)
 
 
 def dlrm_batches(sparse: list[Any], profile: HardwareProfile, rank: int, device: Any) -> list[Any]:

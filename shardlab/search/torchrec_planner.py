@@ -12,15 +12,22 @@ seeds); ``torchrec_free`` also allows row-wise and table-row-wise (data-parallel
 a replicated table is not a placement of each row once). The default proposers slow down
 steeply with the number of tables; above ``fast_above`` tables the greedy and uniform proposers
 are used instead, and the plan's method name says which (``torchrec[greedy+uniform]``).
+
+``costs``: "" keeps TorchRec's own analytic perf estimator; a shardlab cost-model bundle name
+(``torchrec[costs=neuroshard_broad]``; ``default``: the profile's search model) has
+:class:`~shardlab.costmodel.torchrec_estimator.ShardlabPerfEstimator` fill every shard's perf
+instead, from the task's own table statistics, so TorchRec's proposers and partitioner search
+with shardlab's learned costs (``profile`` picks the shipped models).
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 from shardlab import constants as C
+from shardlab.costmodel.torchrec_estimator import ShardlabPerfEstimator
 from shardlab.errors import ShardlabError
 from shardlab.plan import Placement, Plan
 from shardlab.search.registry import check_search_gpus
@@ -44,6 +51,7 @@ _API = {
     "GreedyProposer": "torchrec.distributed.planner.proposers", "UniformProposer": "torchrec.distributed.planner.proposers",
     "FixedPercentageStorageReservation": "torchrec.distributed.planner.storage_reservations",
     "EmbeddingEnumerator": "torchrec.distributed.planner.enumerators",
+    "EmbeddingStorageEstimator": "torchrec.distributed.planner.shard_estimators",
     "EmbeddingBagConfig": "torchrec.modules.embedding_configs",
     "EmbeddingBagCollection": "torchrec.modules.embedding_modules",
     "device": "torch",
@@ -68,6 +76,8 @@ class TorchRecSharder:
     sharding_types: tuple[str, ...] = CONSTRAINED
     fast_above: int = 200
     compute_device: str = "cuda"
+    costs: str = ""
+    profile: str = C.PLAN_PROFILE
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
         """Plan with TorchRec's planner (deterministic; ``seed`` is recorded). Refuses at once
@@ -92,8 +102,9 @@ class TorchRecSharder:
         fast = len(task.tables) > self.fast_above
         kwargs = {"proposer": [tr.GreedyProposer(), tr.UniformProposer()]} if fast else {}
         batch = max(1, task.batch_size // task.ngpu)
+        estimators = self._estimators(tr, task, topology, constraints)
         planner = tr.EmbeddingShardingPlanner(topology=topology, batch_size=batch, constraints=constraints,
-                                           enumerator=_ordered_enumerator(tr, topology, batch, constraints),
+                                           enumerator=_ordered_enumerator(tr, topology, batch, constraints, estimators),
                                            storage_reservation=tr.FixedPercentageStorageReservation(0.0), **kwargs)
         sharder = tr.EmbeddingBagCollectionSharder(fused_params={
             "optimizer": getattr(tr.EmbOptimType, OPTIMIZERS[task.optimizer]), "learning_rate": 0.01})
@@ -106,10 +117,24 @@ class TorchRecSharder:
                         "row-wise, for tables that fit no device)")
             raise ShardlabError(f"task '{task.name}': torchrec planner failed: {str(e).splitlines()[0].strip()}{hint}") from e
         method = self.name + ("[greedy+uniform]" if fast else "")
-        return plan_from_sharding_plan(task, sharding_plan, method, seed)
+        plan = plan_from_sharding_plan(task, sharding_plan, method, seed)
+        if estimators:
+            plan = replace(plan, metadata={**plan.metadata, "torchrec_costs": estimators[0].source})
+        return plan
 
 
-def _ordered_enumerator(tr: SimpleNamespace, topology, batch_size: int, constraints):
+    def _estimators(self, tr: SimpleNamespace, task: Task, topology, constraints) -> list | None:
+        """TorchRec's default estimators (None), or shardlab's perf estimator with TorchRec's
+        storage estimator (``costs``, class docstring)."""
+        if not self.costs:
+            return None
+        model = "" if self.costs == "default" else self.costs
+        perf = ShardlabPerfEstimator(topology, constraints, model=model, profile=self.profile,
+                                     tables={t.name: t for t in task.tables})
+        return [perf, tr.EmbeddingStorageEstimator(topology, constraints)]
+
+
+def _ordered_enumerator(tr: SimpleNamespace, topology, batch_size: int, constraints, estimators: list | None = None):
     """TorchRec's default enumerator, but listing each table's allowed sharding types in the
     constraints' order: TorchRec 1.8 intersects them as Python sets, so which of two equally
     costed options (row-wise and table-row-wise on one host) it keeps followed the process's
@@ -120,7 +145,7 @@ def _ordered_enumerator(tr: SimpleNamespace, topology, batch_size: int, constrai
             order = list(constraints[name].sharding_types) if name in constraints else list(allowed_sharding_types)
             return sorted(kept, key=lambda t: (order.index(t) if t in order else len(order), t))
 
-    return OrderedEnumerator(topology=topology, batch_size=batch_size, constraints=constraints)
+    return OrderedEnumerator(topology=topology, batch_size=batch_size, constraints=constraints, estimator=estimators)
 
 
 def plan_from_sharding_plan(task: Task, sharding_plan, method: str, seed: int = 0) -> Plan:

@@ -3,7 +3,7 @@
 ``KeyedJaggedTensor`` batches; :class:`ShardlabPerfEstimator`, shardlab's learned costs inside
 TorchRec's own planner (``docs/torchrec.md``)."""
 
-from shardlab.torchrec.perf_estimator import ShardlabPerfEstimator
+from shardlab.costmodel.torchrec_estimator import ShardlabPerfEstimator
 from shardlab.torchrec.planner import ShardlabPlanner
 from shardlab.torchrec.sample_stats import table_stats
 

@@ -86,7 +86,8 @@ class ShardlabPlanner(ShardingPlanner):
         share = self.reserved_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share < 1.0:
             raise ShardlabError(f"ShardlabPlanner: field 'reserved_share' = {share!r} must be in [0, 1)")
-        if self.model and "model" not in sharder_options(self.method):
+        options = sharder_options(self.method)         # an unknown method: one line naming the known ones
+        if self.model and "model" not in options:
             raise ShardlabError(f"ShardlabPlanner: field 'model' does not apply to method '{self.method}'")
         method_label(self.method)
 
@@ -124,8 +125,8 @@ class ShardlabPlanner(ShardingPlanner):
         placements: list[Placement] = list(pinned)
         metadata: dict[str, Any] = {}
         label = method_label(self.method)
+        sub = self._sub_task(task, rest, pinned)
         if rest:
-            sub = self._sub_task(task, rest, pinned)
             whole = tuple(t.name for t in rest if "column_wise" not in t.allowed)
             config: dict[str, Any] = {"model": self.model} if self.model else {}
             options = sharder_options(self.method)
@@ -133,6 +134,8 @@ class ShardlabPlanner(ShardingPlanner):
                 config["whole"] = whole
             if "row_wise" in options and not any({"row_wise", "table_row_wise"} & set(t.allowed) for t in rest):
                 config["row_wise"] = False
+            if "host_size" in options:                  # table-row-wise layouts inside the topology's hosts
+                config["host_size"] = lws
             got = run_sharder(sharder_for(self.method, self.profile, **config), sub, self.seed)
             placements.extend(got.placements)
             metadata = dict(got.metadata)
@@ -199,7 +202,8 @@ class ShardlabPlanner(ShardingPlanner):
     @staticmethod
     def _sub_task(task: Task, rest: Sequence[ModelTable], pinned: Sequence[Placement]) -> Task:
         """The task of the tables the method places: every rank's memory less the most any rank
-        gives to the pinned row layouts; one line when nothing is left."""
+        gives to the pinned row layouts; one line when nothing is left (also when no table is
+        left for the method: the pinned layouts alone must fit)."""
         used = [0] * task.ngpu
         for p in pinned:
             used[p.device] += task.block_bytes(p.rows, p.cols)
@@ -208,6 +212,8 @@ class ShardlabPlanner(ShardingPlanner):
             raise ShardlabError(f"ShardlabPlanner: the tables constrained to row layouts need {max(used) / C.GB:.3f} GB "
                                 f"on a rank, over its {task.mem_cap_gb:.3f} GB")
         keep = {t.name for t in rest}
+        if not keep:
+            return task
         return Task(task.name, task.ngpu, cap / C.GB, tuple(t for t in task.tables if t.name in keep),
                     task.batch_size, task.weights_precision, task.optimizer)
 

@@ -58,7 +58,7 @@ def table_stats(model: Any, batches: Iterable[Any], sharders: Sequence[Any] | No
         out[name] = Table(name, int(config.num_embeddings), int(config.embedding_dim), float(s["pooling_factor"]),
                           tuple(float(x) for x in s["reuse_bins"]),
                           f"torchrec:{path}; pooling factor and reuse bins measured on the user's {samples} samples "
-                          f"({len(batches)} KeyedJaggedTensor batches taken as one batch)")
+                          f"({len(batches)} KeyedJaggedTensor batch{'es' if len(batches) > 1 else ''} taken as one batch)")
     return out
 
 

@@ -78,18 +78,17 @@ def run_point(planner: str, ntables: int, ngpu: int, space: str, seed: int = 0) 
         sharding_plan = EmbeddingShardingPlanner(topology=topology, constraints=constraints).plan(module, sharders)
     seconds = time.perf_counter() - t0
     peak = peak_rss_mb()
-    if planner == "shardlab":
-        task, plan = ours.task_, ours.plan_
-    else:
-        task, _ = ours.task(module, sharders)
-        plan = plan_from_sharding_plan(task, sharding_plan, "torchrec-default")
     kernels = sorted({ps.compute_kernel for mp in sharding_plan.plan.values() for ps in mp.values()})
     kinds = sorted({ps.sharding_type for mp in sharding_plan.plan.values() for ps in mp.values()})
     judge = load_bundle(JUDGE[1], JUDGE[0])
-    try:
-        cost = estimate_plan(task, plan, judge, lower_bound=False).cost_ms
-        judged = judge.source
-    except Exception as e:  # noqa: BLE001 -- a plan the judge cannot cost is recorded, not fatal
+    try:                  # a plan the judge cannot cost (data-parallel tables) is recorded, not fatal
+        if planner == "shardlab":
+            task, plan = ours.task_, ours.plan_
+        else:
+            task, _ = ours.task(module, sharders)
+            plan = plan_from_sharding_plan(task, sharding_plan, "torchrec-default")
+        cost, judged = estimate_plan(task, plan, judge, lower_bound=False).cost_ms, judge.source
+    except Exception as e:  # noqa: BLE001
         cost, judged = None, f"not judged: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
     return {"planner": planner, "tables": ntables, "ranks": ngpu, "space": space, "seed": seed,
             "plan_s": seconds, "peak_rss_mb": peak, "table_source": drawn, "kernels": kernels,

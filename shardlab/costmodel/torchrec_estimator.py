@@ -37,7 +37,6 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import numpy as np
-from torchrec.distributed.planner.types import Perf, ShardEstimator
 
 from shardlab import constants as C
 from shardlab.errors import ShardlabError
@@ -48,8 +47,8 @@ from shardlab.tables import Table
 ROW_TYPES = ("row_wise", "table_row_wise", "grid_shard")
 
 
-class ShardlabPerfEstimator(ShardEstimator):
-    """TorchRec ``ShardEstimator`` over a shardlab cost-model bundle (module docstring).
+class ShardlabPerfEstimator:
+    """TorchRec ``ShardEstimator`` (its ``estimate`` protocol; torchrec is imported on use) over a shardlab cost-model bundle (module docstring).
     ``model``: bundle name or manifest path ("": the profile's default search model);
     ``profile``: hardware profile of the shipped models; ``tables``: known table statistics."""
 
@@ -68,6 +67,9 @@ class ShardlabPerfEstimator(ShardEstimator):
     def bundle(self) -> CostModelBundle:
         """The cost-model bundle (loaded once)."""
         if self._bundle is None:
+            if not self.model and self.profile not in C.SEARCH_MODELS:
+                raise ShardlabError(f"ShardlabPerfEstimator: profile '{self.profile}' ships no default cost model "
+                                    f"({', '.join(C.SEARCH_MODELS)} do); name one with field 'model'")
             self._bundle = load_bundle(self.model or C.SEARCH_MODELS[self.profile], self.profile)
         return self._bundle
 
@@ -91,6 +93,8 @@ class ShardlabPerfEstimator(ShardEstimator):
 
     def estimate(self, sharding_options: list[Any], sharder_data_map: Any = None) -> None:
         """Fill ``shard.perf`` of every shard of every option (ms; module docstring)."""
+        from torchrec.distributed.planner.types import Perf
+
         world = int(self.topology.world_size)
         blocks, widths, where = [], [], []
         for i, option in enumerate(sharding_options):

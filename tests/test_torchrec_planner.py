@@ -1,0 +1,249 @@
+"""shardlab inside TorchRec: ``ShardlabPlanner`` (TorchRec's ShardingPlanner interface), table
+statistics from KeyedJaggedTensor batches, and ``ShardlabPerfEstimator`` in TorchRec's own
+planner. DMP training with the plan runs on 2 gloo ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torchrec = pytest.importorskip("torchrec", reason="torchrec is installed by scripts/setup.sh")
+
+import torch  # noqa: E402
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # noqa: E402
+from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology  # noqa: E402
+from torchrec.distributed.planner.enumerators import EmbeddingEnumerator  # noqa: E402
+from torchrec.distributed.planner.shard_estimators import EmbeddingStorageEstimator  # noqa: E402
+from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
+from torchrec.modules.embedding_modules import EmbeddingBagCollection  # noqa: E402
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
+
+from shardlab.cli import main  # noqa: E402
+from shardlab.costmodel.bundle import load_bundle  # noqa: E402
+from shardlab.data.features import reuse_histograms  # noqa: E402
+from shardlab.errors import ShardlabError  # noqa: E402
+from shardlab.io import load_plan  # noqa: E402
+from shardlab.torchrec import ShardlabPerfEstimator, ShardlabPlanner, table_stats  # noqa: E402
+
+SHARDERS = [EmbeddingBagCollectionSharder()]
+
+
+def ebc(specs, device="meta"):
+    """An EBC of (name, rows, dim, features) specs."""
+    return EmbeddingBagCollection(tables=[EmbeddingBagConfig(name=n, num_embeddings=r, embedding_dim=d,
+                                                             feature_names=list(f)) for n, r, d, f in specs],
+                                  device=torch.device(device))
+
+
+class TwoCollections(torch.nn.Module):
+    """One EBC at the top, one nested two levels down; a table name in both, a table with two
+    features."""
+
+    def __init__(self, device="meta"):
+        super().__init__()
+        self.top = ebc([(f"t{i}", 2000 * (i + 1), 32 if i % 2 else 64, [f"f{i}"]) for i in range(6)], device)
+        self.tower = torch.nn.Sequential(torch.nn.ModuleDict({"emb": ebc([("t0", 3000, 16, ["g0", "g1"])], device)}))
+
+
+def topology(world=4, device="cuda", gb=1.0, **kw):
+    return Topology(world_size=world, compute_device=device, hbm_cap=int(gb * 2**30), ddr_cap=int(gb * 2**30), **kw)
+
+
+def entries(sharding_plan):
+    return {(path, name): ps for path, mp in sharding_plan.plan.items() for name, ps in mp.items()}
+
+
+def test_every_collection_and_table_is_planned_under_its_module_path():
+    planner = ShardlabPlanner(topology(), profile="cpu")
+    got = entries(planner.plan(TwoCollections(), SHARDERS))
+    assert set(got) == {("top", f"t{i}") for i in range(6)} | {("tower.0.emb", "t0")}
+    task = planner.task_
+    assert {t.name for t in task.tables} == {"top/t0", "tower.0.emb/t0"} | {f"t{i}" for i in range(1, 6)}
+    assert task.ngpu == 4 and task.batch_size == 512 * 4
+    assert task.mem_cap_gb == pytest.approx(0.85)                  # TorchRec's default 15% kept free
+    for (path, name), ps in got.items():
+        rows = sum(s.shard_sizes[0] * s.shard_sizes[1] for s in ps.sharding_spec.shards)
+        config = next(c for c in (TwoCollections().top.embedding_bag_configs() if path == "top" else
+                                  TwoCollections().tower[0]["emb"].embedding_bag_configs()) if c.name == name)
+        assert rows == config.num_embeddings * config.embedding_dim
+        assert ps.compute_kernel == "fused"
+        assert all(s.placement.device().type == "cuda" for s in ps.sharding_spec.shards)
+    assert "assumed 1 (TorchRec's default" in task.table("t1").source
+
+
+def test_the_plan_is_shardlab_shard_on_the_saved_task(tmp_path):
+    planner = ShardlabPlanner(topology(), method="neuroshard", profile="cpu", seed=3)
+    planner.plan(TwoCollections(), SHARDERS)
+    planner.save(tmp_path / "task.json", tmp_path / "plan.json")
+    assert main(["shard", str(tmp_path / "task.json"), "--method", "neuroshard", "--profile", "cpu", "--seed", "3",
+                 "--out", str(tmp_path / "cli.json")]) == 0
+    cli = load_plan(tmp_path / "cli.json")
+    assert sorted(map(repr, cli.placements)) == sorted(map(repr, planner.plan_.placements))
+    assert main(["compare", str(tmp_path / "task.json"), str(tmp_path / "plan.json"), str(tmp_path / "cli.json"),
+                 "--model", "neuroshard_broad", "--profile", "cpu"]) == 0
+
+
+def test_constraints_are_honoured_table_by_table():
+    cons = {"t1": ParameterConstraints(sharding_types=["row_wise"]),
+            "t2": ParameterConstraints(sharding_types=["column_wise"], pooling_factors=[3.5]),
+            "t3": ParameterConstraints(sharding_types=["table_wise"], compute_kernels=["fused", "fused_uvm"]),
+            "t4": ParameterConstraints(sharding_types=["table_row_wise"])}
+    planner = ShardlabPlanner(topology(world=4, local_world_size=2), constraints=cons, profile="cpu")
+    got = entries(planner.plan(TwoCollections(), SHARDERS))
+    rw = got[("top", "t1")]
+    assert rw.sharding_type == "row_wise" and rw.ranks == [0, 1, 2, 3]
+    assert [s.shard_sizes[0] for s in rw.sharding_spec.shards] == [1000, 1000, 1000, 1000]
+    assert got[("top", "t2")].sharding_type == "column_wise"
+    assert got[("top", "t3")].sharding_type == "table_wise"
+    twrw = got[("top", "t4")]
+    assert twrw.sharding_type == "table_row_wise" and twrw.ranks in ([0, 1], [2, 3])
+    assert planner.task_.table("t2").pooling_factor == 3.5
+    assert "from the constraints" in planner.task_.table("t2").source
+    assert planner.plan_.metadata["pinned_row_layouts"] == {"t1": "row_wise", "t4": "table_row_wise"}
+
+
+def test_a_table_kept_whole_is_never_split_by_columns():
+    model = torch.nn.Module()
+    model.ebc = ebc([("hot", 200_000, 256, ["h"])] + [(f"c{i}", 20_000, 64, [f"f{i}"]) for i in range(6)])
+    hot = {"hot": ParameterConstraints(pooling_factors=[80.0])}
+    free = entries(ShardlabPlanner(topology(world=4, gb=2.0), constraints=hot, profile="cpu").plan(model, SHARDERS))
+    split = sorted(n for (_, n), ps in free.items() if ps.sharding_type == "column_wise")
+    assert "hot" in split, "the test needs a task where NeuroShard splits a table by columns"
+    cons = {n: ParameterConstraints(sharding_types=["table_wise"], pooling_factors=[80.0] if n == "hot" else [1.0])
+            for n in split}
+    kept = entries(ShardlabPlanner(topology(world=4, gb=2.0), constraints=cons, profile="cpu").plan(model, SHARDERS))
+    assert all(kept[("ebc", n)].sharding_type == "table_wise" for n in split)
+
+
+@pytest.mark.parametrize("cons, words", [
+    ({"t1": ParameterConstraints(compute_kernels=["fused_uvm"])}, "table 't1': constraint field 'compute_kernels'"),
+    ({"t1": ParameterConstraints(sharding_types=["data_parallel"])}, "table 't1': constraint field 'sharding_types'"),
+    ({"nope": ParameterConstraints()}, "constraints name table 'nope'"),
+    ({"t1": ParameterConstraints(pooling_factors=[2.0, 3.0])}, "table 't1': constraint field 'pooling_factors' has 2"),
+])
+def test_constraints_shardlab_cannot_honour_are_one_line_errors(cons, words):
+    with pytest.raises(ShardlabError, match=words) as e:
+        ShardlabPlanner(topology(), constraints=cons, profile="cpu").plan(TwoCollections(), SHARDERS)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_arguments_and_models_are_one_line_errors():
+    for kw, field in [({"batch_size": 0}, "batch_size"), ({"reserved_share": 1.0}, "reserved_share"),
+                      ({"method": "random", "model": "analytic"}, "model")]:
+        with pytest.raises(ShardlabError, match=f"field '{field}'"):
+            ShardlabPlanner(topology(), **kw)
+    with pytest.raises(ShardlabError, match="holds no EmbeddingBagCollection"):
+        ShardlabPlanner(topology(), profile="cpu").plan(torch.nn.Linear(2, 2), SHARDERS)
+    with pytest.raises(ShardlabError, match="a rank, over"):
+        cons = {f"t{i}": ParameterConstraints(sharding_types=["row_wise"]) for i in range(6)}
+        ShardlabPlanner(topology(gb=0.0004), constraints=cons, profile="cpu").plan(TwoCollections(), SHARDERS)
+    with pytest.raises(ShardlabError, match="nothing planned yet"):
+        ShardlabPlanner(topology()).save("a.json", "b.json")
+
+
+def kjt(batch, rng):
+    """A batch of the TwoCollections features: f0..f5 one lookup per sample in a small range, g0
+    two per sample, g1 none."""
+    keys, values, lengths = [], [], []
+    for k in [f"f{i}" for i in range(6)] + ["g0", "g1"]:
+        per = {"g0": 2, "g1": 0}.get(k, 1)
+        keys.append(k)
+        values.append(rng.integers(0, 50, size=batch * per))
+        lengths.append(np.full(batch, per))
+    return KeyedJaggedTensor(keys=keys, values=torch.from_numpy(np.concatenate(values)),
+                             lengths=torch.from_numpy(np.concatenate(lengths).astype(np.int32)))
+
+
+def test_table_stats_measure_pooling_and_reuse_on_the_users_batches():
+    rng = np.random.default_rng(0)
+    batches = [kjt(64, rng), kjt(32, rng)]
+    stats = table_stats(TwoCollections(), batches)
+    assert stats["tower.0.emb/t0"].pooling_factor == 2.0           # g0 (2) + g1 (0) per sample
+    assert stats["t3"].pooling_factor == 1.0
+    ids = np.concatenate([b["f3"].values().numpy() for b in batches])
+    assert stats["t3"].reuse_bins == pytest.approx(tuple(reuse_histograms(ids)[0]))
+    assert "96 samples (2 KeyedJaggedTensor batches" in stats["t3"].source
+    planner = ShardlabPlanner(topology(), sample=batches, profile="cpu")
+    planner.plan(TwoCollections(), SHARDERS)
+    assert planner.task_.table("t3").reuse_bins == stats["t3"].reuse_bins
+
+
+def test_table_stats_errors_name_the_feature_or_table():
+    rng = np.random.default_rng(1)
+    bad = KeyedJaggedTensor(keys=["f0"], values=torch.tensor([1, 2]), lengths=torch.tensor([1, 1], dtype=torch.int32))
+    with pytest.raises(ShardlabError, match="feature 'f1' is not among"):
+        table_stats(TwoCollections(), [bad])
+    huge = kjt(8, rng)
+    model = TwoCollections()
+    model.top = ebc([("t9", 10, 8, ["f0"])])
+    with pytest.raises(ShardlabError, match="table 't9': feature 'f0' looks up row"):
+        table_stats(model, [huge])
+    with pytest.raises(ShardlabError, match="'batches' is empty"):
+        table_stats(TwoCollections(), [])
+
+
+def test_perf_estimator_fills_torchrecs_shards_with_the_models_costs():
+    topo = topology(world=4, gb=4.0)
+    cons = {f"t{i}": ParameterConstraints(pooling_factors=[2.0]) for i in range(6)}
+    model = torch.nn.Module()
+    model.ebc = ebc([(f"t{i}", 5000 * (i + 1), 64 * (1 + i % 2), [f"f{i}"]) for i in range(6)])
+    est = ShardlabPerfEstimator(topo, cons, profile="cpu")
+    enum = EmbeddingEnumerator(topo, 512, cons, estimator=[est, EmbeddingStorageEstimator(topo, cons)])
+    options = enum.enumerate(model, SHARDERS)
+    tw = next(o for o in options if o.sharding_type == "table_wise" and o.compute_kernel == "fused" and o.name == "t1")
+    uvm = next(o for o in options if o.sharding_type == "table_wise" and o.compute_kernel == "fused_uvm"
+               and o.name == "t1")
+    bundle = load_bundle("neuroshard_broad", "cpu")
+    table = est._table(tw, 512 * 4)
+    want = bundle.compute.predict([[table]])[0]
+    assert table.pooling_factor == pytest.approx(2.0, rel=0.1) and table.rows == 10000 and table.dim == 128
+    # the same float32 network on a batch of shards: equal up to float32 rounding
+    assert (tw.shards[0].perf.fwd_compute, tw.shards[0].perf.bwd_compute) == pytest.approx(tuple(want), rel=1e-4)
+    assert uvm.shards[0].perf.fwd_compute > 10 * tw.shards[0].perf.fwd_compute
+    planner = EmbeddingShardingPlanner(topology=topo, batch_size=512, constraints=cons, enumerator=enum)
+    plan = planner.plan(model, SHARDERS)
+    assert set(plan.plan["ebc"]) == {f"t{i}" for i in range(6)}
+    assert est.source.startswith("model:neuroshard")
+
+
+def _train_on_two_ranks(rank, world, port, out):
+    import os
+
+    import torch.distributed as dist
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        model = TwoCollections(device="meta")
+        planner = ShardlabPlanner(topology(world=world, device="cpu"), profile="cpu")
+        plan = planner.collective_plan(model, SHARDERS, dist.group.WORLD)
+        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
+                                       device=torch.device("cpu"), plan=plan, sharders=SHARDERS)
+        batch = kjt(16, np.random.default_rng(rank))
+        losses = []
+        for _ in range(3):                       # the sum of the pooled embeddings, fused SGD in backward
+            loss = dmp.module.top(batch).values().sum() + dmp.module.tower[0]["emb"](batch).values().sum()
+            loss.backward()
+            losses.append(float(loss))
+        out.put((rank, str(plan), losses, planner.plan_ is not None))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_dmp_trains_with_the_planners_plan_on_two_gloo_ranks(free_port):
+    ctx = torch.multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_train_on_two_ranks, args=(r, 2, free_port, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    got = sorted(out.get(timeout=300) for _ in procs)
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    (r0, plan0, losses0, kept0), (r1, plan1, losses1, kept1) = got
+    assert plan0 == plan1 and kept0 and not kept1                 # rank 0 planned, the plan was broadcast
+    assert all(np.isfinite(losses0 + losses1))
+    assert losses0[2] < losses0[1] < losses0[0] and losses1[2] < losses1[1] < losses1[0]   # it trains
