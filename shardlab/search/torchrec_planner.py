@@ -122,7 +122,6 @@ class TorchRecSharder:
             plan = replace(plan, metadata={**plan.metadata, "torchrec_costs": estimators[0].source})
         return plan
 
-
     def _estimators(self, tr: SimpleNamespace, task: Task, topology, constraints) -> list | None:
         """TorchRec's default estimators (None), or shardlab's perf estimator with TorchRec's
         storage estimator (``costs``, class docstring)."""

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -46,6 +45,7 @@ from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
 from shardlab.search.row_wise import oversized  # noqa: E402
+from studies.common.records import append_record  # noqa: E402
 from studies.oversized.tasks import study_tasks  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -192,9 +192,7 @@ def run(per_family: int, rounds: int, sittings: int, out: Path, progress: bool =
             rec = measure_task(task, METHODS, rounds, sittings, seed=first * 1000 + i,
                                journal=str(out / f"{run_id}.journal.jsonl"))
             rec["seconds"] = round((dt.datetime.now(dt.timezone.utc) - start).total_seconds(), 1)
-            f.write(json.dumps(rec) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+            append_record(f, rec)
             records.append(rec)
             write_text_atomic(md, report(header, records))
     return jsonl

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -42,6 +41,7 @@ from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
 from studies.common.heldout import heldout_tasks  # noqa: E402
+from studies.common.records import append_record  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROFILE = "cpu"
@@ -124,9 +124,7 @@ def run(per_family: int, rounds: int, sittings: int, out: Path, progress: bool =
         f.write(json.dumps(header) + "\n")
         for i, task in enumerate(tqdm(tasks, desc="held-out tasks", unit="task", disable=not progress)):
             rec = measure_task(task, rounds, sittings, seed=i, journal=str(out / f"{run_id}.journal.jsonl"))
-            f.write(json.dumps(rec) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+            append_record(f, rec)
             records.append(rec)
             write_text_atomic(md, report(header, records))
     return jsonl

@@ -65,7 +65,7 @@ def markdown(rows: list[dict]) -> str:
         env = rs[0].get("environment", {})
         lines += [f"## Run {run}", "", f"{env.get('hardware', '?')}; torch {env.get('torch', '?')}, git "
                   f"{env.get('git', '?')}.", "",
-                  "| tables x ranks | space | planner | plan s | peak RSS MB | judged ms | shards | kernels | ratio |",
+                  "| tables x ranks | space | planner | plan s | peak RSS MB | judged ms | shards | kernels | TorchRec s / ShardlabPlanner s |",
                   "|---|---|---|---|---|---|---|---|---|"]
         points = sorted({(r["tables"], r["ranks"], r["space"]) for r in rs})
         for n, g, space in points:
@@ -78,7 +78,8 @@ def markdown(rows: list[dict]) -> str:
                 ratio = ""
                 if r["planner"] == "torchrec" and mine:
                     if "plan_s" in r:
-                        ratio = f"x{r['plan_s'] / mine:.0f} ({'met' if r['plan_s'] / mine >= TARGET else 'not met'})"
+                        x = r["plan_s"] / mine
+                        ratio = f"x{x:.2f} ({'met' if x >= TARGET else 'not met'}: TorchRec {'slower' if x > 1 else 'faster'})"
                     elif "plan_s_at_least" in r:
                         ratio = f">= x{r['plan_s_at_least'] / mine:.0f} (met: lower bound)" \
                             if r["plan_s_at_least"] / mine >= TARGET else f">= x{r['plan_s_at_least'] / mine:.0f}"
@@ -110,7 +111,7 @@ def main() -> int:
         print(json.dumps(run_point(planner, int(n), int(g), space)))
         return 0
     if args.report:
-        rows = [json.loads(line) for f in sorted(RESULTS.glob("*.jsonl")) for line in f.read_text().splitlines()
+        rows = [json.loads(line) for f in sorted(RESULTS.glob("[0-9]*Z.jsonl")) for line in f.read_text().splitlines()
                 if line.strip()]
         write_text_atomic(args.report, markdown(rows))
         print(f"wrote {args.report} ({len(rows)} rows)")
