@@ -218,7 +218,10 @@ def _train_on_two_ranks(rank, world, port, out):
     try:
         torch.manual_seed(0)
         model = TwoCollections(device="meta")
-        planner = ShardlabPlanner(topology(world=world, device="cpu"), profile="cpu")
+        # on CPU, TorchRec's EBC sharder offers table- and column-wise shards (row layouts: GPU only)
+        cons = {"t2": ParameterConstraints(sharding_types=["column_wise"]),
+                "t4": ParameterConstraints(sharding_types=["table_wise"])}
+        planner = ShardlabPlanner(topology(world=world, device="cpu"), constraints=cons, profile="cpu")
         plan = planner.collective_plan(model, SHARDERS, dist.group.WORLD)
         dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
                                        device=torch.device("cpu"), plan=plan, sharders=SHARDERS)
@@ -233,6 +236,38 @@ def _train_on_two_ranks(rank, world, port, out):
         dist.destroy_process_group()
 
 
+def _refused_on_every_rank(rank, world, port, out):
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        cons = {"t1": ParameterConstraints(compute_kernels=["dense"])}
+        try:
+            ShardlabPlanner(topology(world=world, device="cpu"), constraints=cons, profile="cpu").collective_plan(
+                TwoCollections(), SHARDERS)
+            out.put((rank, "planned"))
+        except ShardlabError as e:
+            out.put((rank, str(e)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_refusal_on_rank_0_is_raised_on_every_rank(free_port):
+    ctx = torch.multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_refused_on_every_rank, args=(r, 2, free_port, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    got = sorted(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(60)
+    assert [r for r, _ in got] == [0, 1]
+    assert all("table 't1': constraint field 'compute_kernels'" in m for _, m in got)
+
+
 def test_dmp_trains_with_the_planners_plan_on_two_gloo_ranks(free_port):
     ctx = torch.multiprocessing.get_context("spawn")
     out = ctx.Queue()
@@ -245,5 +280,7 @@ def test_dmp_trains_with_the_planners_plan_on_two_gloo_ranks(free_port):
         assert p.exitcode == 0
     (r0, plan0, losses0, kept0), (r1, plan1, losses1, kept1) = got
     assert plan0 == plan1 and kept0 and not kept1                 # rank 0 planned, the plan was broadcast
+    for kind in ("column_wise", "table_wise"):
+        assert kind in plan0
     assert all(np.isfinite(losses0 + losses1))
     assert losses0[2] < losses0[1] < losses0[0] and losses1[2] < losses1[1] < losses1[0]   # it trains

@@ -78,7 +78,7 @@ def task_optimizer(sharders: Sequence[Any] | None) -> str:
     return OPTIMIZERS[name]
 
 
-def _allowed(name: str, constraint: Any, offered: Sequence[str]) -> tuple[str, ...]:
+def _allowed(name: str, constraint: Any, offered: Sequence[str], device: str) -> tuple[str, ...]:
     """Sharding types a table may take: the constraint's (in its order) among what the sharder
     offers and shardlab places; one line naming the table when none is left or the
     constraint's kernels leave out the fused one."""
@@ -90,8 +90,10 @@ def _allowed(name: str, constraint: Any, offered: Sequence[str]) -> tuple[str, .
     asked = [str(getattr(t, "value", t)) for t in asked] if asked else list(SHARDING_TYPES)
     kept = tuple(t for t in asked if t in SHARDING_TYPES and t in offered)
     if not kept:
+        both = [t for t in SHARDING_TYPES if t in offered]
         raise ShardlabError(f"ShardlabPlanner: table '{name}': constraint field 'sharding_types' = {asked} "
-                            f"allows none of the types shardlab places ({', '.join(SHARDING_TYPES)})")
+                            f"allows none of the types the sharder offers on {device} and shardlab places "
+                            f"({', '.join(both) or 'none'})")
     return kept
 
 
@@ -148,7 +150,7 @@ def model_tables(module: Any, sharders: Sequence[Any] | None, constraints: Mappi
     out = []
     for path, c, name in found:
         con = constraints.get(c.name)
-        out.append(ModelTable(path, c, name, _allowed(name, con, offered), _pooling(name, c, con)))
+        out.append(ModelTable(path, c, name, _allowed(name, con, offered, compute_device), _pooling(name, c, con)))
     return out
 
 

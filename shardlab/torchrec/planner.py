@@ -154,16 +154,25 @@ class ShardlabPlanner(ShardingPlanner):
 
     def collective_plan(self, module: Any, sharders: Sequence[Any] | None = None, pg: Any = None) -> Any:
         """:meth:`plan` on rank 0 of ``pg`` (default: the world), its ``ShardingPlan`` broadcast to
-        every rank (only rank 0 keeps ``task_`` and ``plan_``)."""
+        every rank (only rank 0 keeps ``task_`` and ``plan_``). A one-line error on rank 0 is
+        broadcast too and raised on every rank, so no rank waits for a plan that never comes."""
         import torch.distributed as dist
-        from torchrec.distributed.collective_utils import invoke_on_rank_and_broadcast_result
 
         if pg is None:
             if not dist.is_initialized():
                 raise ShardlabError("ShardlabPlanner: collective_plan needs an initialised process group "
                                     "(torch.distributed.init_process_group); plan() needs none")
             pg = dist.group.WORLD
-        return invoke_on_rank_and_broadcast_result(pg, 0, self.plan, module, sharders)
+        message: list[Any] = [None, None]
+        if dist.get_rank(pg) == 0:
+            try:
+                message[0] = self.plan(module, sharders)
+            except ShardlabError as e:
+                message[1] = str(e)
+        dist.broadcast_object_list(message, src=dist.get_global_rank(pg, 0), group=pg)
+        if message[1] is not None:
+            raise ShardlabError(message[1])
+        return message[0]
 
     def save(self, task_path: str, plan_path: str) -> None:
         """Write the last planned Task and Plan as JSON (``shardlab compare TASK PLAN ...``)."""
