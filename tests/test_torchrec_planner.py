@@ -255,30 +255,29 @@ def _refused_on_every_rank(rank, world, port, out):
         dist.destroy_process_group()
 
 
-def test_a_refusal_on_rank_0_is_raised_on_every_rank(free_port):
+def on_two_ranks(target, port):
+    """What ``target(rank, 2, port, queue)`` put on the queue on each of 2 spawned gloo ranks, by
+    rank; both processes must exit cleanly."""
     ctx = torch.multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_refused_on_every_rank, args=(r, 2, free_port, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    got = sorted(out.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(60)
-    assert [r for r, _ in got] == [0, 1]
-    assert all("table 't1': constraint field 'compute_kernels'" in m for _, m in got)
-
-
-def test_dmp_trains_with_the_planners_plan_on_two_gloo_ranks(free_port):
-    ctx = torch.multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_train_on_two_ranks, args=(r, 2, free_port, out)) for r in range(2)]
+    procs = [ctx.Process(target=target, args=(r, 2, port, out)) for r in range(2)]
     for p in procs:
         p.start()
     got = sorted(out.get(timeout=300) for _ in procs)
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
-    (r0, plan0, losses0, kept0), (r1, plan1, losses1, kept1) = got
+    return got
+
+
+def test_a_refusal_on_rank_0_is_raised_on_every_rank(free_port):
+    got = on_two_ranks(_refused_on_every_rank, free_port)
+    assert [r for r, _ in got] == [0, 1]
+    assert all("table 't1': constraint field 'compute_kernels'" in m for _, m in got)
+
+
+def test_dmp_trains_with_the_planners_plan_on_two_gloo_ranks(free_port):
+    (r0, plan0, losses0, kept0), (r1, plan1, losses1, kept1) = on_two_ranks(_train_on_two_ranks, free_port)
     assert plan0 == plan1 and kept0 and not kept1                 # rank 0 planned, the plan was broadcast
     for kind in ("column_wise", "table_wise"):
         assert kind in plan0
