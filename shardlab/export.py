@@ -104,6 +104,10 @@ def export_for_device(data: Mapping[str, Any], device: str) -> dict[str, Any]:
 #: sharder takes for the layouts shardlab places).
 SHARDING_TYPES = ("table_wise", "column_wise", "row_wise", "table_row_wise")
 COMPUTE_KERNELS = ("fused", "dense")
+#: fbgemm's fused optimizer (``EmbOptimType`` name) of each Task ``optimizer``, and TorchRec's
+#: ``DataType`` name of each ``weights_precision`` that trains in TorchRec here.
+OPTIMIZERS = {"exact_sgd": "EXACT_SGD", "exact_adagrad": "EXACT_ADAGRAD", "exact_rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD"}
+DTYPES = {"fp32": "FP32", "fp16": "FP16"}
 
 
 def check_export(data: Mapping[str, Any], task: Task | None = None) -> None:

@@ -12,12 +12,10 @@ import torch.distributed as dist
 
 from shardlab.data.lookups import table_lookups
 from shardlab.errors import ShardlabError
-from shardlab.export import sharding_plan_from_export
+from shardlab.export import DTYPES, OPTIMIZERS, sharding_plan_from_export
 from shardlab.profile.hardware import HardwareProfile
 from shardlab.tables import Task
 
-#: fbgemm's fused optimizers by the task's ``optimizer`` field.
-OPTIMIZERS = {"exact_sgd": "EXACT_SGD", "exact_adagrad": "EXACT_ADAGRAD", "exact_rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD"}
 
 
 def feature_name(i: int) -> str:
@@ -53,14 +51,14 @@ def _env_and_sharders(task: Task, learning_rate: float) -> tuple[Any, list[Any]]
     return ShardingEnv.from_process_group(dist.group.WORLD), [EmbeddingBagCollectionSharder(fused_params=fused)]
 
 
-def _configs(task: Task) -> list[Any]:
+def embedding_configs(task: Task) -> list[Any]:
     """One EmbeddingBagConfig per table (feature ``f<i>``, the task's precision)."""
     from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
 
-    dtype = {"fp32": DataType.FP32, "fp16": DataType.FP16}.get(task.weights_precision)
-    if dtype is None:
+    if task.weights_precision not in DTYPES:
         raise ShardlabError(f"torchrec evaluator: task '{task.name}': field 'weights_precision' = "
                             f"{task.weights_precision!r} does not train in TorchRec here (fp32, fp16)")
+    dtype = getattr(DataType, DTYPES[task.weights_precision])
     return [EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows, data_type=dtype,
                                feature_names=[feature_name(i)]) for i, t in enumerate(task.tables)]
 
@@ -112,7 +110,7 @@ def dlrm_train(task: Task, device: Any) -> Any:
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
     check_dlrm_task(task)
-    ebc = EmbeddingBagCollection(tables=_configs(task), device=torch.device("meta"))
+    ebc = EmbeddingBagCollection(tables=embedding_configs(task), device=torch.device("meta"))
     dlrm = DLRM(embedding_bag_collection=ebc, dense_in_features=DENSE_FEATURES,
                 dense_arch_layer_sizes=[*DENSE_ARCH, task.tables[0].dim], over_arch_layer_sizes=list(OVER_ARCH),
                 dense_device=device)
@@ -142,7 +140,7 @@ def sharded_ebc(task: Task, export: Mapping[str, Any], device: Any, learning_rat
 
     if export.get("module") != MODULES["embeddings"]:
         raise ShardlabError(f"torchrec evaluator: export field 'module' = {export.get('module')!r} must be 'ebc'")
-    configs = _configs(task)
+    configs = embedding_configs(task)
 
     class Wrapper(torch.nn.Module):
         def __init__(self) -> None:
@@ -159,19 +157,21 @@ def local_batches(task: Task, profile: HardwareProfile, rank: int, world_size: i
     """``profile.input_batches`` batches of this rank's samples: the global batch of
     ``profile.batch_size`` samples of every table's own lookups, rows
     ``[rank * b, (rank + 1) * b)`` with ``b = batch_size // world_size``, as ``KeyedJaggedTensor``s."""
+    b = profile.batch_size // world_size
+    return [lookups_kjt(task, profile.batch_size, k, rank * b, (rank + 1) * b).to(device)
+            for k in range(profile.input_batches)]
+
+
+def lookups_kjt(task: Task, batch_size: int, batch_index: int, lo: int, hi: int) -> Any:
+    """Samples ``[lo, hi)`` of batch ``batch_index`` (``batch_size`` samples) of every table's own
+    lookups as one ``KeyedJaggedTensor`` (feature ``f<i>`` for table i), on the CPU."""
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-    b = profile.batch_size // world_size
-    lo, hi = rank * b, (rank + 1) * b
-    out = []
-    for k in range(profile.input_batches):
-        values, lengths = [], []
-        for t in task.tables:
-            idx, off = table_lookups(t, profile.batch_size, k)
-            values.append(idx[off[lo]:off[hi]])
-            lengths.append(np.diff(off[lo:hi + 1]))
-        kjt = KeyedJaggedTensor(keys=[feature_name(i) for i in range(len(task.tables))],
-                                values=torch.from_numpy(np.concatenate(values).astype(np.int64)),
-                                lengths=torch.from_numpy(np.concatenate(lengths).astype(np.int32)))
-        out.append(kjt.to(device))
-    return out
+    values, lengths = [], []
+    for t in task.tables:
+        idx, off = table_lookups(t, batch_size, batch_index)
+        values.append(idx[off[lo]:off[hi]])
+        lengths.append(np.diff(off[lo:hi + 1]))
+    return KeyedJaggedTensor(keys=[feature_name(i) for i in range(len(task.tables))],
+                             values=torch.from_numpy(np.concatenate(values).astype(np.int64)),
+                             lengths=torch.from_numpy(np.concatenate(lengths).astype(np.int32)))

@@ -29,15 +29,14 @@ from types import SimpleNamespace
 from shardlab import constants as C
 from shardlab.costmodel.torchrec_estimator import ShardlabPerfEstimator
 from shardlab.errors import ShardlabError
+from shardlab.export import OPTIMIZERS, SHARDING_TYPES
 from shardlab.plan import Placement, Plan
 from shardlab.search.registry import check_search_gpus
 from shardlab.search.row_split import row_split
 from shardlab.tables import Task
 
 CONSTRAINED = ("table_wise", "column_wise")
-FREE = ("table_wise", "column_wise", "row_wise", "table_row_wise")
-OPTIMIZERS = {"exact_sgd": "EXACT_SGD", "exact_rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
-              "exact_adagrad": "EXACT_ADAGRAD"}
+FREE = SHARDING_TYPES
 
 
 #: The planner API this sharder uses: class name -> module (torch, fbgemm_gpu and torchrec are

@@ -13,18 +13,16 @@ from typing import Any, Mapping, Sequence
 
 from shardlab import constants as C
 from shardlab.errors import ShardlabError
+from shardlab.export import DTYPES, SHARDING_TYPES
+from shardlab.export import OPTIMIZERS as FUSED_OPTIMIZERS
 
-#: TorchRec sharding types shardlab's plans take (data-parallel replicates a table: it is not a
-#: placement of each row once).
-SHARDING_TYPES = ("table_wise", "column_wise", "row_wise", "table_row_wise")
 #: The kernel shardlab's costs were measured with (fbgemm's fused TBE: update in backward).
 KERNEL = "fused"
 #: TorchRec ``DataType`` name -> the Task's ``weights_precision``.
-PRECISIONS = {"FP32": "fp32", "FP16": "fp16"}
-#: fbgemm ``EmbOptimType`` name -> the Task's ``optimizer`` (TorchRec's default, no optimizer
-#: in the sharder's fused params, stores no optimizer state: ``exact_sgd``).
-OPTIMIZERS = {"EXACT_SGD": "exact_sgd", "SGD": "exact_sgd", "EXACT_ADAGRAD": "exact_adagrad",
-              "EXACT_ROWWISE_ADAGRAD": "exact_rowwise_adagrad"}
+PRECISIONS = {v: k for k, v in DTYPES.items()}
+#: fbgemm ``EmbOptimType`` name -> the Task's ``optimizer`` (plain SGD keeps no state either:
+#: ``exact_sgd``; TorchRec's default, no optimizer in the sharder's fused params, too).
+OPTIMIZERS = {**{v: k for k, v in FUSED_OPTIMIZERS.items()}, "SGD": "exact_sgd"}
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import numpy as np
-
 from shardlab import constants as C
-from shardlab.data.lookups import table_lookups
 from shardlab.evaluate import Evaluation, TorchRecEvaluator
-from shardlab.evaluate.torchrec_model import OPTIMIZERS, dlrm_train, feature_name
+from shardlab.evaluate.torchrec_model import dlrm_train, lookups_kjt
+from shardlab.export import OPTIMIZERS
 from shardlab.plan import Plan, validate_plan
 from shardlab.search.torchrec_planner import FREE, plan_from_sharding_plan
 from shardlab.tables import Task
@@ -37,17 +35,7 @@ TORCHREC = "torchrec (EmbeddingShardingPlanner)"
 def sample_batch(task: Task) -> Any:
     """One global batch of every table's own lookups as a ``KeyedJaggedTensor`` (feature
     ``f<i>`` for table i, the DLRM's feature names)."""
-    import torch
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-
-    values, lengths = [], []
-    for t in task.tables:
-        idx, off = table_lookups(t, task.batch_size, 0)
-        values.append(idx)
-        lengths.append(np.diff(off))
-    return KeyedJaggedTensor(keys=[feature_name(i) for i in range(len(task.tables))],
-                             values=torch.from_numpy(np.concatenate(values).astype(np.int64)),
-                             lengths=torch.from_numpy(np.concatenate(lengths).astype(np.int32)))
+    return lookups_kjt(task, task.batch_size, 0, 0, task.batch_size)
 
 
 def plan_both(task: Task, method: str = "neuroshard", profile: str = C.MEASURE_PROFILE, seed: int = 0

@@ -37,12 +37,12 @@ def model_and_constraints(ntables: int, ngpu: int, space: str, seed: int = 0) ->
     """(module, constraints, topology, how the tables were drawn) of one point."""
     import torch
     from torchrec.distributed.planner.types import ParameterConstraints, Topology
-    from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
+    from shardlab.evaluate.torchrec_model import embedding_configs
+
     task, drawn = scaling_task(ntables, ngpu, DRAW_GB, seed)
-    configs = [EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows, feature_names=[f"f{i}"])
-               for i, t in enumerate(task.tables)]
+    configs = embedding_configs(task)
     extra = {"sharding_types": ["table_wise"], "compute_kernels": ["fused"]} if space == "tw-fused" else {}
     constraints = {t.name: ParameterConstraints(pooling_factors=[t.pooling_factor], **extra) for t in task.tables}
 
