@@ -70,6 +70,12 @@ SEARCH_MODELS = {"cpu": "neuroshard_broad", "h100": "neuroshard"}
 #: measured row-wise comm: ``studies/row_wise/comm_model.py``).
 ROWWISE_COMM_MODEL = "analytic_rowwise_comm"
 
+#: Quantile of a fitted cost model's ratio to its analytic fallback, over its training data near
+#: the edge of its valid range, that scales the fallback outside the range
+#: (``costmodel/valid_range.py``): 1.0, the largest, an upper envelope, so that a device pushed
+#: past the range never looks cheaper than the model found any training shard near the edge.
+RANGE_ENVELOPE_QUANTILE = 1.0
+
 #: Quantile of log(measured / predicted) over measured split shards that NeuroShard's split
 #: guard charges every device holding a column split (``costmodel/calibration.py``): 0.75 asks a
 #: split to win even when the model under-predicts its shards as badly as in 1 case of 4.

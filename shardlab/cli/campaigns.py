@@ -145,7 +145,7 @@ def train_policy(args: argparse.Namespace) -> None:
                             "--measure 0 measures none)")
     compute = [s for s in load_records("compute", None, args.dataset) if ":train:" in s.key]
     name = args.cost_model or ("dreamshard" if dream else "autoshard")
-    cost = load_bundle(name, config.profile).compute
+    cost = load_bundle(name, config.profile).unguarded().compute     # the network the policy trains with
     if dream:
         agent = train_dreamshard(config, args.store, cost, compute,
                                  initial_plans=load_records("plan", None, args.dataset))

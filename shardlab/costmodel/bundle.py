@@ -12,6 +12,13 @@ split guard multiplies the predicted compute of every device holding a split by
 :attr:`SplitCalibration.factor` before it lets a column-wise plan beat its table-wise one. A
 calibration is data about a bundle, kept in its manifest (``"calibration"``), with the data it
 came from; a bundle without one is searched unguarded and its plans say so.
+
+**Valid range** (:mod:`shardlab.costmodel.valid_range`): a fitted model's range, taken from its
+training data, kept in the manifest (``"valid_range"``: ``compute``, ``comm``, the ``data`` it was
+taken from and the ``fallback`` bundle, an analytic one fitted to measurements). A bundle with one
+costs everything outside it with the fallback's models (``compute`` and ``comm`` are then the
+guarded models; the plain ones are ``compute.model`` and ``comm.model``), and a plan or Evaluation
+costed partly by the fallback says so.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.costmodel.base import CommModel, ComputeModel, Simulated, simulate
 from shardlab.costmodel.metrics import errors
+from shardlab.costmodel.valid_range import CommRange, ComputeRange, GuardedComm, GuardedCompute, guard_compute
 from shardlab.data.tasks import datasets_dir
 from shardlab.errors import ShardlabError
 from shardlab.io import read_json, write_json_atomic
@@ -113,14 +121,46 @@ class CostModelBundle:
     """``compute`` + ``comm`` models; ``provenance`` says what data and command made them;
     ``heldout`` holds :func:`~shardlab.costmodel.metrics.errors` per target on test samples;
     ``calibration`` the :class:`SplitCalibration` (JSON form) of
-    the compute model, or nothing."""
+    the compute model, or nothing; ``valid_range`` the models' valid range and fallback (JSON
+    form, module docstring), or nothing: given, ``compute`` and ``comm`` are guarded by it."""
 
     compute: ComputeModel
     comm: CommModel
     provenance: dict[str, Any] = field(default_factory=dict)
     heldout: dict[str, Any] = field(default_factory=dict)
     calibration: dict[str, Any] = field(default_factory=dict)
+    valid_range: dict[str, Any] = field(default_factory=dict)
+    folder: Path | None = field(default=None, repr=False)
+    fallback_bundle: "CostModelBundle | None" = field(default=None, repr=False)
     _comm_by_g: dict[int, tuple[CommModel, str]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.valid_range:
+            return
+        fallback = self.fallback()
+        vr = self.valid_range
+        if vr.get("compute") and not isinstance(self.compute, GuardedCompute):
+            self.compute = guard_compute(self.compute, fallback.compute, ComputeRange.from_dict(vr["compute"]))
+        if vr.get("comm") and not isinstance(self.comm, GuardedComm):
+            self.comm = GuardedComm(self.comm, fallback.comm, CommRange.from_dict(vr["comm"]))
+
+    def fallback(self) -> "CostModelBundle":
+        """The analytic bundle that costs what lies outside the range: ``fallback_bundle`` (fitted
+        with this one, not saved yet), else the one ``valid_range["fallback"]`` names: a manifest
+        beside this one, or a shipped bundle of the compute model's profile; it must have no range
+        of its own."""
+        if self.fallback_bundle is not None:
+            return self.fallback_bundle
+        name = self.valid_range.get("fallback")
+        if not isinstance(name, str) or not name:
+            raise ShardlabError("cost model: field 'valid_range.fallback' must name an analytic bundle")
+        beside = None if self.folder is None else self.folder / f"{name}.json"
+        profile = _plain(self.compute).profile_.get("name", "cpu")
+        out = load_bundle(beside if beside is not None and beside.is_file() else name, profile)
+        if out.valid_range:
+            raise ShardlabError(f"cost model: field 'valid_range.fallback' = {name!r} has a valid range of its own; "
+                                "a fallback must be analytic")
+        return out
 
     @property
     def source(self) -> str:
@@ -143,6 +183,10 @@ class CostModelBundle:
                 self._comm_by_g[ngpu] = (load_bundle("analytic", profile).comm, "+analytic-comm")
         return self._comm_by_g[ngpu]
 
+    def unguarded(self) -> "CostModelBundle":
+        """The same models without their valid range: what they predict everywhere, alone."""
+        return CostModelBundle(_plain(self.compute), _plain(self.comm), self.provenance, self.heldout, self.calibration)
+
     def split_calibration(self) -> SplitCalibration | None:
         """The compute model's split calibration, or None when the bundle has none."""
         return SplitCalibration.from_dict(self.calibration) if self.calibration else None
@@ -153,17 +197,27 @@ class CostModelBundle:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write a manifest JSON at ``path`` (``<name>.json``) and the two model files beside it
-        (``<name>.compute.<ext>``, ``<name>.comm.<ext>``), each atomically."""
+        (``<name>.compute.<ext>``, ``<name>.comm.<ext>``), each atomically; a fallback fitted with
+        it goes beside as ``<name>.fallback.json`` (and its parts), written first."""
         p = Path(path)
+        if self.fallback_bundle is not None:
+            self.fallback_bundle.save(p.parent / f"{p.stem}.fallback.json")
+            self.valid_range = {**self.valid_range, "fallback": f"{p.stem}.fallback"}
         parts = {}
-        for role, model in (("compute", self.compute), ("comm", self.comm)):
+        for role, model in (("compute", _plain(self.compute)), ("comm", _plain(self.comm))):
             ext = getattr(model, "file_ext", "json" if type(model).__module__.endswith("analytic") else "pt")
             name = f"{p.stem}.{role}.{ext}"
             model.save(str(p.parent / name))
             parts[role] = {"file": name, "class": f"{type(model).__module__}.{type(model).__name__}"}
         write_json_atomic(p, {"format": MANIFEST_FORMAT, "source": self.source, "parts": parts,
                               "provenance": self.provenance, "heldout": self.heldout,
-                              **({"calibration": self.calibration} if self.calibration else {})})
+                              **({"calibration": self.calibration} if self.calibration else {}),
+                              **({"valid_range": self.valid_range} if self.valid_range else {})})
+
+
+def _plain(model: Any) -> Any:
+    """The model a guard wraps (the model itself where none does)."""
+    return model.model if isinstance(model, (GuardedCompute, GuardedComm)) else model
 
 
 def write_calibration(path: str | os.PathLike, calibration: Mapping[str, Any]) -> None:
@@ -173,6 +227,19 @@ def write_calibration(path: str | os.PathLike, calibration: Mapping[str, Any]) -
     if d.get("format") != MANIFEST_FORMAT:
         raise ShardlabError(f"cost model '{path}': field 'format' must be '{MANIFEST_FORMAT}'")
     write_json_atomic(path, {**d, "calibration": dict(calibration)})
+
+
+def write_valid_range(path: str | os.PathLike, bundle: CostModelBundle) -> None:
+    """Give the manifest at ``path`` ``bundle``'s valid range and write its fallback beside it
+    (``<name>.fallback.json``; module docstring); the model files are left as they are."""
+    p = Path(path)
+    d = read_json(p)
+    if d.get("format") != MANIFEST_FORMAT:
+        raise ShardlabError(f"cost model '{path}': field 'format' must be '{MANIFEST_FORMAT}'")
+    if bundle.fallback_bundle is None:
+        raise ShardlabError(f"cost model '{path}': the bundle given has no fallback fitted with it")
+    bundle.fallback_bundle.save(p.parent / f"{p.stem}.fallback.json")
+    write_json_atomic(p, {**d, "valid_range": {**bundle.valid_range, "fallback": f"{p.stem}.fallback"}})
 
 
 def heldout_errors(compute: ComputeModel, comm: CommModel, compute_test: Sequence[ComputeRecord | Mapping[str, Any]],
@@ -261,9 +328,12 @@ def load_bundle(name_or_path: str | os.PathLike, profile: str = "cpu") -> CostMo
         if not file.is_file():
             raise ShardlabError(f"cost model '{p}': field 'parts.{role}.file' = {part['file']!r}: no such file")
         models.append(cls.load(str(file)))
-    bundle = CostModelBundle(models[0], models[1], d.get("provenance", {}), d.get("heldout", {}),
-                             d.get("calibration") or {})
+    valid = d.get("valid_range") or {}
+    if not isinstance(valid, dict):
+        raise ShardlabError(f"cost model '{p}': field 'valid_range' must be an object")
     try:
+        bundle = CostModelBundle(models[0], models[1], d.get("provenance", {}), d.get("heldout", {}),
+                                 d.get("calibration") or {}, valid, p.parent)
         bundle.split_calibration()
     except ShardlabError as e:
         raise ShardlabError(f"cost model '{p}': {e}") from None

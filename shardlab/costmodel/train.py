@@ -33,11 +33,12 @@ from shardlab import constants as C
 from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute
 from shardlab.costmodel.base import simulate_from
 from shardlab.costmodel.bundle import (MIN_SPLIT_SHARDS, CostModelBundle, SplitCalibration, calibrate_splits,
-                                       heldout_errors, split_shards)
+                                       heldout_errors, load_bundle, split_shards)
 from shardlab.costmodel.dreamshard import DreamShardCost
 from shardlab.costmodel.metrics import errors, held_out_sets, split_samples
 from shardlab.costmodel.neural import AutoShardCompute, NeuroShardCompute
 from shardlab.costmodel.neural_comm import NeuroShardComm
+from shardlab.costmodel.valid_range import CommRange, ComputeRange
 from shardlab.data.lookups import device_tables
 from shardlab.errors import ShardlabError
 from shardlab.plan import Plan
@@ -119,7 +120,8 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
     samples needed, none fitted, no comm errors; DreamShard without measured plans then trains
     on plans composed from each split's measured ops (module docstring, :func:`compose_plans`).
     ``plan_compute_samples``: ``plan_compute:<G>`` rows of held-out tasks, judged, never
-    trained on (``heldout["plan_compute_<G>"]``, :func:`plan_compute_errors`)."""
+    trained on (``heldout["plan_compute_<G>"]``, :func:`plan_compute_errors`). A fitted model's
+    bundle gets its valid range and an analytic fallback fitted to the same splits (:func:`with_valid_range`)."""
     if kind not in KINDS:
         raise ShardlabError(f"train: field 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
     if not compute_samples or not (comm_samples or comm_model is not None):
@@ -190,7 +192,52 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
         prov["heldout_plan_compute"] = (f"{data_label or 'given samples'}: " + ", ".join(
             f"plan_compute:{k.rsplit('_', 1)[1]} ({v['n']} plans of {v['tasks']} held-out tasks)"
             for k, v in judged.items()) + "; judged, never trained on")
-    return CostModelBundle(compute, comm, prov, heldout, calibration)
+    bundle = CostModelBundle(compute, comm, prov, heldout, calibration)
+    if kind == "analytic":
+        return bundle
+    return with_valid_range(bundle, cs, ms, ps.get("train", []), data_label or "given samples")
+
+
+def with_valid_range(bundle: CostModelBundle, cs: Mapping[str, Sequence[ComputeRecord]],
+                     ms: Mapping[str, Sequence[CommRecord]], plans: Sequence[PlanRecord], data: str) -> CostModelBundle:
+    """``bundle`` with its models' valid range (``costmodel/valid_range.py``) and fallback: the
+    compute range of the ``cs["train"]`` shards and the training ``plans``' devices, the comm
+    range of ``ms["train"]`` where the comm model was fitted to them (a neural one; an analytic
+    comm model has no range); the fallback is an analytic bundle fitted to the same train and
+    validation splits (compute: :class:`AnalyticCompute`; comm: :class:`AnalyticComm`, or the
+    bundle's own analytic comm model), saved beside the bundle as ``<name>.fallback.json``."""
+    comm = getattr(bundle.comm, "model", bundle.comm)
+    compute = getattr(bundle.compute, "model", bundle.compute)
+    fitted_comm = isinstance(comm, NeuroShardComm)
+    shards = [r.tables for r in cs["train"]] + [d for p in plans for d in p.devices]
+    fallback_comm = AnalyticComm().fit(ms["train"], ms["val"]) if fitted_comm else comm
+    fallback = CostModelBundle(AnalyticCompute().fit(cs["train"], cs["val"]), fallback_comm,
+                               {**bundle.provenance, "kind": "analytic", "fallback_of": bundle.provenance.get("kind")})
+    valid: dict[str, Any] = {"compute": ComputeRange.of(shards, compute, fallback.compute).to_dict()}
+    if fitted_comm:
+        valid["comm"] = CommRange.of(ms["train"], comm, fallback_comm).to_dict()
+    for m in (fallback.compute, fallback.comm):
+        if m is not comm:
+            m.provenance_ = fallback.provenance
+    valid.update(data=f"{data}: train split by key", fallback="")
+    return CostModelBundle(compute, comm, bundle.provenance, bundle.heldout,
+                           bundle.calibration, valid, fallback_bundle=fallback)
+
+
+def shipped_with_valid_range(name: str, profile: str, dataset: str) -> CostModelBundle:
+    """The shipped bundle ``name`` of ``profile`` with :func:`with_valid_range` of the shipped
+    ``dataset`` it was trained on (the same splits by key, as the dataset is shipped now)."""
+    bundle = load_bundle(name, profile)
+    records = load_records("compute", dataset=dataset)
+    cs = held_out_sets(records)
+    comm = getattr(bundle.comm, "model", bundle.comm)
+    ms = split_samples(load_records("comm", dataset=dataset)) if isinstance(comm, NeuroShardComm) else {"train": [], "val": []}
+    plans: list[PlanRecord] = []
+    if isinstance(getattr(bundle.compute, "model", bundle.compute), DreamShardCost):
+        measured = as_plan_records(load_samples("plan", dataset=dataset, required=False), "valid range")
+        plans = split_samples(measured)["train"] if measured else [
+            p for g in COMPOSED_NGPU for p in compose_plans(cs["train"], comm, g, bundle.provenance.get("seed", 0))]
+    return with_valid_range(bundle, cs, ms, plans, f"dataset:{dataset}")
 
 
 def not_trained_on(records: Sequence[ComputeRecord]) -> list[ComputeRecord]:

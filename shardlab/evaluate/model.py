@@ -36,6 +36,7 @@ from shardlab import constants as C
 from shardlab.costmodel.base import simulate
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.costmodel.rowwise_comm import WithRowWise, load_rowwise_comm
+from shardlab.costmodel.valid_range import range_label, range_report
 from shardlab.evaluate.values import (DeviceCost, Evaluation, check_plans, comm_pattern, compare_to_reference,
                                       device_tables, row_lookup_note)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
@@ -84,7 +85,9 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True, 
     leaves them) plus the row-wise collectives' predicted increment, and the source says so.
     Not given, or a plan without row blocks: every shard's columns on its device's all-to-all.
     Row blocks of tables with only the Task JSON fields are costed on lookups fitted to their
-    reuse bins, and the source says for how many tables (:func:`~shardlab.evaluate.values.row_lookup_note`)."""
+    reuse bins, and the source says for how many tables (:func:`~shardlab.evaluate.values.row_lookup_note`).
+    Devices or all-to-alls outside the models' valid range are costed by the bundle's fallback, and
+    the source says how many and by what (:func:`~shardlab.costmodel.valid_range.range_label`)."""
     validate_plan(task, plan)
     per_dev = device_tables(task, plan)
     comm_model, comm_label = model.comm_for(plan.ngpu)
@@ -96,6 +99,7 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True, 
             comm = WithRowWise(comm_model, rowwise_comm.increment(plan.ngpu, rw.to_dict()), shard_dims - dims)
             comm_label += "+" + rowwise_comm.source
     sim = simulate(per_dev, model.compute, comm)
+    comm_label += range_label(range_report(model.compute, comm_model, per_dev))
     mem = [b / C.GB for b in device_memory_bytes(task, plan)]
     devices = tuple(DeviceCost(g, float(sim.fw_compute[g]), float(sim.bw_compute[g]), float(sim.fw_comm[g]),
                                float(sim.bw_comm[g]), mem[g]) for g in range(plan.ngpu))

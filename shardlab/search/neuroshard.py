@@ -33,6 +33,10 @@ columns count on its device's all-to-all. Measured, the row-wise model's plans w
 A table with only the Task JSON fields gets its row blocks' lookups from the generator fitted to
 its reuse bins (:func:`~shardlab.data.fit_lookups.fit_table_lookups`; ``metadata["row_block_lookups"]``).
 
+Valid range (``costmodel/valid_range.py``): a bundle with one costs every device and all-to-all
+outside its models' training range by its analytic fallback, in search as in evaluation; a plan
+whose own cost came partly from the fallback says how much in ``metadata["valid_range"]``.
+
 Tight tasks: where no cap of the grid and no split places every block within memory, the answer
 is the first heuristic plan that does, costed by the model (``metadata["fallback"]`` names it).
 
@@ -58,6 +62,7 @@ from shardlab import constants as C
 from shardlab.costmodel.base import Simulated, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.costmodel.rowwise_comm import WithRowWise, load_rowwise_comm
+from shardlab.costmodel.valid_range import range_report
 from shardlab.data.lookups import placed_row_block, row_block_lookups
 from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.plan import Placement, Plan
@@ -331,10 +336,23 @@ class NeuroShardSharder:
         metadata = {"split_guard": {**guard, "splits": s.splits, "predicted_ms": s.simulated.cost_ms,
                                     "guarded_ratios": state.ratios}} if guard else {}
         metadata.update(rows)
+        outside = self._outside(task, s)
+        if outside:
+            metadata["valid_range"] = outside
         model = self.rowwise_model() if rows else None
         if model is not None:
             metadata["row_wise_comm"] = model.source
         return Plan(task.name, self.name, task.ngpu, placements, seed, metadata=metadata)
+
+
+    def _outside(self, task: Task, state: State) -> dict[str, Any]:
+        """What of the plan's predicted cost the bundle's fallback gave (devices, all-to-alls
+        outside the models' valid range; :func:`~shardlab.costmodel.valid_range.range_report`), or {}."""
+        shards: list[list[Table]] = [[] for _ in range(task.ngpu)]
+        for b, d in zip(state.blocks, state.devices):
+            shards[d].append(b.table)
+        bundle = self.bundle()
+        return range_report(bundle.compute, bundle.comm_for(task.ngpu)[0], shards)
 
 
 def row_pattern(rows: RowBlocks, choice: Mapping[int, RowChoice], batch_size: int) -> tuple[np.ndarray, dict]:

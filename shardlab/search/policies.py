@@ -9,8 +9,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Sequence
 
 from shardlab import constants as C
-from shardlab.costmodel.bundle import models_dir
+from shardlab.costmodel.bundle import load_bundle, models_dir
 from shardlab.costmodel.neural_base import one_torch_thread
+from shardlab.costmodel.valid_range import GuardedCompute
+from shardlab.data.lookups import device_tables
 from shardlab.errors import ShardlabError
 from shardlab.io import torch_load_safe, torch_save_atomic
 from shardlab.plan import Plan
@@ -46,7 +48,28 @@ class PolicySharder:
         blocks for tables that fit no device (:meth:`PolicyAgent.plan`)."""
         row_split(task)          # one-line InfeasibleError for a table no split fits, or too little memory
         with one_torch_thread():
-            return self.agent().plan(task, seed, self.name)
+            plan = self.agent().plan(task, seed, self.name)
+        outside = self.outside_range(task, plan)
+        return replace(plan, metadata={**plan.metadata, "valid_range": outside}) if outside else plan
+
+    def outside_range(self, task: Task, plan: Plan) -> dict[str, Any]:
+        """How many devices of ``plan`` hold more than the policy's cost network was pre-trained
+        on: the valid range (``costmodel/valid_range.py``) of the profile's shipped bundle of the
+        same method, the data its cost network started from; {} where all are inside or no such
+        bundle has a range. A policy decides with its own network, so nothing falls back: the plan
+        says so."""
+        try:
+            bundle = load_bundle(self.agent_class.METHOD, self.profile)
+        except ShardlabError:
+            return {}
+        if not isinstance(bundle.compute, GuardedCompute):
+            return {}
+        n = int((~bundle.compute.inside(device_tables(task, plan))).sum())
+        if not n:
+            return {}
+        return {"compute_devices": n, "ngpu": plan.ngpu,
+                "note": f"the policy's cost network decided outside the range of the data it was pre-trained on "
+                        f"({bundle.valid_range.get('data', '?')}) on {n} of {plan.ngpu} devices; nothing falls back"}
 
 
 class PolicyAgent:

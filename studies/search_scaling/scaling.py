@@ -48,20 +48,30 @@ def scaling_task(ntables: int, ngpu: int, mem_cap_gb: float = 16.0, seed: int = 
                   f"({len(copies)} copies fit one device), {ntables} drawn")
 
 
-def rss_mb() -> float:
-    """The process's resident memory now (MB; Linux), or its peak where /proc is missing."""
+def _status_mb(field: str) -> float | None:
+    """A memory field of /proc/self/status (MB; Linux), or None where there is none."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
-    return peak_rss_mb()
+    return None
+
+
+def rss_mb() -> float:
+    """The process's resident memory now (MB; Linux), or its peak where /proc is missing."""
+    now = _status_mb("VmRSS")
+    return peak_rss_mb() if now is None else now
 
 
 def peak_rss_mb() -> float:
-    """The process's peak resident memory so far (MB)."""
+    """The process's peak resident memory so far (MB): the kernel's high-water mark (VmHWM,
+    read with VmRSS from the same file so the two agree), else getrusage's (updated lazily)."""
+    hwm = _status_mb("VmHWM")
+    if hwm is not None:
+        return hwm
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
