@@ -253,26 +253,41 @@ class GuardedCompute(_Wrapped):
                                np.asarray(self.fallback.embed(tables), dtype=np.float64).reshape(len(tables), -1),
                                self.valid.rows(tables)], axis=1)
 
-    def _mix(self, inside: np.ndarray, ours: Any, theirs: np.ndarray) -> np.ndarray:
-        """The envelope rule (module docstring); ``ours(mask)`` predicts the rows in range only."""
-        mine = np.zeros((len(inside), 2))
+    def _mix(self, inside: np.ndarray, ours: Any, theirs: Any) -> np.ndarray:
+        """The envelope rule (module docstring): ``ours(rows)`` the model's ms (k, 2) and
+        ``theirs(rows)`` the fallback's, of the rows ``rows`` (a mask, or None for all)."""
+        if inside.all():
+            return np.asarray(ours(None), dtype=float).reshape(len(inside), 2)
+        out = np.zeros((len(inside), 2))
+        out[~inside] = np.asarray(theirs(~inside), dtype=float) * np.asarray(self.valid.ratio)
         if inside.any():
-            mine[inside] = ours(inside)
-        return _envelope(mine, theirs, inside, self.valid.ratio)
+            out[inside] = ours(inside)
+        return out
+
+    def _mix_all(self, inside: np.ndarray, ours: Any, theirs: Any) -> np.ndarray:
+        """:meth:`_mix` with ``ours()`` and ``theirs()`` of every row at once: search asks
+        thousands of times per plan about a few hundred summed rows, where picking rows out
+        costs more than predicting them all (the model's answers outside are discarded)."""
+        if inside.all():
+            return np.asarray(ours(), dtype=float)
+        with np.errstate(over="ignore", invalid="ignore"):
+            mine = np.asarray(ours(), dtype=float)
+        return np.where(inside[:, None], mine, np.asarray(theirs(), dtype=float) * np.asarray(self.valid.ratio))
 
     def predict_sums(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """(m, 2) fw/bw ms of m shards from their summed :meth:`embed` rows and counts (m,)."""
         s, c = np.atleast_2d(np.asarray(sums, dtype=np.float64)), np.asarray(counts).reshape(-1)
         a, b = self._cut()
-        return self._mix(self.valid.inside(s[:, b:]), lambda m: self.model.predict_sums(s[m, :a], c[m]),
-                         self.fallback.predict_sums(s[:, a:b], c))
+        return self._mix_all(self.valid.inside(s[:, b:]), lambda: self.model.predict_sums(s[:, :a], c),
+                             lambda: self.fallback.predict_sums(s[:, a:b], c))
 
     def predict(self, shards: Sequence[Sequence[Table]]) -> np.ndarray:
         """(n, 2) fw/bw ms per shard (module docstring: the model's in range, the scaled
         fallback's outside)."""
-        inside = self.inside(shards)
-        return self._mix(inside, lambda m: self.model.predict([shards[i] for i in np.flatnonzero(m)]),
-                         np.asarray(self.fallback.predict(list(shards)), dtype=float).reshape(len(shards), 2))
+        def pick(m: np.ndarray | None) -> list[Sequence[Table]]:
+            return list(shards) if m is None else [shards[i] for i in np.flatnonzero(m)]
+        return self._mix(self.inside(shards), lambda m: self.model.predict(pick(m)),
+                         lambda m: self.fallback.predict(pick(m)))
 
     def inside(self, shards: Sequence[Sequence[Table]]) -> np.ndarray:
         """(n,) whether each shard is in the model's range."""
@@ -294,8 +309,8 @@ class GuardedLinearHeadCompute(GuardedCompute):
         p, c = np.atleast_2d(np.asarray(pre, dtype=np.float64)), np.asarray(counts).reshape(-1)
         h = p.shape[1] - int(self.fallback.embed_dim) - len(SHARD_SUMS) - 1
         b = h + int(self.fallback.embed_dim)
-        return self._mix(self.valid.inside(p[:, b:]), lambda m: self.model.predict_head(p[m, :h], c[m]),
-                         self.fallback.predict_sums(p[:, h:b], c))
+        return self._mix_all(self.valid.inside(p[:, b:]), lambda: self.model.predict_head(p[:, :h], c),
+                             lambda: self.fallback.predict_sums(p[:, h:b], c))
 
 
 def guard_compute(model: Any, fallback: Any, valid: ComputeRange) -> GuardedCompute:
