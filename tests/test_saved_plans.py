@@ -20,7 +20,7 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from shardlab.costmodel.valid_range import CommRange, ComputeRange
+from shardlab.costmodel.valid_range import GuardedComm, GuardedCompute
 
 from shardlab.errors import ShardlabError
 from shardlab.plan import validate_plan
@@ -34,19 +34,21 @@ TASKS = {t["name"]: Task.from_dict(t) for t in SAVED["tasks"]}
 
 @functools.lru_cache(maxsize=None)
 def _outcome_of(spec: str, name: str):
-    """The method's outcome on the task (JSON) and whether any range check of its search failed."""
+    """The method's outcome on the task (JSON) and whether its search had the fallback cost
+    anything (a compute or comm prediction with a row outside the model's range)."""
     left = []
 
-    def watch(cls):
-        plain = cls.inside
+    def watch(cls, name, flags):
+        plain = getattr(cls, name)
 
-        def inside(self, *args, **kwargs):
-            out = plain(self, *args, **kwargs)
-            left.append(not np.all(out))
-            return out
-        return mock.patch.object(cls, "inside", inside)
+        def spy(self, *args, **kwargs):
+            left.append(not np.all(flags(self, args)))
+            return plain(self, *args, **kwargs)
+        return mock.patch.object(cls, name, spy)
 
-    with watch(ComputeRange), watch(CommRange):
+    with watch(GuardedCompute, "_mix", lambda self, a: a[0]), watch(GuardedCompute, "_mix_all", lambda self, a: a[0]), \
+            watch(GuardedComm, "predict", lambda self, a: self.valid.inside(a[0])
+                  if np.shape(a[0])[-1] in self.valid.per_g else True):
         got = json.dumps(_outcome(spec, TASKS[name]))
     return got, any(left)
 

@@ -14,6 +14,10 @@ step and reuses work without changing a single decision:
   id shared by every row that built it: caps of a state until a cap first binds, sibling
   candidates before their split, and every device the rows' histories leave alike. Each
   step costs each distinct (content, block) once, in one model call.
+- **Caps together until they differ.** A state starts as one row holding all its caps; it
+  decides under its highest cap, and the caps below that would have chosen otherwise leave as a
+  row of their own (:class:`_Rows`), so each cap is placed separately only from the first block
+  where its decision differs.
 - **The head's first layer applied once per block** (``LinearHeadComputeModel``): a content
   keeps the sum of its blocks' first-layer rows, so costing a device is one add per head unit
   and the rest of the head.
@@ -124,56 +128,117 @@ def greedy_grid(block_rows: np.ndarray, local: np.ndarray, order: np.ndarray, me
     ``block_rows`` (B, h): :meth:`HeadCoster.rows` of the B distinct blocks of all states;
     ``local`` (S, B): each distinct block's index among the state's blocks, -1 where the state
     lacks it; ``order`` (B,): the distinct blocks in placement order; ``mem_need`` (B,) bytes
-    and ``dims`` (B,) columns per distinct block; ``dim_caps`` (S, C) dim-sum cap per device;
-    ``mem_cap`` bytes per device; ``pinned`` (B,): the device a block must go to (row blocks,
-    ``search/row_wise.py``; dead where it does not fit), -1 where the rule chooses.
+    and ``dims`` (B,) columns per distinct block; ``dim_caps`` (S, C) dim-sum cap per device,
+    ascending in C; ``mem_cap`` bytes per device; ``pinned`` (B,): the device a block must go to
+    (row blocks, ``search/row_wise.py``; dead where it does not fit), -1 where the rule chooses.
     """
     s_n = local.shape[0]
     n = int((local >= 0).sum(axis=1).max())
     c_n = dim_caps.shape[1]
-    r_n, g = s_n * c_n, ngpu
-    state = np.repeat(np.arange(s_n), c_n)
-    cap = dim_caps.reshape(r_n)
+    g = ngpu
+    rows_ = _Rows(s_n, c_n, g, n)
     contents = Contents(block_rows.shape[1], coster)
-    content = np.zeros((r_n, g), dtype=np.int64)     # each row's devices' content ids
-    mem = np.zeros((r_n, g), dtype=np.int64)
-    dsum = np.zeros((r_n, g))
-    cost = np.zeros((r_n, g, 2))
-    alive = np.ones(r_n, dtype=bool)
-    devices = np.zeros((r_n, n), dtype=np.int64)
     scratch = np.zeros(0, dtype=np.int64)
     costed = 0
     for blk in order:
-        at = local[state, blk]
-        rows = np.flatnonzero(at >= 0)
-        if not len(rows):
-            continue
-        ar = np.arange(len(rows))
-        row_mem, row_content = mem[rows], content[rows]
-        fits = row_mem + mem_need[blk] <= mem_cap
-        ok = fits & (dsum[rows] + dims[blk] <= cap[rows, None] + 1e-9)
-        ok = np.where(ok.any(axis=1, keepdims=True), ok, fits)
-        if pinned is not None and pinned[blk] >= 0:
-            ok = fits & (np.arange(g) == pinned[blk])[None, :]
-        alive[rows] &= ok.any(axis=1)
-        if len(scratch) < contents.size:
-            scratch = np.zeros(2 * contents.size, dtype=np.int64)
-        slot = np.full(ok.shape, -1, dtype=np.int64)
-        pred, slot_ok = contents.cost(row_content[ok], block_rows[blk], scratch)
-        slot[ok] = slot_ok
-        costed += len(pred)
-        total = np.full(ok.shape, np.inf)
-        total[ok] = np.round(pred.sum(axis=1), 9)[slot_ok]
-        tied_mem = np.where(total == total.min(axis=1, keepdims=True), row_mem, np.iinfo(np.int64).max)
-        d = np.argmin(tied_mem, axis=1)
-        devices[rows, at[rows]] = d
-        mem[rows, d] += mem_need[blk]
-        dsum[rows, d] += dims[blk]
-        chosen = slot[ar, d]                         # -1 on a dead row: it placed where memory was least
-        cost[rows, d] = np.where((chosen >= 0)[:, None], pred[np.maximum(chosen, 0)], 0.0) if len(pred) else 0.0
-        old = row_content[ar, d]
-        _, made, inverse = np.unique(old, return_index=True, return_inverse=True)
-        content[rows, d] = contents.extend(old[made], block_rows[blk])[inverse.reshape(-1)]
-        if contents.size > 4 * r_n * g + 1024:
-            content = contents.compact(content)
-    return GridResult(devices.reshape(s_n, c_n, n), cost.reshape(s_n, c_n, g, 2), alive.reshape(s_n, c_n), costed)
+        pending = np.flatnonzero(local[rows_.state[: rows_.size], blk] >= 0)
+        while len(pending):
+            r = rows_
+            rows = pending
+            at = local[r.state[rows], blk]
+            ar = np.arange(len(rows))
+            row_mem, row_content, row_dsum = r.mem[rows], r.content[rows], r.dsum[rows]
+            cap_hi = dim_caps[r.state[rows], r.hi[rows]]
+            fits = row_mem + mem_need[blk] <= mem_cap
+            capped = fits & (row_dsum + dims[blk] <= cap_hi[:, None] + 1e-9)
+            any_capped = capped.any(axis=1)
+            ok = np.where(any_capped[:, None], capped, fits)
+            is_pinned = pinned is not None and pinned[blk] >= 0
+            if is_pinned:
+                ok = fits & (np.arange(g) == pinned[blk])[None, :]
+            if len(scratch) < contents.size:
+                scratch = np.zeros(2 * contents.size, dtype=np.int64)
+            slot = np.full(ok.shape, -1, dtype=np.int64)
+            pred, slot_ok = contents.cost(row_content[ok], block_rows[blk], scratch)
+            slot[ok] = slot_ok
+            costed += len(pred)
+            total = np.full(ok.shape, np.inf)
+            total[ok] = np.round(pred.sum(axis=1), 9)[slot_ok]
+            tied_mem = np.where(total == total.min(axis=1, keepdims=True), row_mem, np.iinfo(np.int64).max)
+            d = np.argmin(tied_mem, axis=1)
+            # the caps of a row below its highest that would choose otherwise: the chosen device
+            # breaks their cap while some device met the highest cap (module docstring)
+            pending = np.zeros(0, dtype=np.int64)
+            if not is_pinned:
+                need = row_dsum[ar, d] + dims[blk] - 1e-9
+                lo_caps = dim_caps[r.state[rows], r.lo[rows]]
+                split = any_capped & (need > lo_caps)
+                if split.any():
+                    pending = rows_.fork(rows[split], dim_caps, need[split])
+            chosen = slot[ar, d]                     # -1 on a dead row: it placed where memory was least
+            r.alive[rows] &= ok.any(axis=1)
+            r.devices[rows, at] = d
+            r.mem[rows, d] += mem_need[blk]
+            r.dsum[rows, d] += dims[blk]
+            r.cost[rows, d] = np.where((chosen >= 0)[:, None], pred[np.maximum(chosen, 0)], 0.0) if len(pred) else 0.0
+            old = row_content[ar, d]
+            _, made, inverse = np.unique(old, return_index=True, return_inverse=True)
+            r.content[rows, d] = contents.extend(old[made], block_rows[blk])[inverse.reshape(-1)]
+        if contents.size > 4 * rows_.size * g + 1024:
+            rows_.content[: rows_.size] = contents.compact(rows_.content[: rows_.size])
+    return rows_.result(costed)
+
+
+class _Rows:
+    """The grid's rows: each a state and a run ``lo..hi`` of its caps whose placements are still
+    the same (one row per state at first). A row decides under its highest cap; where a lower
+    cap of the run would have chosen otherwise, those caps leave as a new row with the state as
+    it was before the step (:meth:`fork`) and decide the step themselves. So every cap's
+    placements are exactly the sequential greedy's, and caps are placed separately only from the
+    first block where they differ."""
+
+    def __init__(self, s_n: int, c_n: int, g: int, n: int):
+        cap = s_n * (2 if c_n > 1 else 1) + 8
+        self.s_n, self.c_n, self.size = s_n, c_n, s_n
+        self.state = np.zeros(cap, dtype=np.int64)
+        self.state[:s_n] = np.arange(s_n)
+        self.lo = np.zeros(cap, dtype=np.int64)
+        self.hi = np.full(cap, c_n - 1, dtype=np.int64)
+        self.content = np.zeros((cap, g), dtype=np.int64)
+        self.mem = np.zeros((cap, g), dtype=np.int64)
+        self.dsum = np.zeros((cap, g))
+        self.cost = np.zeros((cap, g, 2))
+        self.alive = np.ones(cap, dtype=bool)
+        self.devices = np.zeros((cap, n), dtype=np.int64)
+
+    _FIELDS = ("state", "lo", "hi", "content", "mem", "dsum", "cost", "alive", "devices")
+
+    def fork(self, rows: np.ndarray, dim_caps: np.ndarray, need: np.ndarray) -> np.ndarray:
+        """Split off, from each of ``rows``, its caps below ``need`` (the chosen device's dim sum
+        after the step) as a new row, copied from the row as it stands; returns the new rows."""
+        caps = dim_caps[self.state[rows]]                     # (k, C), ascending
+        first_ok = (caps >= need[:, None]).argmax(axis=1)     # the lowest cap that takes the choice
+        k = len(rows)
+        if self.size + k > len(self.state):
+            grow = max(len(self.state), self.size + k)
+            for f in self._FIELDS:
+                a = getattr(self, f)
+                setattr(self, f, np.concatenate([a, np.zeros((grow,) + a.shape[1:], dtype=a.dtype)]))
+        new = np.arange(self.size, self.size + k)
+        for f in self._FIELDS:
+            a = getattr(self, f)
+            a[new] = a[rows]
+        self.hi[new] = first_ok - 1
+        self.lo[rows] = first_ok
+        self.size += k
+        return new
+
+    def result(self, costed: int) -> GridResult:
+        """Each (state, cap)'s placements, from the row holding that cap."""
+        at = np.zeros((self.s_n, self.c_n), dtype=np.int64)
+        for r in range(self.size):
+            at[self.state[r], self.lo[r]: self.hi[r] + 1] = r
+        flat = at.reshape(-1)
+        return GridResult(self.devices[flat].reshape(self.s_n, self.c_n, -1),
+                          self.cost[flat].reshape(self.s_n, self.c_n, -1, 2),
+                          self.alive[flat].reshape(self.s_n, self.c_n), costed)
