@@ -39,6 +39,10 @@ def cmd_tasks(args: argparse.Namespace) -> None:
                          optimizer=args.optimizer, name=name, tables=tables)
     if args.out:
         save_task(task, args.out)
+    copies = sum((t.source or "").startswith("augmented:") for t in task.tables) if not tables else 0
+    if copies:
+        dims_note = (f"augmented: {len(task.tables)} tables asked, more than the pool's {args.split} split holds, so drawn "
+                     f"from its tables copied at other dims (lookups unchanged; {copies} copies)")
     total_gb = sum(task.table_bytes(t) for t in task.tables) / C.GB
     where = f" -> {args.out}" if args.out else ""
     emit(args, f"task {task.name}: {len(task.tables)} tables, {task.ngpu} GPUs x "

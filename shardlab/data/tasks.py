@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -227,7 +227,9 @@ def generate_task(pool: str = C.DEFAULT_POOL, ntables: int = 50, ngpu: int = 4,
     """Draw a task of ``ntables`` distinct tables from ``pool``'s ``split`` (or from ``tables``).
 
     Each table gets a dim drawn uniformly from those of ``dims`` at which it fits one device
-    (``mem_cap_gb``, GB); tables that fit at no dim are not drawn. ``dims=None`` keeps every
+    (``mem_cap_gb``, GB); tables that fit at no dim are not drawn. A pool task of more tables
+    than the split holds is drawn from the split's copies (:func:`pool_copies`: NeuroShard's
+    augmentation, each copy at its own dim, its ``source`` saying so, the task's name ``-augmented``). ``dims=None`` keeps every
     table's own dim instead; a drawn table larger than one device is kept (the sharders cut it
     into row blocks), one that fits the devices not even in one row block per device is an
     :class:`InfeasibleError` naming it. Draws are repeated (up to 100 times) until all tables
@@ -235,12 +237,16 @@ def generate_task(pool: str = C.DEFAULT_POOL, ntables: int = 50, ngpu: int = 4,
     placement is possible. Deterministic in ``seed``.
     """
     source = tuple(tables) if tables is not None else pool_tables(pool, split)
+    augmented = tables is None and dims is not None and ntables > len(source)
+    if augmented:         # more tables than the pool holds: its copies at other dims (said so)
+        probe = Task("probe", ngpu, mem_cap_gb, (source[0],), batch_size, weights_precision, optimizer)
+        source, dims = pool_copies(source, pool, dims, ntables, probe), None
     if ntables < 1 or ntables > len(source):
         raise ShardlabError(f"field 'ntables' = {ntables} must be in [1, {len(source)}] "
                             f"(tables in {pool if tables is None else 'the given list'} {split})")
     if dims is not None and (not dims or any(d % C.DIM_MULTIPLE or d <= 0 for d in dims)):
         raise ShardlabError(f"field 'dims' = {list(dims)} must be positive multiples of {C.DIM_MULTIPLE}")
-    origin = f"{pool}-{split}" if tables is None else "tables"
+    origin = (f"{pool}-{split}" + ("-augmented" if augmented else "")) if tables is None else "tables"
     label = name or f"{origin}-{ntables}x{ngpu}-seed{seed}"
     probe = Task(label, ngpu, mem_cap_gb, (source[0],), batch_size, weights_precision, optimizer)
     cap = probe.mem_cap_bytes
@@ -273,6 +279,21 @@ def generate_task(pool: str = C.DEFAULT_POOL, ntables: int = 50, ngpu: int = 4,
     raise InfeasibleError(f"task '{label}': {draws} draw(s) of {ntables} tables{what} all needed "
                           f"more than {max_fill:.0%} of {ngpu} x {mem_cap_gb:g} GB; raise "
                           "mem_cap_gb or ngpu")
+
+
+def pool_copies(tables: Sequence[Table], pool: str, dims: Sequence[int], want: int, probe: Task) -> tuple[Table, ...]:
+    """Copies of ``tables`` (a pool split) at each of ``dims`` that fit one device of ``probe``,
+    named ``<table>@d<dim>`` with lookups unchanged (NeuroShard's augmentation); where they are
+    fewer than ``want``, at every multiple of ``constants.DIM_MULTIPLE`` up to the largest of
+    ``dims`` as well. Each copy's ``source`` says it is one."""
+    def copies(at: Sequence[int]) -> list[Table]:
+        return [replace(t.with_dim(d, name=f"{t.name}@d{d}"),
+                        source=f"augmented: {pool} table {t.name} copied at dim {d} (lookups unchanged)")
+                for t in tables for d in at if probe.block_bytes(t.rows, d) <= probe.mem_cap_bytes]
+    out = copies(sorted(set(int(d) for d in dims)))
+    if len(out) < want:
+        out = copies(range(C.DIM_MULTIPLE, max(int(d) for d in dims) + 1, C.DIM_MULTIPLE))
+    return tuple(out)
 
 
 def _check_own_dim(probe: Task, t: Table) -> None:

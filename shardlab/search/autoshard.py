@@ -94,7 +94,7 @@ class AutoShardAgent(PolicyAgent):
         def predicted(state: PlacementState) -> np.ndarray:
             """(n, G) predicted compute ms of each device's tables so far."""
             return self.cost.predict_sums(state.sums["cost"].reshape(n * g, -1).numpy(),
-                                          state.assign.sum(-1).reshape(-1).numpy()).sum(axis=1).reshape(n, g)
+                                          state.counts.reshape(-1).numpy()).sum(axis=1).reshape(n, g)
 
         def step(state: PlacementState) -> tuple[torch.Tensor, torch.Tensor]:
             nonlocal hc
@@ -103,7 +103,7 @@ class AutoShardAgent(PolicyAgent):
             info = torch.stack([torch.log1p(torch.as_tensor(pred, dtype=torch.float32) / self.cost.scale_ms_),
                                 (state.mem / cap).float()], dim=-1)
             now = torch.cat([x[state.t].expand(n, -1), torch.full((n, 1), state.t / t_count)], dim=1)
-            logits, value, hc = policy.step(now, state.assign @ enc, info, hc)
+            logits, value, hc = policy.step(now, state.sums["policy"], info, hc)
             return logits, value
 
         def finish(state: PlacementState) -> tuple[torch.Tensor, None]:
@@ -114,7 +114,7 @@ class AutoShardAgent(PolicyAgent):
                 return torch.where(over > cap, (cap - over) / cap, balance.double()).float(), None
 
         return play_episodes(task, order, n, step, finish, mask=mask, greedy=greedy, actions=actions,
-                             generator=generator, accumulate={"cost": emb}, pins=pins, witness=witness)
+                             generator=generator, accumulate={"cost": emb, "policy": enc}, pins=pins, witness=witness)
 
     def decode(self, task: Task, pins: Sequence[int] = (), witness: Sequence[int] | None = None
                ) -> tuple[list[int], float]:

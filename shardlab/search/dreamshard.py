@@ -73,19 +73,19 @@ class DreamShardAgent(PolicyAgent):
 
         def step(state: PlacementState) -> tuple[torch.Tensor, None]:
             with torch.no_grad():
-                sums_c = state.assign @ enc_cost                          # (n, G, 32)
+                sums_c = state.sums["cost"]                               # (n, G, 32)
                 costs = torch.cat([net.shard.head(sums_c), net.comm(sums_c)], dim=-1)
-            return self.policy(state.assign @ enc_policy, costs), None
+            return self.policy(state.sums["policy"], costs), None
 
         def finish(state: PlacementState) -> tuple[torch.Tensor, torch.Tensor]:
             with torch.no_grad():
-                pooled = (state.assign @ enc_cost).amax(dim=1)            # max over devices
+                pooled = state.sums["cost"].amax(dim=1)                   # max over devices
                 cost = torch.as_tensor(self.cost.from_target(net.overall(pooled).squeeze(-1).numpy(),
                                                              self.cost.plan_scale_ms_))
             return -cost, cost
 
         return play_episodes(task, order, n, step, finish, greedy=greedy, generator=generator, pins=pins,
-                             witness=witness)
+                             witness=witness, accumulate={"cost": enc_cost, "policy": enc_policy})
 
     def decode(self, task: Task, pins: Sequence[int] = (), witness: Sequence[int] | None = None
                ) -> tuple[list[int], float]:

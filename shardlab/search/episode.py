@@ -24,14 +24,15 @@ from shardlab.tables import Task
 class PlacementState:
     """Where B episodes stand before step ``t``.
 
-    ``assign`` (B, G, T): 1 where table step s went to device g (s < t); ``mem`` (B, G): bytes
-    used per device (float64); ``need`` (T,): bytes of each step's table; ``sums[name]``
-    (B, G, k): per-device sums of the rows given to :func:`play_episodes` as ``accumulate``.
-    The tensors are replaced, not written in place, at every step (autograd may hold the old ones).
+    ``counts`` (B, G): tables placed per device; ``mem`` (B, G): bytes used per device
+    (float64); ``need`` (T,): bytes of each step's table; ``sums[name]`` (B, G, k): per-device
+    sums of the rows given to :func:`play_episodes` as ``accumulate`` (kept step by step, so a
+    step costs O(B G k) whatever the number of tables). The tensors are replaced, not written in
+    place, at every step (autograd may hold the old ones).
     """
 
     t: int
-    assign: torch.Tensor
+    counts: torch.Tensor
     mem: torch.Tensor
     need: torch.Tensor
     cap_bytes: float
@@ -91,7 +92,7 @@ def play_episodes(task: Task, order: Sequence[int], n: int, step: StepFn, finish
     tables = [task.tables[i] for i in order]
     g, t_count = task.ngpu, len(tables)
     rows = dict(accumulate or {})
-    state = PlacementState(0, torch.zeros(n, g, t_count), torch.zeros(n, g, dtype=torch.float64),
+    state = PlacementState(0, torch.zeros(n, g), torch.zeros(n, g, dtype=torch.float64),
                            torch.tensor([task.table_bytes(t) for t in tables], dtype=torch.float64),
                            float(task.mem_cap_bytes),
                            {k: torch.zeros(n, g, r.shape[1], dtype=r.dtype) for k, r in rows.items()})
@@ -122,8 +123,8 @@ def play_episodes(task: Task, order: Sequence[int], n: int, step: StepFn, finish
         ents.append(dist.entropy())
         if value is not None:
             vals.append(value)
-        state.assign = state.assign.clone()
-        state.assign[batch, a, t] = 1.0
+        state.counts = state.counts.clone()
+        state.counts[batch, a] += 1.0
         state.mem = state.mem.clone()
         state.mem[batch, a] += state.need[t]
         for k, r in rows.items():
