@@ -8,7 +8,13 @@ appended to ``results/<stamp>.jsonl`` as it completes; ``--report`` writes the m
 of every kept run. Run it alone (timings).
 
     .venv/bin/python studies/torchrec_planner/run.py [--points 1000x64:tw-fused,1000x64:default] [--timeout 2700]
+    .venv/bin/python studies/torchrec_planner/run.py --grid 100,500,1000,2000x8,64,128 --timeout 300
     .venv/bin/python studies/torchrec_planner/run.py --report reports/torchrec_planner.md
+
+``--grid TABLESxRANKS`` runs every combination, both spaces, small to large. ``--report`` also
+draws the log-log figure of planning time against tables (``<report>.svg`` beside it, embedded
+in the report): one line per planner, ranks and space; a planning stopped at the timeout is a
+hollow point at the time it ran (a lower bound).
 """
 
 from __future__ import annotations
@@ -76,12 +82,15 @@ def markdown(rows: list[dict]) -> str:
             for r in ours[:1] + theirs:
                 t = (statistics.median(ok) if r["planner"] == "shardlab" and ok else r.get("plan_s"))
                 ratio = ""
+                mine_ms = next((x.get("judged_ms") for x in ours if x.get("judged_ms") is not None), None)
+                if r["planner"] == "torchrec" and mine_ms and r.get("judged_ms"):
+                    ratio = f"cost x{r['judged_ms'] / mine_ms:.3f} of ShardlabPlanner's; "
                 if r["planner"] == "torchrec" and mine:
                     if "plan_s" in r:
                         x = r["plan_s"] / mine
-                        ratio = f"x{x:.2f} ({'met' if x >= TARGET else 'not met'}: TorchRec {'slower' if x > 1 else 'faster'})"
+                        ratio += f"x{x:.2f} ({'met' if x >= TARGET else 'not met'}: TorchRec {'slower' if x > 1 else 'faster'})"
                     elif "plan_s_at_least" in r:
-                        ratio = f">= x{r['plan_s_at_least'] / mine:.0f} (met: lower bound)" \
+                        ratio += f">= x{r['plan_s_at_least'] / mine:.0f} (met: lower bound)" \
                             if r["plan_s_at_least"] / mine >= TARGET else f">= x{r['plan_s_at_least'] / mine:.0f}"
                 shown = _fmt(t, ".2f") + (f" (of {len(ok)}: {', '.join(f'{x:.2f}' for x in ok)})"
                                           if r["planner"] == "shardlab" and len(ok) > 1 else "")
@@ -95,12 +104,39 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def figure(rows: list[dict]) -> str:
+    """The log-log SVG of planning time (s) against tables over every kept row: one line per
+    (planner, ranks, space); ShardlabPlanner's median over its repeats; a stopped planning is a
+    hollow point at its timeout."""
+    from studies.common.svg_plot import loglog_svg
+
+    keys = sorted({(r["planner"], r["ranks"], r["space"]) for r in rows})
+    series = []
+    for planner, g, space in keys:
+        pts: dict[int, list[tuple[float, bool]]] = {}
+        for r in rows:
+            if (r["planner"], r["ranks"], r["space"]) != (planner, g, space):
+                continue
+            if "plan_s" in r:
+                pts.setdefault(r["tables"], []).append((r["plan_s"], False))
+            elif "plan_s_at_least" in r:
+                pts.setdefault(r["tables"], []).append((r["plan_s_at_least"], True))
+        points = [(n, statistics.median(t for t, _ in v), all(h for _, h in v)) for n, v in sorted(pts.items())]
+        if points:
+            name = f"{'ShardlabPlanner' if planner == 'shardlab' else 'TorchRec'}, {g} ranks, {space}"
+            series.append({"name": name, "points": points, "dash": planner == "torchrec"})
+    return loglog_svg(series, "Planning time: ShardlabPlanner (solid) vs TorchRec's planner (dashed)", "tables",
+                      "plan() time (s)", note="One process per planning, this 2-core VM; hollow: stopped at the "
+                      "timeout (at least). Every kept run.")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--point", nargs=4, metavar=("PLANNER", "TABLES", "RANKS", "SPACE"),
                     help="plan once in this process and print its JSON row")
     ap.add_argument("--points", default="1000x64:tw-fused,1000x64:default",
                     help="comma-separated TABLESxRANKS:SPACE (space: tw-fused or default)")
+    ap.add_argument("--grid", help="TABLES,...xRANKS,...: every combination, both spaces (instead of --points)")
     ap.add_argument("--repeats", type=int, default=3, help="ShardlabPlanner runs per point")
     ap.add_argument("--timeout", type=float, default=2700.0, help="seconds per planning before it is stopped")
     ap.add_argument("--report", help="write the markdown report of every kept run to this file; measure nothing")
@@ -113,14 +149,21 @@ def main() -> int:
     if args.report:
         rows = [json.loads(line) for f in sorted(RESULTS.glob("[0-9]*Z.jsonl")) for line in f.read_text().splitlines()
                 if line.strip()]
-        write_text_atomic(args.report, markdown(rows))
-        print(f"wrote {args.report} ({len(rows)} rows)")
+        svg = Path(args.report).with_suffix(".svg")
+        write_text_atomic(svg, figure(rows))
+        write_text_atomic(args.report, markdown(rows) + f"\n![Planning time, log-log]({svg.name})\n")
+        print(f"wrote {args.report} and {svg} ({len(rows)} rows)")
         return 0
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"{stamp}.jsonl"
     env = environment()
-    for spec in args.points.split(","):
+    specs = args.points.split(",")
+    if args.grid:
+        tables, _, ranks = args.grid.partition("x")
+        specs = [f"{n}x{g}:{space}" for n in tables.split(",") for g in ranks.split(",")
+                 for space in ("tw-fused", "default")]
+    for spec in specs:
         size, _, space = spec.strip().partition(":")
         n, _, g = size.partition("x")
         plan = ["shardlab"] * args.repeats + ["torchrec"]
