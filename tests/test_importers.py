@@ -53,6 +53,18 @@ def test_assumed_bins_follow_the_assumption(tmp_path):
     assert load_table_list(path, assume_zipf=1.3, batch_size=8192)[0] == steep  # deterministic
 
 
+def test_a_table_too_rare_for_the_batch_gets_one_access_per_row(tmp_path):
+    """A declared pooling factor so small that the assumed batch draws no lookup: the table
+    loads (bins all in bin 0: every row it touches is touched once) and its source says why."""
+    path = tmp_path / "rare.json"
+    path.write_text(json.dumps([{"name": "rare", "rows": 5000, "dim": 8, "pooling_factor": 1e-7},
+                                {"name": "busy", "rows": 5000, "dim": 8, "pooling_factor": 2.0}]))
+    rare, busy = load_table_list(path, batch_size=512, assume_zipf=1.05)
+    assert rare.reuse_bins == (1.0,) + (0.0,) * 16 and rare.pooling_factor == 1e-7
+    assert "no lookup in that batch" in rare.source and "no lookup" not in busy.source
+    assert busy.reuse_bins[0] < 1.0
+
+
 def test_torchrec_configs_duck_typed():
     configs = [SimpleNamespace(name="user", num_embeddings=100_000, embedding_dim=64, feature_names=["u"]),
                SimpleNamespace(name="item", num_embeddings=5000, embedding_dim=32, feature_names=["i"])]

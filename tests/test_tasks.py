@@ -44,8 +44,28 @@ def test_dims_argument_and_errors():
     with pytest.raises(ShardlabError, match="'dims'"):
         generate_task(ntables=10, dims=[6])
     with pytest.raises(ShardlabError, match="'ntables'"):
-        generate_task(ntables=10_000)
+        generate_task(ntables=10_000_000)                 # more than the split's copies at every dim
+    with pytest.raises(ShardlabError, match="'ntables'"):
+        generate_task(ntables=0)
     with pytest.raises(ShardlabError, match="'split'"):
         generate_task(ntables=10, split="validation")
     with pytest.raises(InfeasibleError, match="raise mem_cap_gb or ngpu"):
         generate_task(ntables=400, ngpu=1, mem_cap_gb=0.05, split="all")
+
+
+def test_more_tables_than_the_split_holds_are_its_copies_and_say_so():
+    """A pool task past the split's size draws the split's tables copied at other dims (lookups
+    unchanged); the name and every copy's source say so; the same seed gives the same task."""
+    n = len(pool_tables("dlrm-synth", "test"))
+    task = generate_task(ntables=n + 200, ngpu=8, mem_cap_gb=16.0, seed=4)
+    names = [t.name for t in task.tables]
+    assert len(set(names)) == n + 200 and task.name.startswith("dlrm-synth-test-augmented-")
+    assert all("@d" in t.name and t.source.startswith("augmented: dlrm-synth table ") for t in task.tables)
+    base = {t.name: t for t in pool_tables("dlrm-synth", "test")}
+    for t in task.tables[:50]:
+        orig = base[t.name.split("@d")[0]]
+        assert (t.rows, t.pooling_factor, t.reuse_bins, t.dim) == (orig.rows, orig.pooling_factor, orig.reuse_bins,
+                                                                  int(t.name.split("@d")[1]))
+    assert generate_task(ntables=n + 200, ngpu=8, mem_cap_gb=16.0, seed=4) == task
+    small = generate_task(ntables=n, ngpu=8, mem_cap_gb=16.0, seed=4)        # at the split's size: no copies
+    assert "augmented" not in small.name and not any("@d" in t.name for t in small.tables)

@@ -175,7 +175,8 @@ def table_from_params(name: str, params: Mapping[str, Any], dim: int, batch_size
     multi-hot ones such as MLPerf DLRM-DCNv2's; the default draws negative-binomial lengths); other
     keys such as ``model`` are ignored. Returns
     (table, stats): ``table.rows`` is the declared rows, ``pooling_factor`` the measured mean bag
-    length of batch 0 (``batch_size`` samples) and ``reuse_bins`` its unique-row histogram;
+    length of batch 0 (``batch_size`` samples) and ``reuse_bins`` its unique-row histogram (all
+    in bin 0, one access per row, where the batch holds no lookup, and ``source`` says so);
     stats as :func:`lookup_stats` (without the Table fields). To augment a table, change its
     parameters and rebuild: ``table_from_params(name, {"rows": t.rows, **t.distribution_params,
     "pooling": 2 * L}, dim, batch_size, t.index_seed)`` regenerates the lookups and the bins.
@@ -189,8 +190,11 @@ def table_from_params(name: str, params: Mapping[str, Any], dim: int, batch_size
                   int(index_seed), dist)
     idx, off = _ranks(probe, batch_size, 0)      # the bijection to rows changes no access count
     stats = lookup_stats(name, idx, off)
-    table = Table(name, probe.rows, dim, stats.pop("pooling_factor"), stats.pop("reuse_bins"),
-                  source or f"synthetic:{MODEL}", int(index_seed), dist)
+    bins, source = stats.pop("reuse_bins"), source or f"synthetic:{MODEL}"
+    if not stats["n_lookups"]:        # a table looked up so rarely that the batch holds no lookup
+        bins = [1.0] + [0.0] * (C.N_REUSE_BINS - 1)
+        source += f"; no lookup in the measured batch of {batch_size}: every row it touches is touched once (bin 0)"
+    table = Table(name, probe.rows, dim, stats.pop("pooling_factor"), bins, source, int(index_seed), dist)
     return table, stats
 
 

@@ -35,6 +35,8 @@ def _with_assumed_bins(name: str, rows: int, dim: int, pooling: float, batch_siz
     bags = f"every bag exactly {round(pooling)} long" if fixed else "bag lengths near-Poisson"
     source = (f"{origin}; reuse bins measured on assumed Zipf({alpha:g}) lookups ({bags}), batch "
               f"{batch_size}")
+    if "no lookup in the measured batch" in (generated.source or ""):
+        source += "; no lookup in that batch: every row it touches is touched once (bin 0)"
     return Table(name, rows, dim, pooling, generated.reuse_bins, source, index_seed,
                  generated.distribution)
 

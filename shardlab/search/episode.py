@@ -27,8 +27,8 @@ class PlacementState:
     ``counts`` (B, G): tables placed per device; ``mem`` (B, G): bytes used per device
     (float64); ``need`` (T,): bytes of each step's table; ``sums[name]`` (B, G, k): per-device
     sums of the rows given to :func:`play_episodes` as ``accumulate`` (kept step by step, so a
-    step costs O(B G k) whatever the number of tables). The tensors are replaced, not written in
-    place, at every step (autograd may hold the old ones).
+    step costs O(B G k) whatever the number of tables). With gradients on, the tensors are
+    replaced, not written in place, at every step (autograd may hold the old ones).
     """
 
     t: int
@@ -97,6 +97,9 @@ def play_episodes(task: Task, order: Sequence[int], n: int, step: StepFn, finish
                            float(task.mem_cap_bytes),
                            {k: torch.zeros(n, g, r.shape[1], dtype=r.dtype) for k, r in rows.items()})
     acts, logps, ents, vals = [], [], [], []
+    # without gradients (decoding) the sums are updated in place: a fresh (B, G, k) tensor per step
+    # is what the allocator keeps (10,000 x 1,024 AutoShard: 0.7 to 4.8 GB from run to run)
+    keep_old = torch.is_grad_enabled()
     batch = torch.arange(n)
     guard = FeasibleMask(task, order, n, witness) if mask else None
     for t in range(t_count):
@@ -123,12 +126,12 @@ def play_episodes(task: Task, order: Sequence[int], n: int, step: StepFn, finish
         ents.append(dist.entropy())
         if value is not None:
             vals.append(value)
-        state.counts = state.counts.clone()
+        if keep_old:             # autograd may hold the old tensors: replace them
+            state.counts, state.mem = state.counts.clone(), state.mem.clone()
+            state.sums = {k: v.clone() for k, v in state.sums.items()}
         state.counts[batch, a] += 1.0
-        state.mem = state.mem.clone()
         state.mem[batch, a] += state.need[t]
         for k, r in rows.items():
-            state.sums[k] = state.sums[k].clone()
             state.sums[k][batch, a] += r[t]
     state.t = t_count
     reward, cost_ms = finish(state)

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Sequence
 
 from shardlab import constants as C
 from shardlab.costmodel.bundle import load_bundle, models_dir
-from shardlab.costmodel.neural_base import one_torch_thread
+from shardlab.costmodel.neural_base import fixed_mmap_threshold, one_torch_thread
 from shardlab.costmodel.valid_range import GuardedCompute
 from shardlab.data.lookups import device_tables
 from shardlab.errors import ShardlabError
@@ -47,6 +47,7 @@ class PolicySharder:
         """Plan by greedy decoding (deterministic), on one torch thread: table-wise, with row
         blocks for tables that fit no device (:meth:`PolicyAgent.plan`)."""
         row_split(task)          # one-line InfeasibleError for a table no split fits, or too little memory
+        fixed_mmap_threshold()
         with one_torch_thread():
             plan = self.agent().plan(task, seed, self.name)
         outside = self.outside_range(task, plan)
