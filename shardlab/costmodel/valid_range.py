@@ -254,25 +254,24 @@ class GuardedCompute(_Wrapped):
                                self.valid.rows(tables)], axis=1)
 
     def _mix(self, inside: np.ndarray, ours: Any, theirs: Any) -> np.ndarray:
-        """The envelope rule (module docstring): ``ours(rows)`` the model's ms (k, 2) and
-        ``theirs(rows)`` the fallback's, of the rows ``rows`` (a mask, or None for all)."""
+        """:func:`_envelope` with the model asked about the rows in range only: ``ours(rows)`` its
+        ms (k, 2) of the rows ``rows`` (a mask, or None for all), ``theirs()`` the fallback's of all."""
         if inside.all():
             return np.asarray(ours(None), dtype=float).reshape(len(inside), 2)
-        out = np.zeros((len(inside), 2))
-        out[~inside] = np.asarray(theirs(~inside), dtype=float) * np.asarray(self.valid.ratio)
+        mine = np.zeros((len(inside), 2))
         if inside.any():
-            out[inside] = ours(inside)
-        return out
+            mine[inside] = ours(inside)
+        return _envelope(mine, theirs(), inside, self.valid.ratio)
 
     def _mix_all(self, inside: np.ndarray, ours: Any, theirs: Any) -> np.ndarray:
-        """:meth:`_mix` with ``ours()`` and ``theirs()`` of every row at once: search asks
+        """:func:`_envelope` with ``ours()`` and ``theirs()`` of every row at once: search asks
         thousands of times per plan about a few hundred summed rows, where picking rows out
         costs more than predicting them all (the model's answers outside are discarded)."""
         if inside.all():
             return np.asarray(ours(), dtype=float)
         with np.errstate(over="ignore", invalid="ignore"):
             mine = np.asarray(ours(), dtype=float)
-        return np.where(inside[:, None], mine, np.asarray(theirs(), dtype=float) * np.asarray(self.valid.ratio))
+        return _envelope(mine, theirs(), inside, self.valid.ratio)
 
     def predict_sums(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """(m, 2) fw/bw ms of m shards from their summed :meth:`embed` rows and counts (m,)."""
@@ -287,7 +286,7 @@ class GuardedCompute(_Wrapped):
         def pick(m: np.ndarray | None) -> list[Sequence[Table]]:
             return list(shards) if m is None else [shards[i] for i in np.flatnonzero(m)]
         return self._mix(self.inside(shards), lambda m: self.model.predict(pick(m)),
-                         lambda m: self.fallback.predict(pick(m)))
+                         lambda: self.fallback.predict(list(shards)))
 
     def inside(self, shards: Sequence[Sequence[Table]]) -> np.ndarray:
         """(n,) whether each shard is in the model's range."""
