@@ -104,12 +104,21 @@ class ComputeRange:
         """(m,) whether each shard, given as its summed :meth:`rows` (m, 5), is in range (an
         empty shard is)."""
         s = np.atleast_2d(np.asarray(sums, dtype=float))
-        top = np.array([self.max_tables, self.max_dim_sum, self.max_lookup_dims, self.max_weights], dtype=float)
-        return (s[:, :4] <= top * (1 + 1e-9)).all(axis=1) & (s[:, 4] < 0.5)
+        return (s <= self._top).all(axis=1)
+
+    @property
+    def _top(self) -> np.ndarray:
+        """(5,) the largest in-range value of each :meth:`rows` column (the flag column: 0.5)."""
+        top = self.__dict__.get("_top_cache")
+        if top is None:
+            top = np.array([self.max_tables, self.max_dim_sum, self.max_lookup_dims, self.max_weights], dtype=float)
+            top = np.append(top * (1 + 1e-9), 0.5)
+            object.__setattr__(self, "_top_cache", top)
+        return top
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (a bundle manifest's ``valid_range.compute``)."""
-        return {**self.__dict__, "ratio": list(self.ratio)}
+        return {**{k: v for k, v in self.__dict__.items() if not k.startswith("_")}, "ratio": list(self.ratio)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ComputeRange":
