@@ -201,8 +201,7 @@ class CostModelBundle:
         it goes beside as ``<name>.fallback.json`` (and its parts), written first."""
         p = Path(path)
         if self.fallback_bundle is not None:
-            self.fallback_bundle.save(p.parent / f"{p.stem}.fallback.json")
-            self.valid_range = {**self.valid_range, "fallback": f"{p.stem}.fallback"}
+            self.valid_range = {**self.valid_range, "fallback": _save_fallback(self.fallback_bundle, p)}
         parts = {}
         for role, model in (("compute", _plain(self.compute)), ("comm", _plain(self.comm))):
             ext = getattr(model, "file_ext", "json" if type(model).__module__.endswith("analytic") else "pt")
@@ -218,6 +217,13 @@ class CostModelBundle:
 def _plain(model: Any) -> Any:
     """The model a guard wraps (the model itself where none does)."""
     return model.model if isinstance(model, (GuardedCompute, GuardedComm)) else model
+
+
+def _save_fallback(fallback: CostModelBundle, manifest: Path) -> str:
+    """Write ``fallback`` beside the manifest ``manifest`` as ``<name>.fallback.json`` (and its
+    parts); returns the name ``valid_range["fallback"]`` gives it."""
+    fallback.save(manifest.parent / f"{manifest.stem}.fallback.json")
+    return f"{manifest.stem}.fallback"
 
 
 def write_calibration(path: str | os.PathLike, calibration: Mapping[str, Any]) -> None:
@@ -238,8 +244,8 @@ def write_valid_range(path: str | os.PathLike, bundle: CostModelBundle) -> None:
         raise ShardlabError(f"cost model '{path}': field 'format' must be '{MANIFEST_FORMAT}'")
     if bundle.fallback_bundle is None:
         raise ShardlabError(f"cost model '{path}': the bundle given has no fallback fitted with it")
-    bundle.fallback_bundle.save(p.parent / f"{p.stem}.fallback.json")
-    write_json_atomic(p, {**d, "valid_range": {**bundle.valid_range, "fallback": f"{p.stem}.fallback"}})
+    write_json_atomic(p, {**d, "valid_range": {**bundle.valid_range,
+                                               "fallback": _save_fallback(bundle.fallback_bundle, p)}})
 
 
 def heldout_errors(compute: ComputeModel, comm: CommModel, compute_test: Sequence[ComputeRecord | Mapping[str, Any]],

@@ -49,7 +49,7 @@ def fixed_mmap_threshold(nbytes: int = 256 * 1024) -> bool:
     the threshold fixed at 256 kB, 5.5 GB at 1 MB). Fixed, DreamShard's decoding there is slower
     (11 s -> 17 s): bounded memory is the point."""
     if _MMAP_PINNED:
-        return True
+        return _MMAP_PINNED[0]
     try:
         libc = ctypes.CDLL("libc.so.6")
         ok = bool(libc.mallopt(-3, int(nbytes)))            # M_MMAP_THRESHOLD

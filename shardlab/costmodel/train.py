@@ -206,8 +206,8 @@ def with_valid_range(bundle: CostModelBundle, cs: Mapping[str, Sequence[ComputeR
     comm model has no range); the fallback is an analytic bundle fitted to the same train and
     validation splits (compute: :class:`AnalyticCompute`; comm: :class:`AnalyticComm`, or the
     bundle's own analytic comm model), saved beside the bundle as ``<name>.fallback.json``."""
-    comm = getattr(bundle.comm, "model", bundle.comm)
-    compute = getattr(bundle.compute, "model", bundle.compute)
+    plain = bundle.unguarded()
+    comm, compute = plain.comm, plain.compute
     fitted_comm = isinstance(comm, NeuroShardComm)
     shards = [r.tables for r in cs["train"]] + [d for p in plans for d in p.devices]
     fallback_comm = AnalyticComm().fit(ms["train"], ms["val"]) if fitted_comm else comm
@@ -230,10 +230,11 @@ def shipped_with_valid_range(name: str, profile: str, dataset: str) -> CostModel
     bundle = load_bundle(name, profile)
     records = load_records("compute", dataset=dataset)
     cs = held_out_sets(records)
-    comm = getattr(bundle.comm, "model", bundle.comm)
+    plain = bundle.unguarded()
+    comm = plain.comm
     ms = split_samples(load_records("comm", dataset=dataset)) if isinstance(comm, NeuroShardComm) else {"train": [], "val": []}
     plans: list[PlanRecord] = []
-    if isinstance(getattr(bundle.compute, "model", bundle.compute), DreamShardCost):
+    if isinstance(plain.compute, DreamShardCost):
         measured = as_plan_records(load_samples("plan", dataset=dataset, required=False), "valid range")
         plans = split_samples(measured)["train"] if measured else [
             p for g in COMPOSED_NGPU for p in compose_plans(cs["train"], comm, g, bundle.provenance.get("seed", 0))]

@@ -144,24 +144,21 @@ class CommRange:
     def of(cls, records: Sequence[Any], model: Any = None, fallback: Any = None) -> "CommRange":
         """The range of training comm records (``dim_sums``, ``delays_ms``, ``world_size``); with
         ``model`` and ``fallback``, also each G's largest model / fallback ratio (fw, bw)."""
-        per_g: dict[int, dict[str, Any]] = {}
+        by_g: dict[int, list[Any]] = {}
         for r in records:
-            d = per_g.setdefault(int(r.world_size), {"max_rank_dim": 0, "max_lead_ms": 0.0, "samples": 0})
-            delays = np.asarray(r.delays_ms, dtype=float)
-            d["max_rank_dim"] = max(d["max_rank_dim"], int(max(r.dim_sums)))
-            d["max_lead_ms"] = max(d["max_lead_ms"], float(delays.max() - delays.min()) if delays.size else 0.0)
-            d["samples"] += 1
-        if not per_g:
+            by_g.setdefault(int(r.world_size), []).append(r)
+        if not by_g:
             raise ShardlabError("valid range: no training comm sample to take a comm range from")
-        for g, d in per_g.items():
-            rs = [r for r in records if int(r.world_size) == g]
+        per_g: dict[int, dict[str, Any]] = {}
+        for g, rs in by_g.items():
             dims, delays = np.array([r.dim_sums for r in rs], dtype=float), np.array([r.delays_ms for r in rs], dtype=float)
+            lead = delays.max(axis=1, keepdims=True) - delays
+            ratio = (1.0, 1.0)
             if model is not None:        # forward: the transfer beyond the wait (module docstring)
-                lead = delays.max(axis=1, keepdims=True) - delays
                 mine = np.stack([model.predict(dims, delays)[..., 0] - lead, model.predict(dims)[..., 1]], axis=-1)
-                d["ratio"] = envelope_ratio(mine, fallback.predict(dims))
-            else:
-                d["ratio"] = (1.0, 1.0)
+                ratio = envelope_ratio(mine, fallback.predict(dims))
+            per_g[g] = {"max_rank_dim": int(dims.max()), "max_lead_ms": float(lead.max()), "samples": len(rs),
+                        "ratio": ratio}
         return cls(per_g)
 
     def inside(self, dim_sums: np.ndarray) -> np.ndarray:
@@ -221,10 +218,18 @@ def _envelope(ours: np.ndarray, theirs: np.ndarray, inside: np.ndarray, ratio: S
     return np.where(np.asarray(inside)[..., None], np.asarray(ours, dtype=float), scaled)
 
 
-class _Wrapped:
-    """Attribute access falls through to the wrapped model (its learned state, provenance ...)."""
+class _Guarded:
+    """A ``model``, its ``valid`` range and its ``fallback``; labelled as the model (a plan costed
+    partly by the fallback says so: :func:`range_report`); any other attribute is the model's
+    (its learned state, provenance ...)."""
 
-    model: Any
+    def __init__(self, model: Any, fallback: Any, valid: Any):
+        self.model, self.fallback, self.valid = model, fallback, valid
+
+    @property
+    def source(self) -> str:
+        """The model's label."""
+        return self.model.source
 
     def __getattr__(self, name: str) -> Any:
         if name == "model" or name.startswith("__"):
@@ -232,20 +237,12 @@ class _Wrapped:
         return getattr(self.model, name)
 
 
-class GuardedCompute(_Wrapped):
+class GuardedCompute(_Guarded):
     """A compute model within its :class:`ComputeRange` ``valid``, ``fallback`` (an analytic
     compute model) outside it, shard by shard. Incremental like both models: its ``embed`` rows
     are the model's, the fallback's and the range's side by side (k + k' + 5 columns)."""
 
     target = "compute"
-
-    def __init__(self, model: Any, fallback: Any, valid: ComputeRange):
-        self.model, self.fallback, self.valid = model, fallback, valid
-
-    @property
-    def source(self) -> str:
-        """The model's label (a plan costed partly by the fallback says so: :func:`range_report`)."""
-        return self.model.source
 
     @property
     def embed_dim(self) -> int:
@@ -327,20 +324,13 @@ def guard_compute(model: Any, fallback: Any, valid: ComputeRange) -> GuardedComp
     return cls(model, fallback, valid)
 
 
-class GuardedComm(_Wrapped):
+class GuardedComm(_Guarded):
     """A comm model within its :class:`CommRange` ``valid``, ``fallback`` (an analytic comm model)
-    outside it, plan by plan (one row of G ranks); leads past the trained ones wait 1:1 (module docstring). A G the model was not trained for is the
-    model's own error (the bundle then uses its analytic comm model for that G, labelled)."""
+    outside it, plan by plan (one row of G ranks); leads past the trained ones wait 1:1 (module
+    docstring). A G the model was not trained for is the model's own error (the bundle then uses
+    its analytic comm model for that G, labelled)."""
 
     target = "comm"
-
-    def __init__(self, model: Any, fallback: Any, valid: CommRange):
-        self.model, self.fallback, self.valid = model, fallback, valid
-
-    @property
-    def source(self) -> str:
-        """The model's label."""
-        return self.model.source
 
     def predict(self, dim_sums: Any, delays_ms: Any = None) -> np.ndarray:
         """(n, G, 2) fw/bw ms per rank; rows outside the range are the fallback's."""
@@ -360,8 +350,7 @@ class GuardedComm(_Wrapped):
                 mine[inside, :, 0] += cut
         mine[..., 0] -= lead               # the envelope scales the transfer; the wait is added 1:1
         theirs = np.asarray(self.fallback.predict(d), dtype=float)
-        out = _envelope(mine, theirs, np.repeat(inside[:, None], d.shape[1], axis=1),
-                        self.valid.per_g[d.shape[1]]["ratio"])
+        out = _envelope(mine, theirs, inside[:, None], self.valid.per_g[d.shape[1]]["ratio"])
         out[..., 0] += lead
         return out
 
@@ -377,7 +366,7 @@ def range_report(compute: Any, comm: Any, shards: Sequence[Sequence[Table]]) -> 
         n = int((~compute.inside(shards)).sum())
         if n:
             out.update(compute_devices=n, ngpu=len(shards),
-                   compute_fallback=f"{compute.fallback.source} x {_ratios(compute.valid.ratio)}")
+                       compute_fallback=f"{compute.fallback.source} x {_ratios(compute.valid.ratio)}")
     if isinstance(comm, GuardedComm) and len(shards) > 1 and len(shards) in comm.valid.per_g:
         if not comm.valid.inside(np.array([[sum(t.dim for t in s) for s in shards]]))[0]:
             out.update(comm=True, comm_fallback=f"{comm.fallback.source} x {_ratios(comm.valid.per_g[len(shards)]['ratio'])}")
