@@ -27,6 +27,12 @@ TorchEasyRec's MMoE, 23 tables, dims 8..16, 9 weighted lists). They are not in
 :data:`FAMILY_SETS`, so no campaign default or training split picks them up; every function
 here takes their names too.
 
+**Held-out-at-scale sets** (:data:`SCALE_FAMILY_SETS`, ``datasets/heldout_scale/<name>.json``,
+sources in its ``PROVENANCE.md``): seven more public configurations (115 tables: Tencent
+Look-alike, a Xianyu search sample, Census-Income, MIND news, iPinYou, Frappe, MovieLens),
+collected after every default was fixed; :func:`union_task` shards them together as one model of
+100 to 500 tables (copies beyond the union's 115, said so).
+
 The sets carry no lookups, so reuse bins come from an explicit *assumed* Zipf law through the
 importer (:func:`shardlab.data.importers.tables_from_records`, ``assume_zipf``); every table's
 ``source`` says so. Rows are never capped silently: ``max_rows`` caps them on request (e.g. to
@@ -50,7 +56,7 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -75,6 +81,16 @@ SEALED_DIR = "sealed"
 #: families, kept out of :data:`FAMILY_SETS` on purpose (module docstring).
 SEALED_FAMILY_SETS = ("outbrain_nvidia_widedeep", "aliccp_tzrec_mmoe")
 
+#: Folder of the held-out-at-scale sets under ``datasets/`` (families for many-table tasks).
+SCALE_DIR = "heldout_scale"
+
+#: Names of the held-out-at-scale sets (``datasets/heldout_scale/<name>.json``): public
+#: configurations of seven families no design decision has seen, combined into tasks of 100 to
+#: 500 tables by :func:`union_task` (``datasets/heldout_scale/PROVENANCE.md``). Not in
+#: :data:`FAMILY_SETS`, so no campaign default picks them up.
+SCALE_FAMILY_SETS = ("tencent_lookalike_paddlerec_metaheac", "xianyu_search_easyrec_rtp", "census_hugectr_mmoe",
+                     "mind_news_hugectr_dlrm", "ipinyou_pnn", "frappe_bars", "movielenslatest_bars")
+
 #: Default assumed Zipf exponent of the lookups (the sets publish no access statistics).
 DEFAULT_ASSUME_ZIPF = C.ASSUMED_ZIPF
 
@@ -85,8 +101,10 @@ def _folder(name: str) -> str:
         return FAMILY_DIR
     if name in SEALED_FAMILY_SETS:
         return SEALED_DIR
+    if name in SCALE_FAMILY_SETS:
+        return SCALE_DIR
     raise ShardlabError(f"unknown held-out model family set '{name}' (known: "
-                        f"{', '.join(FAMILY_SETS + SEALED_FAMILY_SETS)})")
+                        f"{', '.join(FAMILY_SETS + SEALED_FAMILY_SETS + SCALE_FAMILY_SETS)})")
 
 
 def family_path(name: str) -> Path:
@@ -125,7 +143,7 @@ def capped_tables(name: str, max_rows: int | None) -> list[dict[str, Any]]:
 
 def _records(name: str, names: set[str] | None, max_rows: int | None) -> list[dict[str, Any]]:
     data = family_set(name)
-    kind = "sealed set" if _folder(name) == SEALED_DIR else "held-out set"
+    kind = {SEALED_DIR: "sealed set", SCALE_DIR: "held-out-at-scale set"}.get(_folder(name), "held-out set")
     origin = f"{kind} {name} (family {data['family']}, datasets/{_folder(name)}/{name}.json)"
     out = []
     for rec in data["tables"]:
@@ -179,5 +197,46 @@ def family_task(name: str, ngpu: int, mem_cap_gb: float, batch_size: int = C.DEF
     tables = tables_from_records(_records(name, chosen, max_rows), batch_size, assume_zipf, seed)
     task = task_from_tables(tables, ngpu, mem_cap_gb, label, batch_size, weights_precision,
                             optimizer)
+    task.check_feasible()
+    return task
+
+
+def union_task(names: Sequence[str], ngpu: int, mem_cap_gb: float, ntables: int,
+               batch_size: int = C.DEFAULT_BATCH_SIZE, seed: int = 0,
+               assume_zipf: float = DEFAULT_ASSUME_ZIPF, max_rows: int | None = None,
+               weights_precision: str = "fp32", optimizer: str = "exact_sgd") -> Task:
+    """A task of ``ntables`` tables over the union of sets ``names`` -- several public models'
+    feature sets sharded together, as one production model holds many -- each table named
+    ``<set>__<table>``. Up to the union's size: a seeded sample (kept in set and file order).
+    Beyond it, every union table once and then copies (``<set>__<table>~c<k>``, same rows, dim
+    and pooling, lookups drawn with another seed), each copy's ``source`` saying
+    ``augmented: copy k of ...`` and the task's name ending ``-augmented``. Deterministic in
+    ``seed``; checked feasible. Units and ``max_rows`` as :func:`family_task`."""
+    max_rows = _checked_max_rows(max_rows)
+    ntables = checked_int("union task", "ntables", ntables, 1)
+    if not names:
+        raise ShardlabError("union task: field 'names' is empty (give at least one held-out set)")
+    records = [{**r, "name": f"{n}__{r['name']}"} for n in names for r in _records(n, None, max_rows)]
+    total = len(records)
+    rng = np.random.default_rng([seed, ntables, total])
+    label = f"union{len(names)}-{ntables}x{ngpu}-seed{seed}"
+    if ntables <= total:
+        keep = set(int(i) for i in rng.choice(total, ntables, replace=False))
+        tables = tables_from_records([r for i, r in enumerate(records) if i in keep], batch_size, assume_zipf, seed)
+    else:
+        tables = tables_from_records(records, batch_size, assume_zipf, seed)
+        extra = [int(i) for i in rng.choice(total, ntables - total, replace=True)]
+        made: dict[int, int] = {}
+        for i in extra:
+            made[i] = made.get(i, 0) + 1
+            k, rec = made[i], records[i]
+            copy = {**rec, "name": f"{rec['name']}~c{k}",
+                    "source": f"augmented: copy {k} of {rec['name']} (same rows, dim and pooling; lookups "
+                              f"drawn with another seed) from {rec['source']}"}
+            tables += tables_from_records([copy], batch_size, assume_zipf, seed + 1000 * k + i)
+        label += "-augmented"
+    if max_rows is not None:
+        label += f"-max{max_rows}"
+    task = task_from_tables(tables, ngpu, mem_cap_gb, label, batch_size, weights_precision, optimizer)
     task.check_feasible()
     return task

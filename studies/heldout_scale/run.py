@@ -1,0 +1,199 @@
+#!/usr/bin/env python
+"""NeuroShard against the best heuristic on held-out tasks of 100 to 500 tables at 8 GPUs, measured
+in paired rounds on this machine; run it alone (it times).
+
+    .venv/bin/python studies/heldout_scale/run.py [--rounds 6] [--sittings 2]
+    .venv/bin/python studies/heldout_scale/run.py --report results/scale-<UTC>.jsonl   # measures nothing
+
+1. Builds the study's tasks (:func:`study_tasks`): the tables of the seven held-out-at-scale
+   families (``datasets/heldout_scale/``, 115 tables of public configurations no design decision
+   has seen) sharded together, :data:`SIZES` tables each over 8 GPUs of 4 GB, seeds drawn from
+   :data:`STUDY_SEED`. A task larger than the union holds every table once and then copies of
+   drawn tables (``union_task``: each copy's ``source`` says so, the task's name ends
+   ``-augmented``). Rows are the configurations' own: the largest task holds under 1 GB of weights,
+   so nothing is scaled or capped to fit this machine.
+2. Plans each task with every method of :data:`METHODS` at its shipped ``cpu`` defaults (a method
+   that refuses a task is recorded as skipped), timing each search (``search_seconds``, s).
+3. Measures the task's plans together: ``MeasuredEvaluator("cpu", rounds, sittings, seed,
+   reference=None)``: paired interleaved rounds, the best heuristic picked in a separate selection
+   sitting and judged on the sittings after it, four verdicts with a 5% equivalence margin.
+4. Appends the task's record to ``results/scale-<UTC>.jsonl`` as soon as it is done and rewrites
+   the ``.md`` beside it; every measurement is journalled as it is made (``.journal.jsonl``). A run
+   never writes over an earlier one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import numpy as np  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+from shardlab import constants as C  # noqa: E402
+from shardlab.data.model_families import SCALE_FAMILY_SETS, union_task  # noqa: E402
+from shardlab.errors import ShardlabError  # noqa: E402
+from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
+from shardlab.evaluate.values import Evaluation  # noqa: E402
+from shardlab.io import write_text_atomic  # noqa: E402
+from shardlab.profile.hardware import environment, get_profile  # noqa: E402
+from shardlab.search import run_sharder, sharder_for  # noqa: E402
+from studies.common.records import append_record  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PROFILE = "cpu"
+
+#: The five heuristics (the best of them, measured, is the reference) and NeuroShard.
+METHODS = C.HEURISTIC_METHODS + ("neuroshard",)
+
+#: Tables per task (the union holds 115; larger tasks add labelled copies), GPUs and GB per GPU.
+SIZES, NGPU, MEM_CAP_GB = (100, 115, 150, 230, 460), 8, 4.0
+
+#: Seed the task seeds are drawn from (a new draw of tasks needs a new seed).
+STUDY_SEED = 20261127
+
+OUTCOMES = ("faster", "equivalent", "slower", "inconclusive", "skipped")
+
+
+def study_tasks(sizes: Sequence[int] = SIZES) -> list[tuple[int, Any]]:
+    """(seed, task) per size: seeds drawn from :data:`STUDY_SEED` in [1,000,000, 2**31 - 1)."""
+    seeds = np.random.default_rng(STUDY_SEED).integers(1_000_000, 2**31 - 1, len(sizes))
+    return [(int(s), union_task(SCALE_FAMILY_SETS, NGPU, MEM_CAP_GB, n, seed=int(s))) for n, s in zip(sizes, seeds)]
+
+
+def measure_task(task: Any, methods: Sequence[str], rounds: int, sittings: int, seed: int,
+                 journal: str | None = None) -> dict[str, Any]:
+    """One task's record: plans with their search seconds, skips, Evaluations against the best
+    heuristic; every measurement is appended to ``journal`` as it is made."""
+    plans, skipped, seconds = {}, {}, {}
+    for m in methods:
+        start = time.perf_counter()
+        try:
+            plans[m] = run_sharder(sharder_for(m, PROFILE), task, seed)
+            seconds[m] = round(time.perf_counter() - start, 3)
+        except ShardlabError as e:
+            skipped[m] = str(e)
+    evs = MeasuredEvaluator(get_profile(PROFILE), rounds=rounds, sittings=sittings, seed=seed, reference=None,
+                            lower_bound=False, progress=False, journal=journal).evaluate(task, plans)
+    return {"kind": "task", "seed": seed, "task": task.to_dict(),
+            "copies": sum((t.source or "").startswith("augmented:") for t in task.tables),
+            "weights_gb": sum(t.rows * t.dim * 4 for t in task.tables) / 2**30,
+            "plans": {m: p.to_dict() for m, p in plans.items()}, "search_seconds": seconds, "skipped": skipped,
+            "evaluations": {m: e.to_dict() for m, e in evs.items()}}
+
+
+def verdict(rec: Mapping[str, Any], method: str) -> tuple[str, float | None, Any]:
+    """(outcome of :data:`OUTCOMES` or 'reference', ratio to the best heuristic, its 95% interval)."""
+    if method in rec["skipped"] or method not in rec["evaluations"]:
+        return "skipped", None, None
+    comp = Evaluation.from_dict(rec["evaluations"][method]).comparison
+    if comp is None:
+        return "inconclusive", None, None
+    if comp.reference == method:
+        return "reference", 1.0, None
+    return comp.verdict or "inconclusive", comp.ratio, comp.ratio_ci95
+
+
+def outside_range(rec: Mapping[str, Any], method: str = "neuroshard") -> str:
+    """What the plan's metadata says its cost model costed outside its valid range ('-' if nothing)."""
+    said = rec["plans"].get(method, {}).get("metadata", {}).get("valid_range")
+    if not said:
+        return "-"
+    parts = [f"compute of {said['compute_devices']} of {said['ngpu']} devices"] if said.get("compute_devices") else []
+    parts += ["all-to-alls"] if said.get("comm") else []
+    return ", ".join(parts) or "-"
+
+
+def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
+    """The run's markdown: NeuroShard's outcomes against the best heuristic, then every task."""
+    s = header["settings"]
+    said = [verdict(r, "neuroshard")[0] for r in records]
+    lines = [f"# NeuroShard on held-out tasks at scale, measured: run `{header['run']}`", "",
+             f"{len(records)} of {len(s['sizes'])} tasks over the {len(s['sets'])} held-out-at-scale families "
+             f"(`datasets/heldout_scale/`), {s['ngpu']} GPUs x {s['mem_cap_gb']:g} GB, profile `{header['profile']}`, "
+             f"{s['rounds']} paired rounds x {s['sittings']} sittings, equivalence margin {s['margin']:.0%}. "
+             "The reference is the best heuristic, picked by the evaluator in a separate selection sitting. "
+             "Rows are the configurations' own (nothing scaled or capped); tasks over 115 tables add labelled "
+             "copies (`copies`).", "",
+             "| NeuroShard vs best heuristic | " + " | ".join(OUTCOMES) + " | reference |",
+             "| --- | " + " | ".join("---:" for _ in OUTCOMES) + " | ---: |",
+             "| tasks | " + " | ".join(str(said.count(v)) for v in OUTCOMES) + f" | {said.count('reference')} |",
+             "", "## Tasks", "",
+             "| task | tables | copies | weights GB | best heuristic | NeuroShard / best [95%] | verdict | "
+             "NeuroShard search s | costed outside the model's valid range |",
+             "| --- | ---: | ---: | ---: | --- | --- | --- | ---: | --- |"]
+    for r in records:
+        best = next((e["reference"] for e in r["evaluations"].values() if e.get("reference")), "-")
+        v, ratio, ci = verdict(r, "neuroshard")
+        cell = "-" if ratio is None else f"{ratio:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+        lines.append(f"| `{r['task']['name']}` | {len(r['task']['tables'])} | {r['copies']} | {r['weights_gb']:.3f} | "
+                     f"`{best}` | {cell} | {v} | {r['search_seconds'].get('neuroshard', float('nan')):.2f} | "
+                     f"{outside_range(r)} |")
+    lines += ["", "Measured costs (median ms over the judged rounds) per method:", "",
+              "| task | " + " | ".join(f"`{m}`" for m in s["methods"]) + " |",
+              "| --- | " + " | ".join("---:" for _ in s["methods"]) + " |"]
+    for r in records:
+        cells = [f"{r['evaluations'][m]['cost_ms']:.2f}" if m in r["evaluations"] else "skipped" for m in s["methods"]]
+        lines.append(f"| `{r['task']['name']}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def read_run(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(header, task records) of a run's jsonl."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return rows[0], [r for r in rows[1:] if r.get("kind") == "task"]
+
+
+def run(rounds: int, sittings: int, out: Path, sizes: Sequence[int] = SIZES, progress: bool = True) -> Path:
+    """Measure the study's tasks (module docstring); returns the run's jsonl path."""
+    out.mkdir(parents=True, exist_ok=True)
+    run_id = "scale-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    jsonl, md = out / f"{run_id}.jsonl", out / f"{run_id}.md"
+    header = {"kind": "header", "run": run_id, "profile": PROFILE, "environment": environment("cpu"),
+              "settings": {"methods": list(METHODS), "sets": list(SCALE_FAMILY_SETS), "sizes": list(sizes),
+                           "ngpu": NGPU, "mem_cap_gb": MEM_CAP_GB, "study_seed": STUDY_SEED, "rounds": rounds,
+                           "sittings": sittings, "margin": C.EQUIVALENCE_MARGIN}}
+    records: list[dict[str, Any]] = []
+    tasks = study_tasks(sizes)
+    with open(jsonl, "x") as f:
+        append_record(f, header)
+        for seed, task in tqdm(tasks, desc="held-out tasks at scale", unit="task", disable=not progress):
+            start = time.perf_counter()
+            rec = measure_task(task, METHODS, rounds, sittings, seed, journal=str(out / f"{run_id}.journal.jsonl"))
+            rec["seconds"] = round(time.perf_counter() - start, 1)
+            append_record(f, rec)
+            records.append(rec)
+            write_text_atomic(md, report(header, records))
+    return jsonl
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=6, help="paired rounds per sitting (default 6)")
+    ap.add_argument("--sittings", type=int, default=2, help="sittings (default 2)")
+    ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
+    ap.add_argument("--report", default=None, help="rewrite the .md of a stored run's jsonl; measures nothing")
+    args = ap.parse_args(argv)
+    if args.report:
+        path = Path(args.report)
+        header, records = read_run(path)
+        write_text_atomic(path.with_suffix(".md"), report(header, records))
+        print(path.with_suffix(".md"))
+        return 0
+    try:
+        print(run(args.rounds, args.sittings, Path(args.out)))
+    except ShardlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
