@@ -5,7 +5,6 @@ and the driver refuses a changed family file and writes its records on a tiny sy
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -14,17 +13,13 @@ import pytest
 from shardlab import constants as C
 from shardlab.data import model_families as mf
 from shardlab.data.model_families import FAMILY_SETS, SEALED_FAMILY_SETS, family_path, family_set, family_tables
-from shardlab.data.tasks import list_pools, load_pool
 from shardlab.errors import ShardlabError
 from studies.sealed_test import draw, run
+from tests.training_tables import key, keys, training_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 SEALED = ROOT / "datasets" / "sealed"
 BS = 256
-
-
-def _key(rows, dim, pooling):
-    return int(rows), int(dim), round(float(pooling), 4)
 
 
 # --- the manifest ---------------------------------------------------------------------------
@@ -90,11 +85,6 @@ def test_published_numbers_spot_checks():
     assert ali["user_shop"]["pooling_factor"] == 10 and "ASSUMED" in family_set("aliccp_tzrec_mmoe")["notes"]
 
 
-def _keys(tables):
-    return ({_key(t["rows"], t["dim"], t["pooling_factor"]) for t in tables},
-            {_key(t["rows"], 0, t["pooling_factor"]) for t in tables})
-
-
 def test_no_sealed_table_is_a_development_or_training_table():
     """As tests/test_model_families.py checks the development families against training data:
     no sealed table has the (rows, dim, pooling) of a table of the shipped pools, of the
@@ -102,16 +92,12 @@ def test_no_sealed_table_is_a_development_or_training_table():
     dim of a pool or sample table. Against the development families the any-dim check covers
     tables over 64 rows: enumerations (platform, gender, age band) have a handful of values in
     every dataset, and such a table is the same workload whichever dataset it came from."""
-    train = [{"rows": t.rows, "dim": t.dim, "pooling_factor": t.pooling_factor}
-             for pool in list_pools() for t in load_pool(pool).tables]
-    with gzip.open(ROOT / "datasets" / "cpu" / "compute.jsonl.gz", "rt") as f:
-        train += [t for line in f for t in json.loads(line)["tables"]]
-    full, loose = _keys(train)
+    full, loose = keys(training_tables())
     assert len(full) > 800                                           # the pools really were read
-    dev_full, dev_loose = _keys([t for n in FAMILY_SETS for t in family_set(n)["tables"]])
+    dev_full, dev_loose = keys([t for n in FAMILY_SETS for t in family_set(n)["tables"]])
     for name in SEALED_FAMILY_SETS:
         for t in family_set(name)["tables"]:
-            k, lk = _key(t["rows"], t["dim"], t["pooling_factor"]), _key(t["rows"], 0, t["pooling_factor"])
+            k, lk = key(t["rows"], t["dim"], t["pooling_factor"]), key(t["rows"], 0, t["pooling_factor"])
             assert k not in full and lk not in loose, (name, t)
             assert k not in dev_full, (name, t)
             assert t["rows"] <= 64 or lk not in dev_loose, (name, t)

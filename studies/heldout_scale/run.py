@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ from shardlab.evaluate.values import Evaluation  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
-from studies.common.records import append_record  # noqa: E402
+from studies.common.records import append_record, rewrite_report  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROFILE = "cpu"
@@ -145,12 +144,6 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
     return "\n".join(lines) + "\n"
 
 
-def read_run(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(header, task records) of a run's jsonl."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return rows[0], [r for r in rows[1:] if r.get("kind") == "task"]
-
-
 def run(rounds: int, sittings: int, out: Path, sizes: Sequence[int] = SIZES, progress: bool = True) -> Path:
     """Measure the study's tasks (module docstring); returns the run's jsonl path."""
     out.mkdir(parents=True, exist_ok=True)
@@ -182,10 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", default=None, help="rewrite the .md of a stored run's jsonl; measures nothing")
     args = ap.parse_args(argv)
     if args.report:
-        path = Path(args.report)
-        header, records = read_run(path)
-        write_text_atomic(path.with_suffix(".md"), report(header, records))
-        print(path.with_suffix(".md"))
+        print(rewrite_report(args.report, report))
         return 0
     try:
         print(run(args.rounds, args.sittings, Path(args.out)))

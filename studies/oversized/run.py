@@ -45,7 +45,7 @@ from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
 from shardlab.search.row_wise import oversized  # noqa: E402
-from studies.common.records import append_record  # noqa: E402
+from studies.common.records import append_record, read_run, rewrite_report  # noqa: E402
 from studies.oversized.tasks import study_tasks  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -168,12 +168,6 @@ def summary(paths: Sequence[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_run(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(header, task records) of a run's jsonl."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return rows[0], [r for r in rows[1:] if r.get("kind") == "task"]
-
-
 def run(per_family: int, rounds: int, sittings: int, out: Path, progress: bool = True, first: int = 0) -> Path:
     """Measure the study's tasks (module docstring); returns the run's jsonl path."""
     out.mkdir(parents=True, exist_ok=True)
@@ -215,10 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         print(target)
         return 0
     if args.report:
-        path = Path(args.report)
-        header, records = read_run(path)
-        write_text_atomic(path.with_suffix(".md"), report(header, records))
-        print(path.with_suffix(".md"))
+        print(rewrite_report(args.report, report))
         return 0
     try:
         print(run(args.per_family, args.rounds, args.sittings, Path(args.out), first=args.first_task))

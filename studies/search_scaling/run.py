@@ -2,7 +2,7 @@
 """Benchmark (not a test): NeuroShard's search time, simulated plan cost and peak memory as
 tables (50..2000) and GPUs (4..128) grow, table-wise and column-wise. Each point runs in a
 fresh process (`studies.search_scaling.scaling.time_search`). Writes
-results/search_scaling.{json,md} and the log-log figure results/search_scaling.html (not kept
+results/<name>.{json,md} (default name search_scaling) and the log-log figure results/<name>.html (not kept
 in git). Run it alone (timings). The committed results also timed the one-state-at-a-time
 search NeuroShard had before its batched one (rows with `batched` false: the same plans, 5.8 to
 11.3 times slower); that search is gone, so a new run times the batched search only.
@@ -73,23 +73,30 @@ def markdown(report: dict) -> str:
                     and r["batched"] and "search_s" in r), None)
         lines.append(f"| {n} x {g} | {target:g} | " + (f"{got['search_s']:.2f} | {'yes' if got['search_s'] <= target else 'no'} |"
                                                      if got else "not run | - |"))
-    far = [r for r in rows if _outside(r)]
+    far = [r for r in rows if _outside(r) and "valid_range" not in r]
+    guarded = [r for r in rows if r.get("valid_range")]
     lines += ["", "## Every point", ""]
+    if guarded:
+        lines += ["**Simulated costs marked `+`** came partly from the model's labelled analytic fallback: some "
+                  "devices (compute) or all-to-alls (comm) lay outside the range the trained model was fitted "
+                  "on, so those were costed by the analytic model fitted to the same measurements, scaled to the "
+                  "model's envelope at the range's edge (`docs/methods.md`). Last column: how much.", ""]
     if far:
         lines += [f"**Simulated costs marked `*` are not meaningful**: the plan's largest per-device dim sum is "
                   f"more than {OUTSIDE}x the mean its neural comm model (`{far[0]['comm_model']}`, trained per G) "
                   "saw in training, and a log-target MLP extrapolates exponentially (inf: overflow). The search "
                   "time still holds; the model, not the search, is out of range there.", ""]
     lines += ["| tables x GPUs | search | search s | simulated ms | column blocks | max dims / device | comm model | "
-              "RSS before MB | peak RSS MB | tables from |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "RSS before MB | peak RSS MB | tables from | costed outside the valid range |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['tables']} x {r['gpus']} | {r['search']} | {r['error']} | | | | | | | |")
+            lines.append(f"| {r['tables']} x {r['gpus']} | {r['search']} | {r['error']} | | | | | | | | |")
             continue
-        mark = " *" if _outside(r) else ""
+        mark = " +" if r.get("valid_range") else " *" if _outside(r) and "valid_range" not in r else ""
         lines.append(f"| {r['tables']} x {r['gpus']} | {r['search']} | {r['search_s']:.2f} | {r['simulated_ms']:.3f}{mark} | "
                      f"{r['column_blocks']} | {r.get('max_device_dims', '')} | {r.get('comm_model', '')} | "
-                     f"{r['rss_before_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['table_source']} |")
+                     f"{r['rss_before_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['table_source']} | {_fallback(r)} |")
     lines += ["", "Figure (log-log, search time against tables, one line per GPU count and search): "
               "`search_scaling.html`.", ""]
     return "\n".join(lines)
@@ -104,6 +111,16 @@ def _outside(row: dict) -> bool:
     return bool(mean) and row.get("max_device_dims", 0) > OUTSIDE * mean
 
 
+def _fallback(row: dict) -> str:
+    """What of a row's simulated cost the labelled fallback gave ('-': nothing; '' for rows made
+    before the valid-range guard existed)."""
+    said = row.get("valid_range")
+    if said is None:
+        return ""
+    parts = [f"compute of {said['compute_devices']} of {said['ngpu']} devices"] if said.get("compute_devices") else []
+    return ", ".join(parts + (["all-to-alls"] if said.get("comm") else [])) or "-"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--point", nargs=3, metavar=("TABLES", "GPUS", "tw|cw"),
@@ -111,6 +128,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="three small points (a smoke run)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per point")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--name", default="search_scaling",
+                    help="file stem of the results (a new run keeps earlier ones under another stem)")
     args = ap.parse_args()
     if args.point:
         n, g, mode = args.point
@@ -126,15 +145,15 @@ def main() -> int:
               "model": next((r["model"] for r in rows if "model" in r), ""), "targets_s":
               [{"tables": n, "gpus": g, "seconds": s} for (n, g), s in TARGETS_S.items()], "rows": rows}
     out = Path(args.out)
-    write_json_atomic(out / "search_scaling.json", report)
-    write_text_atomic(out / "search_scaling.md", markdown(report))
+    write_json_atomic(out / f"{args.name}.json", report)
+    write_text_atomic(out / f"{args.name}.md", markdown(report))
     # plotly only here: a point's process must not hold it (its peak RSS is measured)
     from shardlab.report.html import figure_html, standalone_page
     from studies.search_scaling.figure import scaling_figure
 
-    write_text_atomic(out / "search_scaling.html", standalone_page(
+    write_text_atomic(out / f"{args.name}.html", standalone_page(
         "NeuroShard search time at scale", figure_html(scaling_figure(rows))))
-    print(f"wrote {out / 'search_scaling.md'}")
+    print(f"wrote {out / (args.name + '.md')}")
     return 0
 
 

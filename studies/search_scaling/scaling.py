@@ -81,7 +81,9 @@ def time_search(ntables: int, ngpu: int, column_wise: bool, model: str = C.SEARC
     """One point (module docstring): search time (s, the model already loaded), the plan's
     simulated cost under ``model`` (ms), splits, RSS before and at peak (MB), and how far the
     plan's largest per-device dim sum lies from the mean its neural comm model was trained on
-    (``comm_trained_mean_dims``; None for the analytic comm model, which has no such range)."""
+    (``comm_trained_mean_dims``; None for the analytic comm model, which has no such range) and
+    what of the plan's cost the search's labelled analytic fallback gave (``valid_range``: the
+    plan's metadata, ``{}`` when everything was inside the model's valid range)."""
     task, tables = scaling_task(ntables, ngpu, mem_cap_gb, seed)
     bundle = load_bundle(model)
     sharder = NeuroShardSharder(model=bundle, columns=column_wise)
@@ -102,5 +104,5 @@ def time_search(ntables: int, ngpu: int, column_wise: bool, model: str = C.SEARC
             "batched": True, "search_s": seconds, "simulated_ms": simulated, "column_blocks": splits,
             "rss_before_mb": before, "peak_rss_mb": peak, "table_source": tables, "model": model,
             "comm_model": type(comm).__name__ + label, "max_device_dims": max(device_dims),
-            "comm_trained_mean_dims": trained,
+            "comm_trained_mean_dims": trained, "valid_range": plan.metadata.get("valid_range", {}),
             "mem_cap_gb": mem_cap_gb, "seed": seed}

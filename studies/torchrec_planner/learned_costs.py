@@ -41,7 +41,7 @@ from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
 from studies.common.heldout import heldout_tasks  # noqa: E402
-from studies.common.records import append_record  # noqa: E402
+from studies.common.records import append_record, rewrite_report  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROFILE = "cpu"
@@ -139,10 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", default=None, help="rewrite the .md of a stored run's jsonl; measures nothing")
     args = ap.parse_args(argv)
     if args.report:
-        path = Path(args.report)
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        write_text_atomic(path.with_suffix(".md"), report(rows[0], [r for r in rows[1:] if r.get("kind") == "task"]))
-        print(path.with_suffix(".md"))
+        print(rewrite_report(args.report, report))
         return 0
     try:
         print(run(args.per_family, args.rounds, args.sittings, Path(args.out)))
