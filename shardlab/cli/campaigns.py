@@ -15,6 +15,7 @@ from shardlab.costmodel.bundle import load_bundle, models_dir, resolve_model_pat
 from shardlab.costmodel.topology_comm import TopologyComm
 from shardlab.costmodel.train import calibrate_held_out, load_records, load_samples, train_bundle
 from shardlab.errors import ShardlabError
+from shardlab.paths import check_output_path
 from shardlab.workflows.plan_campaign import run_plan_campaign
 from shardlab.workflows.rl_args import AutoShardArgs, DreamShardArgs
 from shardlab.workflows.train_autoshard import train_autoshard
@@ -87,6 +88,7 @@ def cmd_profile_plans(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     """Train a cost-model bundle (or an RL policy) on measured samples; save it with provenance."""
+    check_output_path(args.out)          # before any training; the whole set again before writing
     if args.kind.endswith("_policy"):
         return train_policy(args)
     _existing_store(args.store)

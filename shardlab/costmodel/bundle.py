@@ -38,6 +38,7 @@ from shardlab.costmodel.valid_range import CommRange, ComputeRange, GuardedComm,
 from shardlab.data.tasks import datasets_dir
 from shardlab.errors import ShardlabError
 from shardlab.io import read_json, write_json_atomic
+from shardlab.paths import check_output_path
 from shardlab.profile.records import CommRecord, ComputeRecord, as_comm_records, as_compute_records
 from shardlab.tables import Table
 
@@ -200,18 +201,35 @@ class CostModelBundle:
         (``<name>.compute.<ext>``, ``<name>.comm.<ext>``), each atomically; a fallback fitted with
         it goes beside as ``<name>.fallback.json`` (and its parts), written first."""
         p = Path(path)
+        for f in self.output_files(p):          # the whole set is checked before anything is written
+            check_output_path(f)
         if self.fallback_bundle is not None:
             self.valid_range = {**self.valid_range, "fallback": _save_fallback(self.fallback_bundle, p)}
         parts = {}
         for role, model in (("compute", _plain(self.compute)), ("comm", _plain(self.comm))):
-            ext = getattr(model, "file_ext", "json" if type(model).__module__.endswith("analytic") else "pt")
-            name = f"{p.stem}.{role}.{ext}"
+            name = _part_name(p, role, model)
             model.save(str(p.parent / name))
             parts[role] = {"file": name, "class": f"{type(model).__module__}.{type(model).__name__}"}
         write_json_atomic(p, {"format": MANIFEST_FORMAT, "source": self.source, "parts": parts,
                               "provenance": self.provenance, "heldout": self.heldout,
                               **({"calibration": self.calibration} if self.calibration else {}),
                               **({"valid_range": self.valid_range} if self.valid_range else {})})
+
+
+    def output_files(self, path: str | os.PathLike) -> list[Path]:
+        """Every file :meth:`save` at ``path`` writes: the fallback's (when there is one), the
+        two model parts, then the manifest."""
+        p = Path(path)
+        out = [] if self.fallback_bundle is None else \
+            self.fallback_bundle.output_files(p.parent / f"{p.stem}.fallback.json")
+        out += [p.parent / _part_name(p, role, _plain(m)) for role, m in (("compute", self.compute), ("comm", self.comm))]
+        return out + [p]
+
+
+def _part_name(manifest: Path, role: str, model: Any) -> str:
+    """File name of a bundle's ``role`` part (``compute`` / ``comm``) beside ``manifest``."""
+    ext = getattr(model, "file_ext", "json" if type(model).__module__.endswith("analytic") else "pt")
+    return f"{manifest.stem}.{role}.{ext}"
 
 
 def _plain(model: Any) -> Any:

@@ -65,7 +65,7 @@ def load_samples(kind: str, store: str | None = None, dataset: str = "cpu",
     models take the typed records of :func:`load_records`; the rows serve code that reads them
     as dicts (:func:`shardlab.evaluate.stats.subadditivity`, :mod:`shardlab.report.measured`)."""
     if store is not None:
-        with SampleStore(store) as s:
+        with SampleStore(store, create=False) as s:
             kinds = [k for k in s.kinds() if k == kind or (kind in PER_G_KINDS and k.startswith(kind + ":"))]
             out = [x for k in kinds for x in s.samples(k)]
     else:

@@ -20,6 +20,7 @@ import gzip
 import json
 import os
 import sqlite3
+import urllib.parse
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -27,7 +28,7 @@ from shardlab import constants as C
 from shardlab.data.tasks import datasets_dir
 from shardlab.errors import ShardlabError
 from shardlab.io import write_bytes_atomic, write_json_atomic
-from shardlab.paths import safe_filename
+from shardlab.paths import check_output_path, safe_filename
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS provenance (
@@ -50,14 +51,28 @@ class SampleStore:
     """A SQLite file of samples. ``kind`` is e.g. ``"compute"`` or ``"comm:4"``; ``key`` is
     unique per sample; ``payload`` and ``provenance`` are JSON-able dicts."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, create: bool = True):
+        """``create``: a store to write, made when missing (the path checked first as any output:
+        never a device, FIFO, directory or a link to one); False: a store to read, which must
+        exist -- reading never creates one, nor changes a file that is not a store."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if create:
+            check_output_path(self.path)
+        elif not self.path.is_file():
+            raise ShardlabError(f"{self.path}: no such sample store (nothing to read)")
         try:
-            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(SCHEMA)
+            if create:
+                self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(SCHEMA)
+            else:
+                uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=rw"
+                self._db = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
+                have = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not {"samples", "provenance"} <= have:
+                    self._db.close()
+                    raise ShardlabError(f"{self.path}: not a sample store (no samples table)")
         except sqlite3.DatabaseError as e:
             raise ShardlabError(f"{self.path}: not a usable sample store ({e})") from None
         self._prov_ids: dict[str, int] = {}
