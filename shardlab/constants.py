@@ -22,6 +22,19 @@ FEATURE_NAMES = ("dim", "rows", "pooling_factor", "size") + tuple(
 #: Embedding dims must be multiples of this (fbgemm TBE requirement).
 DIM_MULTIPLE = 4
 
+#: Input bounds, far beyond any real model, so that sizes stay exact integers and finite floats:
+#: rows per table (2**40; public configurations reach 4.2e8), dims per table, GB per device
+#: (1 PB), and bytes of a JSON input (1 GiB; a task of 70,000 tables is about 20 MB).
+MAX_ROWS = 2**40
+MAX_DIM = 65_536
+MAX_MEM_CAP_GB = 1e6
+MAX_INPUT_BYTES = 2**30
+
+#: Most devices a task, campaign or policy may name (a 16,384-GPU cluster), and the longest
+#: forward delay a comm campaign may draw (ms; its rounds wait for it).
+MAX_NGPU = 16_384
+MAX_DELAY_MS = 60_000.0
+
 #: Bytes per stored weight for the supported training precisions.
 BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2}
 

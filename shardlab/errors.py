@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 class ShardlabError(ValueError):
@@ -49,3 +50,18 @@ def check_fields(data: object, kind: str, name_key: str, required: tuple[str, ..
         if extra:
             raise ShardlabError(f"{owner}: field '{extra[0]}' is not a {kind.capitalize()} field")
     return owner
+
+
+#: Longest run of non-blank characters a printed message keeps whole (characters).
+LONGEST_SHOWN = 120
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+_LONG_RUN = re.compile(r"\S{%d,}" % (LONGEST_SHOWN + 1))
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal as one line: control, bidi and line-break characters
+    escaped (``\\x1b``, ``\\n``, ``\\u202e``), and every run of over :data:`LONGEST_SHOWN`
+    non-blank characters (a 20 MB task name) cut to its start and its length."""
+    text = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+    return _LONG_RUN.sub(lambda m: f"{m.group()[:LONGEST_SHOWN - 20]}...({len(m.group()):,} characters)", text)

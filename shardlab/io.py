@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable
 
+from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.paths import check_output_path
 from shardlab.plan import Plan
@@ -130,9 +133,15 @@ def read_json(path: str | os.PathLike) -> Any:
     """Read JSON (gzip-compressed when the name ends in ``.gz``); one-line error if unreadable."""
     path = Path(path)
     try:
+        st = os.stat(path)                       # never opens a FIFO (which would block) or a device
+        if not stat.S_ISREG(st.st_mode):
+            raise ShardlabError(f"{path}: not a regular file (a JSON file to read)")
+        if st.st_size > C.MAX_INPUT_BYTES:
+            raise ShardlabError(f"{path}: {st.st_size:,} bytes, more than the {C.MAX_INPUT_BYTES:,} a JSON "
+                                "input may have")
         raw = path.read_bytes()
         if path.suffix == ".gz":
-            raw = gzip.decompress(raw)
+            raw = _gunzip_bounded(raw, path)
         return json.loads(raw)
     except FileNotFoundError:
         raise ShardlabError(f"{path}: no such file") from None
@@ -140,6 +149,15 @@ def read_json(path: str | os.PathLike) -> Any:
         raise ShardlabError(f"{path}: not valid JSON ({str(e).splitlines()[0]})") from None
     except RecursionError:
         raise ShardlabError(f"{path}: JSON nested too deeply to read") from None
+
+
+def _gunzip_bounded(raw: bytes, path: Path) -> bytes:
+    """Decompress gzip ``raw``, refusing (one line) more than ``constants.MAX_INPUT_BYTES``."""
+    with gzip.GzipFile(fileobj=io.BytesIO(raw)) as f:
+        out = f.read(C.MAX_INPUT_BYTES + 1)
+    if len(out) > C.MAX_INPUT_BYTES:
+        raise ShardlabError(f"{path}: decompresses to more than the {C.MAX_INPUT_BYTES:,} bytes a JSON input may have")
+    return out
 
 
 def load_task(path: str | os.PathLike) -> Task:

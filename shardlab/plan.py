@@ -68,6 +68,10 @@ class Plan:
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        for name in ("task", "method"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise field_error("plan", name, value, "must be a non-empty string")
         owner = f"plan '{self.method}' for task '{self.task}'"
         object.__setattr__(self, "ngpu", checked_int(owner, "ngpu", self.ngpu, 1))
         object.__setattr__(self, "seed", checked_int(owner, "seed", self.seed, 0))

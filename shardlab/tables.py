@@ -17,8 +17,9 @@ from shardlab import constants as C
 from shardlab.errors import InfeasibleError, ShardlabError, check_fields, field_error
 
 
-def checked_int(owner: str, name: str, value: Any, minimum: int) -> int:
-    """Return ``value`` as an int >= ``minimum`` or raise a one-line error naming the field."""
+def checked_int(owner: str, name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    """Return ``value`` as an int in [``minimum``, ``maximum``] (no upper bound when None) or
+    raise a one-line error naming the field."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise field_error(owner, name, value, "must be an integer")
     if isinstance(value, float):
@@ -27,18 +28,27 @@ def checked_int(owner: str, name: str, value: Any, minimum: int) -> int:
         value = int(value)
     if value < minimum:
         raise field_error(owner, name, value, f"must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise field_error(owner, name, value, f"must be <= {maximum:,}")
     return int(value)
 
 
-def checked_float(owner: str, name: str, value: Any, minimum: float, strict: bool = False) -> float:
-    """Return ``value`` as a finite float >= ``minimum`` (> if ``strict``) or raise."""
+def checked_float(owner: str, name: str, value: Any, minimum: float, strict: bool = False,
+                  maximum: float | None = None) -> float:
+    """Return ``value`` as a finite float >= ``minimum`` (> if ``strict``) and <= ``maximum``
+    (when given) or raise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise field_error(owner, name, value, "must be a number")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        raise field_error(owner, name, value, "must be finite") from None
     if not math.isfinite(value):
         raise field_error(owner, name, value, "must be finite")
     if value < minimum or (strict and value == minimum):
         raise field_error(owner, name, value, f"must be {'>' if strict else '>='} {minimum}")
+    if maximum is not None and value > maximum:
+        raise field_error(owner, name, value, f"must be <= {maximum:g}")
     return value
 
 
@@ -76,8 +86,8 @@ class Table:
         if not isinstance(self.name, str) or not self.name:
             raise field_error("table", "name", self.name, "must be a non-empty string")
         owner = f"table '{self.name}'"
-        object.__setattr__(self, "rows", checked_int(owner, "rows", self.rows, 1))
-        dim = checked_int(owner, "dim", self.dim, C.DIM_MULTIPLE)
+        object.__setattr__(self, "rows", checked_int(owner, "rows", self.rows, 1, C.MAX_ROWS))
+        dim = checked_int(owner, "dim", self.dim, C.DIM_MULTIPLE, C.MAX_DIM)
         if dim % C.DIM_MULTIPLE:
             raise field_error(owner, "dim", dim, f"must be a multiple of {C.DIM_MULTIPLE}")
         object.__setattr__(self, "dim", dim)
@@ -176,7 +186,8 @@ class Task:
         owner = f"task '{self.name}'"
         object.__setattr__(self, "ngpu", checked_int(owner, "ngpu", self.ngpu, 1))
         object.__setattr__(self, "mem_cap_gb",
-                           checked_float(owner, "mem_cap_gb", self.mem_cap_gb, 0.0, strict=True))
+                           checked_float(owner, "mem_cap_gb", self.mem_cap_gb, 0.0, strict=True,
+                                         maximum=C.MAX_MEM_CAP_GB))
         object.__setattr__(self, "batch_size", checked_int(owner, "batch_size", self.batch_size, 1))
         if self.weights_precision not in C.BYTES_PER_WEIGHT:
             raise field_error(owner, "weights_precision", self.weights_precision,

@@ -21,14 +21,15 @@ from typing import Sequence
 
 from shardlab.cli.checks import check_args
 from shardlab.cli.parser import build_parser
-from shardlab.errors import ShardlabError
+from shardlab.errors import ShardlabError, printable
 
 __all__ = ["build_parser", "emit", "main"]
 
 
 def emit(args: argparse.Namespace, summary: str, data: object) -> None:
-    """Print the one-line ``summary``, or ``data`` as JSON with ``--json``."""
-    print(json.dumps(data, indent=1) if args.json else summary)
+    """Print the one-line ``summary`` (control characters escaped, long values cut:
+    :func:`~shardlab.errors.printable`), or ``data`` as JSON with ``--json``."""
+    print(json.dumps(data, indent=1) if args.json else printable(summary))
 
 
 def run_verb(args: argparse.Namespace) -> None:
@@ -45,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_args(args)
         run_verb(args)
     except ShardlabError as e:
-        print(f"shardlab: error: {e}", file=sys.stderr)
+        print(f"shardlab: error: {printable(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("shardlab: interrupted", file=sys.stderr)

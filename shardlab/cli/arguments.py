@@ -192,7 +192,8 @@ def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, sea
     p.add_argument("--batch-size", type=int, default=None, help="override the profile's batch size")
     p.add_argument("--repeats", type=int, default=None, help="override the profile's timed runs per op")
     p.add_argument("--warmup", type=int, default=None, help="override the profile's warm-up runs per op")
-    p.add_argument("--seed", type=int, default=0, help="--measure: the rounds' orders and the bootstrap")
+    p.add_argument("--seed", type=int, default=None,
+                   help="--measure/--torchrec: the rounds' orders and the bootstrap (default 0)")
     p.add_argument("--margin", type=float, default=None,
                    help="--measure/--torchrec: equivalence margin M of the verdicts: 'equivalent' when the 95%% "
                         "interval of the paired ratio plan / reference contains 1 and lies inside [1/(1+M), 1+M] "

@@ -3,7 +3,7 @@
 Every numeric option has a range and nonsense gets one line naming the option and its value
 (:class:`~shardlab.errors.ShardlabError`, exit status 2) instead of a traceback or a silently
 odd result; options that only mean something with another option are refused without it.
-``tests/test_hostile_inputs.py`` holds every case.
+``tests/test_hostile_inputs.py`` and ``tests/test_hostile_inputs_bounds.py`` hold every case.
 """
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ import math
 import re
 from typing import Any, Callable
 
+from shardlab.constants import MAX_DELAY_MS, MAX_MEM_CAP_GB, MAX_NGPU
 from shardlab.errors import ShardlabError
+from shardlab.paths import check_output_path
+
+#: Path options: an empty value is refused (it would silently mean "no output" or "here").
+PATH_OPTIONS = ("out", "html", "store", "journal", "tables", "model", "dataset_dir")
 
 #: option (argparse dest) -> (test, requirement), applied where a verb has the option and it is set.
 RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -30,29 +35,29 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ntables": (lambda v: v >= 1, "must be >= 1"),
     "min_tables": (lambda v: v >= 1, "must be >= 1"),
     "max_tables": (lambda v: v >= 1, "must be >= 1"),
-    "mem_gb": (lambda v: math.isfinite(v) and v > 0, "must be a finite number > 0"),
+    "mem_gb": (lambda v: math.isfinite(v) and 0 < v <= MAX_MEM_CAP_GB, f"must be a number in (0, {MAX_MEM_CAP_GB:g}]"),
     "row_share": (lambda v: math.isfinite(v) and 0 <= v <= 1, "must be a share in [0, 1]"),
-    "max_delay_ms": (lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0"),
+    "max_delay_ms": (lambda v: math.isfinite(v) and 0 <= v <= MAX_DELAY_MS, f"must be in [0, {MAX_DELAY_MS:g}] ms"),
     "assume_zipf": (lambda v: math.isfinite(v) and v > 0, "must be a finite Zipf exponent > 0"),
     "epochs": (lambda v: v >= 1, "must be >= 1"),
     "verify": (lambda v: 1 <= v <= 20, "must be in [1, 20] (candidate plans measured)"),
     "iterations": (lambda v: v >= 1, "must be >= 1"),
     "updates": (lambda v: v >= 1, "must be >= 1"),
     "cost_epochs": (lambda v: v >= 1, "must be >= 1"),
-    "ngpu": (lambda v: v >= 1, "must be >= 1"),
+    "ngpu": (lambda v: 1 <= v <= MAX_NGPU, f"must be in [1, {MAX_NGPU:,}]"),
     "steps": (lambda v: 1 <= v <= 10000, "must be in [1, 10000]"),
     "warmup_steps": (lambda v: 0 <= v <= 1000, "must be in [0, 1000]"),
 }
 
 #: Options of the evaluation verbs that also act on the TorchRec evaluator (--torchrec).
-TORCHREC_ALSO = ("batch_size", "rounds", "margin")
+TORCHREC_ALSO = ("batch_size", "rounds", "margin", "seed")
 
 #: Options that only act on the TorchRec evaluator.
 TORCHREC_ONLY = ("steps", "warmup_steps", "whole_step")
 
 #: Options of the evaluation verbs that only act on measurement: refused without --measure.
 MEASURE_ONLY = ("batch_size", "repeats", "warmup", "rounds", "warmup_rounds", "no_pin", "journal", "margin",
-                "sittings")
+                "sittings", "seed")
 
 #: Verbs whose --batch-size etc. belong to the measuring evaluator.
 EVALUATION_VERBS = ("evaluate", "compare", "report")
@@ -74,8 +79,17 @@ def check_args(args: argparse.Namespace) -> None:
         for v in value if isinstance(value, (list, tuple)) else [value]:
             if not ok(v):
                 raise ShardlabError(f"option '{_flag(dest)}' = {v!r} {requirement}")
+    for dest in PATH_OPTIONS:
+        if getattr(args, dest, None) == "":
+            raise ShardlabError(f"option '{_flag(dest)}' = '' is empty (give a path)")
     verb = getattr(args, "verb", None)
     torchrec = bool(getattr(args, "torchrec", False))
+    if verb == "tasks" and getattr(args, "tables", None) is None:
+        if getattr(args, "assume_zipf", None) is not None:
+            raise ShardlabError(f"option '--assume-zipf' = {args.assume_zipf} only applies with --tables "
+                                "(pool tables carry their own lookups)")
+    if verb == "tasks" and getattr(args, "tables", None) is not None and getattr(args, "split", None) is not None:
+        raise ShardlabError(f"option '--split' = {args.split!r} only applies to pool tables, not with --tables")
     if verb in EVALUATION_VERBS and not getattr(args, "measure", False):
         for dest in MEASURE_ONLY:
             if getattr(args, dest, None) not in (None, False) and not (torchrec and dest in TORCHREC_ALSO):
@@ -89,6 +103,8 @@ def check_args(args: argparse.Namespace) -> None:
         for dest in ("rounds",):
             if getattr(args, dest, None) is not None:
                 raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --verify")
+    if getattr(args, "journal", None) and getattr(args, "measure", False):
+        check_output_path(args.journal)      # never a directory, device or FIFO (appending to one would hang)
     if verb == "export-torchrec" and not MODULE_PATH.fullmatch(args.module or ""):
         raise ShardlabError(f"option '--module' = {args.module!r} must be a dotted module path like 'sparse.ebc'")
     if getattr(args, "row_share", 0) and getattr(args, "pool", None) != "broad":

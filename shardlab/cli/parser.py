@@ -48,7 +48,7 @@ def _add_task_verbs(sub: argparse._SubParsersAction) -> None:
         "shardlab tasks --tables datasets/criteo/criteo_kaggle_dac.json --assume-zipf 1.05 --ngpu 2 --out criteo.json"],
         command="plans:cmd_tasks")
     p.add_argument("--pool", default=C.DEFAULT_POOL, help="shipped table pool (default %(default)s)")
-    p.add_argument("--split", default="test", choices=SPLITS,
+    p.add_argument("--split", default=None, choices=SPLITS,
                    help="which half of the pool to draw from (default %(default)s)")
     p.add_argument("--tables", help="draw from a JSON/CSV table list instead of a pool")
     p.add_argument("--assume-zipf", type=float, default=None, metavar="ALPHA",

@@ -41,6 +41,13 @@ def _with_assumed_bins(name: str, rows: int, dim: int, pooling: float, batch_siz
                  generated.distribution)
 
 
+#: The fields a table record may have (``name``, ``rows`` and ``dim`` required).
+RECORD_FIELDS = ("name", "rows", "dim", "pooling_factor", "reuse_bins", "fixed_bags", "source")
+
+#: The columns a table CSV may have (``name``, ``rows`` and ``dim`` required; all 17 bins or none).
+CSV_BIN_COLUMNS = tuple(f"reuse_bin_{i}" for i in range(C.N_REUSE_BINS))
+
+
 def tables_from_records(records: Iterable[Mapping[str, Any]], batch_size: int = C.DEFAULT_BATCH_SIZE,
                         assume_zipf: float | None = None, seed: int = 0,
                         origin: str = "imported") -> list[Table]:
@@ -51,7 +58,14 @@ def tables_from_records(records: Iterable[Mapping[str, Any]], batch_size: int = 
     out: list[Table | None] = []
     todo: list[tuple] = []
     for i, rec in enumerate(records):
+        if not isinstance(rec, Mapping):
+            raise ShardlabError(f"table {i}: must be a JSON object with {', '.join(RECORD_FIELDS[:4])}, "
+                                f"got {type(rec).__name__}")
         name = str(rec.get("name") or f"table{i}")
+        unknown = sorted(set(rec) - set(RECORD_FIELDS))
+        if unknown:
+            raise ShardlabError(f"table '{name}': field '{unknown[0]}' is not a table field "
+                                f"(known: {', '.join(RECORD_FIELDS)})")
         for key in ("rows", "dim"):
             if key not in rec:
                 raise ShardlabError(f"table '{name}': field '{key}' is missing")
@@ -81,7 +95,19 @@ def _csv_records(path: Path) -> list[dict[str, Any]]:
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
         cols = reader.fieldnames or []
-        bin_cols = [f"reuse_bin_{i}" for i in range(C.N_REUSE_BINS)]
+        bin_cols = list(CSV_BIN_COLUMNS)
+        for need in ("name", "rows", "dim"):
+            if need not in cols:
+                raise ShardlabError(f"{path}: column '{need}' is missing (columns: name, rows, dim, pooling_factor, "
+                                    "reuse_bin_0 .. reuse_bin_16)")
+        odd = [c for c in cols if c not in ("name", "rows", "dim", "pooling_factor") + CSV_BIN_COLUMNS]
+        if odd:
+            raise ShardlabError(f"{path}: column '{odd[0]}' is not a table column (columns: name, rows, dim, "
+                                "pooling_factor, reuse_bin_0 .. reuse_bin_16)")
+        some = [c for c in bin_cols if c in cols]
+        if some and len(some) != len(bin_cols):
+            missing = next(c for c in bin_cols if c not in cols)
+            raise ShardlabError(f"{path}: column '{missing}' is missing (give all 17 reuse_bin columns or none)")
         records = []
         for line, row in enumerate(reader, start=2):
             def num(key: str, cast: type = float) -> Any:

@@ -42,6 +42,7 @@ from shardlab.evaluate.stats import check_margin, hierarchical_median_ci
 from shardlab.evaluate.values import (NAMED, SELECTED, DeviceCost, Evaluation, baseline_names, check_plans,
                                       comm_pattern, compare_to_reference, device_tables, selects_reference)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
+from shardlab.paths import check_output_path
 from shardlab.profile.comm import CommBench
 from shardlab.profile.compute import DEFAULT_MAX_GB, measure_compute
 from shardlab.profile.hardware import HardwareProfile, core_for, get_profile, pinned
@@ -238,6 +239,8 @@ class MeasuredEvaluator:
             raise field_error("measured evaluator", "sittings", self.sittings,
                               "must be 1 under torchrun (its ranks cannot be re-spawned): run the command again")
         check_margin(self.margin, "measured evaluator")
+        if self.journal is not None:
+            check_output_path(self.journal)      # a directory, device or FIFO is refused before anything runs
         prof = get_profile(self.profile)
         if prof.device == "cuda" and self.group is None:
             import torch

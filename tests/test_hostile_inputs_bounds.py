@@ -1,0 +1,108 @@
+"""More hostile inputs: values past every bound, files that are not files, records of the wrong
+shape, options that would be ignored, and names that would garble a terminal. Each gets exit
+status 2 and one line naming the input (or a correct, safely printed result)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from shardlab import Task
+from shardlab.cli import main
+from shardlab.errors import LONGEST_SHOWN, ShardlabError, printable
+from shardlab.io import read_json, save_plan, save_task
+from shardlab.search import get_sharder, run_sharder
+from tests.conftest import make_table
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bounds")
+    task = Task("b", 2, 1.0, tuple(make_table(f"t{i}") for i in range(4)))
+    save_task(task, d / "task.json")
+    plan = run_sharder(get_sharder("random"), task).to_dict()
+    save_plan(run_sharder(get_sharder("random"), task), d / "plan.json")
+    (d / "plan_list.json").write_text(json.dumps({**plan, "method": ["a"]}))
+    (d / "plan_null.json").write_text(json.dumps({**plan, "method": None}))
+    big = task.to_dict()
+    big["tables"][0]["rows"] = 1e25
+    (d / "rows_huge.json").write_text(json.dumps(big))
+    cap = task.to_dict()
+    cap["mem_cap_gb"] = 1e20
+    (d / "cap_huge.json").write_text(json.dumps(cap))
+    (d / "numbers.json").write_text(json.dumps([1, 2, 3]))
+    (d / "misspelt.json").write_text(json.dumps([{"name": "a", "rows": 100, "dim": 16, "pooling_facter": 3}]))
+    (d / "no_dim.csv").write_text("name,rows,pooling_factor\na,100,2\n")
+    (d / "odd_column.csv").write_text("name,rows,dim,colour\na,100,16,red\n")
+    (d / "some_bins.csv").write_text("name,rows,dim,reuse_bin_0\na,100,16,1\n")
+    (d / "adir").mkdir()
+    os.mkfifo(d / "fifo")
+    return {"dir": d}
+
+
+#: (argv with {dir}, what the one line must say)
+CASES = [
+    (["tasks", "--ntables", "4", "--mem-gb", "1e308"], "option '--mem-gb' = 1e+308 must be a number in (0, 1e+06]"),
+    (["shard", "{dir}/rows_huge.json", "--method", "random"], "field 'rows' = 10000000000000000905969664 must be <="),
+    (["shard", "{dir}/cap_huge.json", "--method", "random"], "field 'mem_cap_gb' = 1e+20 must be <= 1e+06"),
+    (["shard", "/dev/zero", "--method", "random"], "/dev/zero: not a regular file"),
+    (["shard", "{dir}/fifo", "--method", "random"], "fifo: not a regular file"),
+    (["shard", "{dir}/adir", "--method", "random"], "adir: not a regular file"),
+    (["evaluate", "{dir}/task.json", "{dir}/plan_list.json"], "field 'method' = ['a'] must be a non-empty string"),
+    (["evaluate", "{dir}/task.json", "{dir}/plan_null.json"], "field 'method' = None must be a non-empty string"),
+    (["tasks", "--tables", "{dir}/numbers.json", "--assume-zipf", "1.05"], "table 0: must be a JSON object"),
+    (["tasks", "--tables", "{dir}/misspelt.json", "--assume-zipf", "1.05"], "field 'pooling_facter' is not a table field"),
+    (["tasks", "--tables", "{dir}/no_dim.csv", "--assume-zipf", "1.05"], "column 'dim' is missing"),
+    (["tasks", "--tables", "{dir}/odd_column.csv", "--assume-zipf", "1.05"], "column 'colour' is not a table column"),
+    (["tasks", "--tables", "{dir}/some_bins.csv"], "column 'reuse_bin_1' is missing"),
+    (["tasks", "--ntables", "4", "--assume-zipf", "1.05"], "option '--assume-zipf' = 1.05 only applies with --tables"),
+    (["tasks", "--tables", "{dir}/misspelt.json", "--split", "train"], "option '--split' = 'train' only applies to pool"),
+    (["evaluate", "{dir}/task.json", "{dir}/plan.json", "--seed", "3"], "option '--seed' = 3 only applies with --measure"),
+    (["shard", "{dir}/task.json", "--method", "random", "--out", ""], "option '--out' = '' is empty"),
+    (["evaluate", "{dir}/task.json", "{dir}/plan.json", "--measure", "--journal", "{dir}/adir"], "adir is a directory"),
+    (["evaluate", "{dir}/task.json", "{dir}/plan.json", "--measure", "--journal", "{dir}/fifo"], "fifo is a FIFO"),
+    (["evaluate", "{dir}/task.json", "{dir}/plan.json", "--measure", "--journal", "/dev/full"], "character device"),
+    (["profile", "comm", "--store", "{dir}/c.db", "--max-delay-ms", "1e12"], "option '--max-delay-ms' = 1000000000000.0"),
+    (["train", "autoshard_policy", "--ngpu", "100000", "--out", "{dir}/x.pt", "--store", "{dir}/s.db"],
+     "option '--ngpu' = 100000 must be in [1, 16,384]"),
+    (["train", "analytic", "--out", "{dir}/adir"], "adir is a directory"),
+]
+
+
+@pytest.mark.parametrize("argv,says", CASES, ids=[" ".join(a[:3]) + f" #{i}" for i, (a, _) in enumerate(CASES)])
+def test_one_line_naming_the_input(files, argv, says, capsys):
+    argv = [a.format(**files) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("shardlab: error: ") and says in err, err
+    assert not (files["dir"] / "c.db").exists() and not (files["dir"] / "s.db").exists()
+
+
+def test_printable_escapes_controls_and_cuts_long_runs():
+    assert printable("a\x1b[31mred\x07\nb\u202e") == "a\\x1b[31mred\\x07\\nb\\u202e"
+    long = printable("name " + "n" * 20_000_000 + " end")
+    assert long.startswith("name n") and long.endswith("...(20,000,000 characters) end")
+    assert len(long) < LONGEST_SHOWN + 60
+    assert printable("plain words, kept as they are") == "plain words, kept as they are"
+
+
+def test_names_are_printed_safely(files, capsys):
+    d = json.loads((files["dir"] / "task.json").read_text())
+    # the name runs into the colon after it: 5,000,001 characters cut
+    for name, shown in (("a\x1b[2Jb", "a\\x1b[2Jb"), ("n" * 5_000_000, "...(5,000,001 characters)")):
+        d["name"] = name
+        path = files["dir"] / "named.json"
+        path.write_text(json.dumps(d))
+        assert main(["shard", str(path), "--method", "random"]) == 0
+        out = capsys.readouterr().out
+        assert shown in out and "\x1b" not in out and len(out) < 1000
+
+
+def test_read_json_refuses_what_is_not_a_file_without_opening_it(files):
+    for path in ("/dev/zero", files["dir"] / "fifo", files["dir"] / "adir"):   # a FIFO would block if opened
+        with pytest.raises(ShardlabError, match="not a regular file"):
+            read_json(path)
+    assert Path(files["dir"] / "fifo").exists()
