@@ -69,6 +69,9 @@ CASES = [
     (["train", "autoshard_policy", "--ngpu", "100000", "--out", "{dir}/x.pt", "--store", "{dir}/s.db"],
      "option '--ngpu' = 100000 must be in [1, 16,384]"),
     (["train", "analytic", "--out", "{dir}/adir"], "adir is a directory"),
+    (["train", "analytic", "--out", "{dir}/a.json", "--epochs", "5"], "option '--epochs' = 5 does not apply to analytic"),
+    (["profile", "compute", "--store", "{dir}/c.db", "--pool", "broad", "--split", "test"],
+     "option '--split' = 'test' does not apply to --pool broad"),
 ]
 
 

@@ -40,7 +40,7 @@ def cmd_profile_compute(args: argparse.Namespace) -> None:
                                    max_tables=args.max_tables, mem_cap_gb=args.mem_gb,
                                    workers=args.workers, seed=args.seed, progress=not args.no_progress)
     else:
-        added = run_compute_campaign(args.store, args.samples, prof, pool=args.pool, split=args.split,
+        added = run_compute_campaign(args.store, args.samples, prof, pool=args.pool, split=args.split or "train",
                                      max_tables=args.max_tables, mem_cap_gb=args.mem_gb,
                                      workers=args.workers, seed=args.seed, progress=not args.no_progress)
     with SampleStore(args.store) as store:

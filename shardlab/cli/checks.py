@@ -107,6 +107,13 @@ def check_args(args: argparse.Namespace) -> None:
         check_output_path(args.journal)      # never a directory, device or FIFO (appending to one would hang)
     if verb == "export-torchrec" and not MODULE_PATH.fullmatch(args.module or ""):
         raise ShardlabError(f"option '--module' = {args.module!r} must be a dotted module path like 'sparse.ebc'")
+    if getattr(args, "command", "").endswith("cmd_profile_compute") and getattr(args, "pool", None) == "broad" \
+            and getattr(args, "split", None) is not None:
+        raise ShardlabError(f"option '--split' = {args.split!r} does not apply to --pool broad (its tables are drawn, "
+                            "not split)")
+    if verb == "train" and args.kind == "analytic" and getattr(args, "epochs", None) is not None:
+        raise ShardlabError(f"option '--epochs' = {args.epochs} does not apply to analytic (it is fitted by least "
+                            "squares, not trained in epochs)")
     if getattr(args, "row_share", 0) and getattr(args, "pool", None) != "broad":
         raise ShardlabError(f"option '--row-share' = {args.row_share} needs --pool broad")
     if verb == "train" and args.kind == "autoshard_policy" and getattr(args, "iterations", None) is not None:

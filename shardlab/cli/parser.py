@@ -122,7 +122,7 @@ def _add_profile_verbs(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--samples", type=int, default=100, help="samples 0..N-1 (stored ones are skipped)")
     _measuring(c)
     c.add_argument("--pool", default=C.DEFAULT_POOL, help=BROAD_POOL_HELP)
-    c.add_argument("--split", default="train", choices=SPLITS)
+    c.add_argument("--split", default=None, choices=SPLITS, help="pool split (default train; not with --pool broad)")
     c.add_argument("--row-share", type=float, default=0.0,
                    help="pool 'broad' only: share of samples with row blocks of their tables")
     c.add_argument("--max-tables", type=int, default=15)

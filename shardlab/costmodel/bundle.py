@@ -34,6 +34,7 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.costmodel.base import CommModel, ComputeModel, Simulated, simulate
 from shardlab.costmodel.metrics import errors
+from shardlab.costmodel.model_checks import first_non_finite, smoke_prediction
 from shardlab.costmodel.valid_range import CommRange, ComputeRange, GuardedComm, GuardedCompute, guard_compute
 from shardlab.data.tasks import datasets_dir
 from shardlab.errors import ShardlabError
@@ -77,7 +78,13 @@ class SplitCalibration:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SplitCalibration":
-        """Parse the manifest's ``calibration`` block; one-line error naming a bad field."""
+        """Parse the manifest's ``calibration`` block; one-line error naming a bad field (an
+        unknown one too)."""
+        if not isinstance(d, Mapping):
+            raise ShardlabError(f"split calibration: must be an object, got {type(d).__name__}")
+        unknown = sorted(set(d) - {"log_margin", "quantile", "n", "median_log_ratio", "data"})
+        if unknown:
+            raise ShardlabError(f"split calibration: field '{unknown[0]}' is not a calibration field")
         try:
             out = cls(float(d["log_margin"]), float(d["quantile"]), int(d["n"]),
                       float(d["median_log_ratio"]), str(d["data"]))
@@ -86,9 +93,9 @@ class SplitCalibration:
         except (TypeError, ValueError):
             raise ShardlabError("split calibration: fields 'log_margin', 'quantile', 'n', "
                                 "'median_log_ratio' must be numbers") from None
-        if not 0.0 < out.quantile < 1.0 or not np.isfinite(out.log_margin):
+        if not 0.0 < out.quantile < 1.0 or not np.isfinite(out.log_margin) or not np.isfinite(out.median_log_ratio):
             raise ShardlabError(f"split calibration: field 'quantile' = {out.quantile} must be in (0, 1) "
-                                "and 'log_margin' finite")
+                                "and 'log_margin', 'median_log_ratio' finite")
         return out
 
 
@@ -248,7 +255,7 @@ def write_calibration(path: str | os.PathLike, calibration: Mapping[str, Any]) -
     """Set the ``calibration`` block of the manifest at ``path`` (atomically; the model files
     are left as they are)."""
     d = read_json(path)
-    if d.get("format") != MANIFEST_FORMAT:
+    if not isinstance(d, dict) or d.get("format") != MANIFEST_FORMAT:
         raise ShardlabError(f"cost model '{path}': field 'format' must be '{MANIFEST_FORMAT}'")
     write_json_atomic(path, {**d, "calibration": dict(calibration)})
 
@@ -258,6 +265,8 @@ def write_valid_range(path: str | os.PathLike, bundle: CostModelBundle) -> None:
     (``<name>.fallback.json``; module docstring); the model files are left as they are."""
     p = Path(path)
     d = read_json(p)
+    if not isinstance(d, dict):
+        raise ShardlabError(f"cost model '{p}': must be a JSON object (a manifest), got {type(d).__name__}")
     if d.get("format") != MANIFEST_FORMAT:
         raise ShardlabError(f"cost model '{path}': field 'format' must be '{MANIFEST_FORMAT}'")
     if bundle.fallback_bundle is None:
@@ -329,6 +338,8 @@ def load_bundle(name_or_path: str | os.PathLike, profile: str = "cpu") -> CostMo
     if not p.exists():
         raise ShardlabError(f"cost model '{p}': no such file")
     d = read_json(p)
+    if not isinstance(d, dict):
+        raise ShardlabError(f"cost model '{p}': must be a JSON object (a manifest), got {type(d).__name__}")
     if d.get("format") != MANIFEST_FORMAT:
         raise ShardlabError(f"cost model '{p}': field 'format' must be '{MANIFEST_FORMAT}'")
     models = []
@@ -348,10 +359,24 @@ def load_bundle(name_or_path: str | os.PathLike, profile: str = "cpu") -> CostMo
         if not hasattr(cls, "load"):
             raise ShardlabError(f"cost model '{p}': field 'parts.{role}.class' = {part['class']!r} is no "
                                 "shardlab cost model class")
+        if Path(part["file"]).name != part["file"] or part["file"] in ("", ".", ".."):
+            raise ShardlabError(f"cost model '{p}': field 'parts.{role}.file' = {part['file']!r} must be a file "
+                                "name beside the manifest (parts never come from another folder)")
         file = p.parent / part["file"]
         if not file.is_file():
             raise ShardlabError(f"cost model '{p}': field 'parts.{role}.file' = {part['file']!r}: no such file")
-        models.append(cls.load(str(file)))
+        try:
+            model = cls.load(str(file))
+        except ShardlabError as e:
+            raise ShardlabError(f"cost model '{p}': {e}") from None
+        except Exception as e:  # noqa: BLE001 -- a part of the wrong shape fails in many ways
+            first = (str(e).strip().splitlines() or [""])[0][:100]
+            raise ShardlabError(f"cost model '{p}': field 'parts.{role}.file' = {part['file']!r} is not a valid "
+                                f"{cls_name} file ({type(e).__name__}: {first})") from None
+        bad = first_non_finite(model)
+        if bad:
+            raise ShardlabError(f"cost model '{p}': {role} part {part['file']!r}: learned value '{bad}' is not finite")
+        models.append(model)
     valid = d.get("valid_range") or {}
     if not isinstance(valid, dict):
         raise ShardlabError(f"cost model '{p}': field 'valid_range' must be an object")
@@ -361,4 +386,5 @@ def load_bundle(name_or_path: str | os.PathLike, profile: str = "cpu") -> CostMo
         bundle.split_calibration()
     except ShardlabError as e:
         raise ShardlabError(f"cost model '{p}': {e}") from None
+    smoke_prediction(bundle, p)
     return bundle
