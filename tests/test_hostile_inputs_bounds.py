@@ -109,3 +109,18 @@ def test_read_json_refuses_what_is_not_a_file_without_opening_it(files):
         with pytest.raises(ShardlabError, match="not a regular file"):
             read_json(path)
     assert Path(files["dir"] / "fifo").exists()
+
+
+@pytest.mark.parametrize("key,value", [("alpha", float("nan")), ("alpha", -1.0), ("hot", 2.0), ("pooling", float("inf")),
+                                       ("bag_k", 0.0), ("q", "x")])
+def test_generator_parameters_are_checked_before_lookups(key, value):
+    from shardlab.data.generator import generate_lookups
+    from shardlab.data.tasks import load_pool
+
+    table = load_pool("dlrm-synth").tables[0]
+    params = {**table.distribution_params, key: value}
+    bad = Task.from_dict({"name": "g", "ngpu": 1, "mem_cap_gb": 4.0,
+                          "tables": [{**table.to_dict(), "distribution": params}]}).tables[0]
+    with pytest.raises(ShardlabError, match=f"field 'distribution.{key}'"):
+        generate_lookups(bad, 64)
+    assert generate_lookups(table, 64)[1].shape == (65,)

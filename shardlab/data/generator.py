@@ -99,6 +99,13 @@ def _scatter(index_seed: int, rows: int) -> tuple[int, int]:
     return p, int(rng.integers(0, rows))
 
 
+#: (parameter, lowest, highest) of a generator distribution: Zipf exponent, its shift q, the hot
+#: share, mean lookups per sample (pooling, bounded as a table's pooling factor) and the
+#: negative-binomial bag shape.
+_PARAM_RANGES = (("alpha", 0.0, 10.0), ("q", 0.0, 1e9), ("hot", 0.0, 1.0), ("pooling", 0.0, C.MAX_POOLING_FACTOR),
+                 ("bag_k", 1e-9, 1e9))
+
+
 def _params(table: Table) -> dict[str, Any]:
     """The table's generator parameters, checked; one-line error naming the table otherwise."""
     d = table.distribution_params
@@ -108,6 +115,12 @@ def _params(table: Table) -> dict[str, Any]:
     for key in ("alpha", "pooling", "bag_k"):  # q and hot default to 0 (a plain Zipf law)
         if key not in d:
             raise ShardlabError(f"table '{table.name}': field 'distribution' lacks '{key}'")
+    for key, low, high in _PARAM_RANGES:
+        value = d.get(key, 0.0)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or not low <= value <= high:
+            raise ShardlabError(f"table '{table.name}': field 'distribution.{key}' = {value!r} must be a finite "
+                                f"number in [{low:g}, {high:g}]")
     if table.rows >= 2**31:
         raise ShardlabError(f"table '{table.name}': field 'rows' = {table.rows} too large to "
                             "generate")
