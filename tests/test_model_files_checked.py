@@ -6,6 +6,7 @@ field -- never a traceback, never a model silently used."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,35 @@ def test_first_non_finite_finds_nan_in_nested_learned_state():
             self._private_ = float("nan")
 
     assert first_non_finite(Fake()) == "coef_.b[0]"
+
+
+POLICY_BAD = [
+    ("empty_state", lambda d: d.__setitem__("policy", {}), "field 'policy' does not fit the dreamshard network"),
+    ("nan_weight", None, "holds a value that is not finite"),
+    ("no_cost", lambda d: d.pop("cost"), "field 'cost' is missing"),
+    ("extra", lambda d: d.__setitem__("colour", 1), "field 'colour' is not a policy field"),
+    ("cost_class", lambda d: d["cost"].pop("class"), "holds a None, not a"),
+    ("cost_fields", lambda d: d["cost"].pop("metrics"), "not a valid"),
+    ("seed", lambda d: d.__setitem__("seed", "x"), "field 'seed' = 'x' must be an integer"),
+]
+
+
+@pytest.mark.parametrize("tag,change,says", POLICY_BAD, ids=[b[0] for b in POLICY_BAD])
+def test_a_bad_policy_file_is_refused_at_load(tmp_path, tag, change, says):
+    import torch
+
+    from shardlab.search.dreamshard import DreamShardAgent
+
+    shipped = Path(__file__).resolve().parents[1] / "datasets" / "cpu" / "models" / "dreamshard_policy.pt"
+    d = torch.load(shipped, map_location="cpu", weights_only=False)
+    if change is None:
+        key = next(k for k, v in d["policy"].items() if v.is_floating_point())
+        d["policy"][key] = torch.full_like(d["policy"][key], float("nan"))
+    else:
+        change(d)
+    bad = tmp_path / f"{tag}.pt"
+    torch.save(d, bad)
+    with pytest.raises(ShardlabError) as e:
+        DreamShardAgent.load(str(bad))
+    assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert DreamShardAgent.load(str(shipped)).METHOD == "dreamshard"

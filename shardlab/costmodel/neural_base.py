@@ -177,14 +177,26 @@ class NeuralEstimator(Estimator):
         """``d`` if it is a state of this class (:meth:`state`); else a one-line error naming ``where``."""
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ShardlabError(f"cost model '{where}': field 'format' must be '{FORMAT}'")
-        if d["class"] != cls.__name__:
-            raise ShardlabError(f"cost model '{where}': holds a {d['class']}, not a {cls.__name__}")
+        if d.get("class") != cls.__name__:
+            raise ShardlabError(f"cost model '{where}': holds a {d.get('class')!r}, not a {cls.__name__}")
         return d
+
+    @classmethod
+    def restored(cls, d: Any, where: str) -> Any:
+        """The model of state ``d`` (checked by :meth:`check_state`); a state of the right class
+        but the wrong fields or shapes is one line naming ``where``."""
+        d = cls.check_state(d, where)
+        try:
+            return cls.from_state(d)
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as e:
+            first = (str(e).strip().splitlines() or [""])[0][:120]
+            raise ShardlabError(f"cost model '{where}': not a valid {cls.__name__} state "
+                                f"({type(e).__name__}: {first})") from None
 
     @classmethod
     def load(cls, path: str) -> Any:
         """Read a model file written by :meth:`save`."""
-        return cls.from_state(cls.check_state(torch_load_safe(path, "cost model"), path))
+        return cls.restored(torch_load_safe(path, "cost model"), path)
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> Any:

@@ -139,9 +139,27 @@ class PolicyAgent:
         d = torch_load_safe(path, "policy")
         if not isinstance(d, dict) or d.get("format") != cls.FORMAT:
             raise ShardlabError(f"policy '{path}': field 'format' must be '{cls.FORMAT}'")
-        cost = cls.COST.from_state(cls.COST.check_state(d["cost"], path))
+        for key in ("cost", "policy", "seed"):
+            if key not in d:
+                raise ShardlabError(f"policy '{path}': field '{key}' is missing")
+        unknown = sorted(set(d) - {"format", "policy", "cost", "seed", "history", "provenance"})
+        if unknown:
+            raise ShardlabError(f"policy '{path}': field '{unknown[0]}' is not a policy field")
+        cost = cls.COST.restored(d["cost"], path)
         policy = cls.POLICY()
-        policy.load_state_dict(d["policy"])
+        if not isinstance(d["policy"], dict):
+            raise ShardlabError(f"policy '{path}': field 'policy' must be the network's state (an object)")
+        try:
+            policy.load_state_dict(d["policy"])
+        except (RuntimeError, KeyError, TypeError, ValueError) as e:
+            first = (str(e).strip().splitlines() or [""])[0][:120]
+            raise ShardlabError(f"policy '{path}': field 'policy' does not fit the {cls.METHOD} network ({first})") from None
+        bad = next((k for k, v in policy.state_dict().items()
+                    if v.is_floating_point() and not bool(v.isfinite().all())), None)
+        if bad:
+            raise ShardlabError(f"policy '{path}': field 'policy.{bad}' holds a value that is not finite")
+        if isinstance(d["seed"], bool) or not isinstance(d["seed"], int):
+            raise ShardlabError(f"policy '{path}': field 'seed' = {d['seed']!r} must be an integer")
         agent = cls(cost, policy, d["seed"])
         agent.history_ = d.get("history", [])
         agent.provenance_ = d.get("provenance", {})
