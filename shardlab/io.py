@@ -211,3 +211,25 @@ def strict_bool(value: Any, name: str) -> bool:
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
     raise ShardlabError(f"parameter '{name}' = {value!r} must be True or False")
+
+
+def strict_int(value: Any, name: str, minimum: int, maximum: int | None = None) -> int:
+    """An integer notebook parameter in [``minimum``, ``maximum``] (no upper bound when None):
+    ``value`` as an int (an int, or a whole number as papermill may pass one), else a one-line
+    error naming the parameter (``-p seed -1``, ``-p epochs 0``, ``-p verify -1``)."""
+    ok = not isinstance(value, bool) and (isinstance(value, int) or (isinstance(value, float) and value.is_integer()))
+    if not ok or value < minimum or (maximum is not None and value > maximum):
+        span = f"in [{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
+        raise ShardlabError(f"parameter '{name}' = {value!r} must be an integer {span}")
+    return int(value)
+
+
+def strict_folder(value: Any, name: str, empty_ok: bool = True) -> str:
+    """A folder notebook parameter: a string naming a folder that exists or can be made (an empty
+    string, where ``empty_ok``: write nothing); a file, device or FIFO there is a one-line error
+    naming the parameter (``-p out_dir /dev/null``)."""
+    if not isinstance(value, str) or (not value and not empty_ok):
+        raise ShardlabError(f"parameter '{name}' = {value!r} must be a folder path")
+    if value and os.path.exists(value) and not os.path.isdir(value):
+        raise ShardlabError(f"parameter '{name}' = {value!r} must be a folder, and is a file or device")
+    return value

@@ -124,3 +124,36 @@ def test_generator_parameters_are_checked_before_lookups(key, value):
     with pytest.raises(ShardlabError, match=f"field 'distribution.{key}'"):
         generate_lookups(bad, 64)
     assert generate_lookups(table, 64)[1].shape == (65,)
+
+
+def test_notebook_integers_and_folders_are_strict(tmp_path):
+    from shardlab.io import strict_folder, strict_int
+
+    assert strict_int(3, "seed", 0) == 3 and strict_int(4.0, "ngpu", 1) == 4
+    for bad in (-1, 1.5, True, "3", None):
+        with pytest.raises(ShardlabError, match="parameter 'seed'"):
+            strict_int(bad, "seed", 0)
+    with pytest.raises(ShardlabError, match=r"parameter 'verify' = 21 must be an integer in \[0, 20\]"):
+        strict_int(21, "verify", 0, 20)
+    assert strict_folder("", "out_dir") == "" and strict_folder(str(tmp_path / "new"), "out_dir")
+    (tmp_path / "file").write_text("x")
+    for bad in ("/dev/null", str(tmp_path / "file"), 3):
+        with pytest.raises(ShardlabError, match="parameter 'out_dir'"):
+            strict_folder(bad, "out_dir")
+    with pytest.raises(ShardlabError, match="parameter 'out_dir'"):
+        strict_folder("", "out_dir", empty_ok=False)
+
+
+def test_every_integer_notebook_parameter_is_checked():
+    """Each notebook's integer parameters (``name: int = ...`` in its parameters cell) and its
+    folder parameters (``*_dir``) pass through strict_int / strict_folder before use."""
+    import re
+
+    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        params = next("".join(c["source"]) for c in cells if "parameters" in (c.get("metadata", {}).get("tags") or []))
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        for name in re.findall(r"^(\w+): int = ", params, re.M):
+            assert f"{name} = strict_int({name}, \"{name}\"" in code, (path.name, name)
+        for name in re.findall(r"^(\w+_dir): str = ", params, re.M):
+            assert f"{name} = strict_folder({name}, \"{name}\"" in code, (path.name, name)
