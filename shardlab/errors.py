@@ -26,6 +26,16 @@ class InfeasibleError(ShardlabError):
         self.excess_gb = excess_gb
 
 
+class CommBenchError(RuntimeError):
+    """A rank of a comm bench failed, died or timed out; the bench has been shut down.
+    ``details`` holds the rank's traceback when it sent one (the command line prints the one-line
+    message only)."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+
 def field_error(owner: str, field: str, value: object, requirement: str) -> ShardlabError:
     """Build the standard one-line error: ``<owner>: field '<field>' = <value> <requirement>``."""
     shown = repr(value)

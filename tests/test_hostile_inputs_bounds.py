@@ -157,3 +157,29 @@ def test_every_integer_notebook_parameter_is_checked():
             assert f"{name} = strict_int({name}, \"{name}\"" in code, (path.name, name)
         for name in re.findall(r"^(\w+_dir): str = ", params, re.M):
             assert f"{name} = strict_folder({name}, \"{name}\"" in code, (path.name, name)
+
+
+def test_ranks_ignore_ctrl_c_and_a_dead_rank_is_one_line(monkeypatch, capsys):
+    """A Ctrl-C reaches the parent only (ranks spawned with SIGINT ignored: no traceback from
+    each); a rank killed outright makes the command line print one line, exit status 2."""
+    import signal
+    import time
+
+    from shardlab.errors import CommBenchError
+    from shardlab.profile.comm import CommBench
+
+    with CommBench(2, 64, timeout_s=60) as bench:
+        pids = [p.pid for p in bench._procs]
+        for pid in pids:
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.5)
+        assert all(p.is_alive() for p in bench._procs)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    def dies(args):
+        raise CommBenchError("comm bench: rank 1 exited (code -9) during request", "Traceback ...")
+
+    monkeypatch.setattr("shardlab.cli.run_verb", dies)
+    assert main(["tasks", "--ntables", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "shardlab: error: comm bench: rank 1 exited (code -9) during request"

@@ -21,7 +21,7 @@ from typing import Sequence
 
 from shardlab.cli.checks import check_args
 from shardlab.cli.parser import build_parser
-from shardlab.errors import ShardlabError, printable
+from shardlab.errors import CommBenchError, ShardlabError, printable
 
 __all__ = ["build_parser", "emit", "main"]
 
@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_args(args)
         run_verb(args)
-    except ShardlabError as e:
+    except (ShardlabError, CommBenchError) as e:
         print(f"shardlab: error: {printable(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

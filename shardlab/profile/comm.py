@@ -24,10 +24,13 @@ within the timeout and stop every rank.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import multiprocessing as mp
 import os
 import queue
+import signal
+import threading
 import time
 import traceback
 from typing import Any, Sequence
@@ -37,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from shardlab import constants as C
-from shardlab.errors import ShardlabError, field_error
+from shardlab.errors import CommBenchError, ShardlabError, field_error
 from shardlab.profile.hardware import allowed_cores, core_for, pin_to
 from shardlab.profile.records import CommRecord, spread_ms
 from shardlab.profile.rowwise_comm import RowWise, RowWiseExchange, check_rowwise
@@ -47,13 +50,19 @@ from shardlab.schedule import batch_rows  # noqa: F401  (the ranks' batch slices
 BACKENDS = {"gloo": "cpu", "nccl": "cuda"}
 
 
-class CommBenchError(RuntimeError):
-    """A rank failed, died or timed out; the bench has been shut down. ``details`` holds the
-    rank's traceback when it sent one."""
-
-    def __init__(self, message: str, details: str = ""):
-        super().__init__(message)
-        self.details = details
+@contextlib.contextmanager
+def _sigint_ignored() -> Any:
+    """While ranks are spawned, ignore Ctrl-C (in the main thread): a spawned interpreter keeps an
+    ignored SIGINT ignored, so a Ctrl-C reaches this process alone, which stops the ranks -- they
+    never print a KeyboardInterrupt traceback each."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def randomized_dim_assignment(dims: Sequence[int], world_size: int, rng: np.random.Generator,
@@ -294,8 +303,9 @@ class CommBench:
                                    args=(r, self._cfg, self._store.port, self._commands[r], self._results))
                        for r in range(self.world_size)]
         try:
-            for p in self._procs:
-                p.start()
+            with _sigint_ignored():
+                for p in self._procs:
+                    p.start()
             self._collect(0, self.timeout_s)
         except BaseException:
             self.close(polite=False)
