@@ -151,6 +151,12 @@ MAX_MEASURE_RANKS = 64
 #: 120 s at 4096); ``neuroshard`` refuses more at once (neuroshard[columns=false] has no bound of its own).
 MAX_NEUROSHARD_GPUS = 256
 
+#: Bound on tables x GPUs for column-wise NeuroShard: its time grows with both (2,000 x 128 =
+#: 256,000 took 146 s on the 2-core CPU host, 800 x 64 took 24 s: studies/search_scaling), so a
+#: larger task is refused at once rather than searched for hours; neuroshard[columns=false]
+#: answers 70,000 x 128 in about 23 s.
+MAX_NEUROSHARD_WORK = 256_000
+
 #: Bound on ``ngpu`` for TorchRec's planner: it fails above 128 ranks on one host topology
 #: ("Invalid device string: 'cuda:-57'" at 256); ``torchrec``/``torchrec_free`` refuse more at once.
 MAX_TORCHREC_GPUS = 128

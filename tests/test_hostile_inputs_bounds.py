@@ -183,3 +183,17 @@ def test_ranks_ignore_ctrl_c_and_a_dead_rank_is_one_line(monkeypatch, capsys):
     assert main(["tasks", "--ntables", "4"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "shardlab: error: comm bench: rank 1 exited (code -9) during request"
+
+
+def test_column_wise_neuroshard_refuses_past_its_work_bound_at_once():
+    import time
+
+    from shardlab import constants as C
+
+    ngpu = 128
+    n = C.MAX_NEUROSHARD_WORK // ngpu + 1
+    task = Task("wide", ngpu, 80.0, tuple(make_table(f"t{i}") for i in range(n)))
+    start = time.perf_counter()
+    with pytest.raises(ShardlabError, match=r"over column-wise neuroshard's bound of 256,000"):
+        run_sharder(get_sharder("neuroshard"), task)
+    assert time.perf_counter() - start < 60                      # refused before any search

@@ -47,7 +47,8 @@ TorchRec constraint allows only table-wise), ``profile`` (the dataclass fields b
 (default ``constants.PLAN_PROFILE``, h100) picks the shipped models: ``model`` left empty is the
 profile's ``constants.SEARCH_MODELS`` bundle.
 
-Bounds: column-wise search refuses ``ngpu > constants.MAX_NEUROSHARD_GPUS`` at once (one line);
+Bounds: column-wise search refuses ``ngpu > constants.MAX_NEUROSHARD_GPUS`` and tables x GPUs
+over ``constants.MAX_NEUROSHARD_WORK`` at once (one line);
 table-wise (``neuroshard[columns=false]``) answers up to ``constants.MAX_SEARCH_GPUS``.
 """
 
@@ -236,6 +237,11 @@ class NeuroShardSharder:
         chosen for tables that fit no device (``search/row_wise.py``; plan metadata)."""
         if self.columns:
             check_search_gpus(task, C.MAX_NEUROSHARD_GPUS, "column-wise neuroshard")
+            work = len(task.tables) * task.ngpu
+            if work > C.MAX_NEUROSHARD_WORK:
+                raise ShardlabError(f"task '{task.name}': {len(task.tables):,} tables x {task.ngpu} GPUs = {work:,} is "
+                                    f"over column-wise neuroshard's bound of {C.MAX_NEUROSHARD_WORK:,} (hours of "
+                                    "search); use neuroshard[columns=false]")
         coster = self.coster()
         comm = self.bundle().comm_for(task.ngpu)[0]
         blocks = whole_blocks(task)
