@@ -161,6 +161,14 @@ MAX_NEUROSHARD_WORK = 256_000
 #: ("Invalid device string: 'cuda:-57'" at 256); ``torchrec``/``torchrec_free`` refuse more at once.
 MAX_TORCHREC_GPUS = 128
 
+#: Bounds on tables x GPUs for TorchRec's planner, so that a larger task is refused at once
+#: instead of planned for hours (2-core CPU host): ``torchrec`` (table- and column-wise) took
+#: 97 s at 2,000 x 128 = 256,000 and gave no plan in 240 s at 70,000 x 128; ``torchrec_free``
+#: (row-wise too) gave none in 240 s at 500 x 128 nor in 300 s at 2,000 x 128, and TorchRec's
+#: full space took 69 s at 100 x 64 = 6,400 (studies/torchrec_planner).
+MAX_TORCHREC_WORK = 256_000
+MAX_TORCHREC_FREE_WORK = 6_400
+
 #: Largest mean lookups per sample a table may declare. Published DLRM tables pool at most a few
 #: hundred (the shipped pools: <= 209); beyond this a "table" is an input error, not a workload
 #: (a pooling of 1e12 once evaluated to 1.3e11 ms through the analytic model's extrapolation).

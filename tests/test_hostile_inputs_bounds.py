@@ -197,3 +197,13 @@ def test_column_wise_neuroshard_refuses_past_its_work_bound_at_once():
     with pytest.raises(ShardlabError, match=r"over column-wise neuroshard's bound of 256,000"):
         run_sharder(get_sharder("neuroshard"), task)
     assert time.perf_counter() - start < 60                      # refused before any search
+
+
+@pytest.mark.parametrize("method,bound", [("torchrec", "MAX_TORCHREC_WORK"), ("torchrec_free", "MAX_TORCHREC_FREE_WORK")])
+def test_torchrec_planner_refuses_past_its_work_bound_at_once(method, bound):
+    from shardlab import constants as C
+
+    ngpu, limit = 128, getattr(C, bound)
+    task = Task("wide", ngpu, 80.0, tuple(make_table(f"t{i}") for i in range(limit // ngpu + 1)))
+    with pytest.raises(ShardlabError, match=f"over the torchrec planner's bound of {limit:,}"):
+        run_sharder(get_sharder(method), task)

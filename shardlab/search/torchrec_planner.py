@@ -80,8 +80,16 @@ class TorchRecSharder:
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
         """Plan with TorchRec's planner (deterministic; ``seed`` is recorded). Refuses at once
-        ``ngpu > constants.MAX_TORCHREC_GPUS`` (the planner fails above it)."""
+        ``ngpu > constants.MAX_TORCHREC_GPUS`` (the planner fails above it) and tables x GPUs
+        over ``constants.MAX_TORCHREC_WORK`` (``MAX_TORCHREC_FREE_WORK`` with row-wise shards:
+        it would plan for hours)."""
         check_search_gpus(task, C.MAX_TORCHREC_GPUS, "torchrec planner")
+        work = len(task.tables) * task.ngpu
+        bound = C.MAX_TORCHREC_FREE_WORK if "row_wise" in self.sharding_types else C.MAX_TORCHREC_WORK
+        if work > bound:
+            raise ShardlabError(f"task '{task.name}': {len(task.tables):,} tables x {task.ngpu} GPUs = {work:,} is over "
+                                f"the torchrec planner's bound of {bound:,} (hours of planning); use "
+                                "ShardlabPlanner or a shardlab method")
         tr = torchrec_api()
 
         if "row_wise" in self.sharding_types:
