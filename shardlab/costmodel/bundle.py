@@ -34,7 +34,7 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.costmodel.base import CommModel, ComputeModel, Simulated, simulate
 from shardlab.costmodel.metrics import errors
-from shardlab.costmodel.model_checks import first_non_finite, smoke_prediction
+from shardlab.costmodel.model_checks import first_non_finite, in_one_line, smoke_prediction
 from shardlab.costmodel.valid_range import CommRange, ComputeRange, GuardedComm, GuardedCompute, guard_compute
 from shardlab.data.tasks import datasets_dir
 from shardlab.errors import ShardlabError
@@ -365,14 +365,8 @@ def load_bundle(name_or_path: str | os.PathLike, profile: str = "cpu") -> CostMo
         file = p.parent / part["file"]
         if not file.is_file():
             raise ShardlabError(f"cost model '{p}': field 'parts.{role}.file' = {part['file']!r}: no such file")
-        try:
-            model = cls.load(str(file))
-        except ShardlabError as e:
-            raise ShardlabError(f"cost model '{p}': {e}") from None
-        except Exception as e:  # noqa: BLE001 -- a part of the wrong shape fails in many ways
-            first = (str(e).strip().splitlines() or [""])[0][:100]
-            raise ShardlabError(f"cost model '{p}': field 'parts.{role}.file' = {part['file']!r} is not a valid "
-                                f"{cls_name} file ({type(e).__name__}: {first})") from None
+        model = in_one_line(lambda: cls.load(str(file)), f"cost model '{p}'",
+                            f"field 'parts.{role}.file' = {part['file']!r} is not a valid {cls_name} file")
         bad = first_non_finite(model)
         if bad:
             raise ShardlabError(f"cost model '{p}': {role} part {part['file']!r}: learned value '{bad}' is not finite")

@@ -5,7 +5,7 @@ format but the wrong shapes fails here, at load, not in a search."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -17,17 +17,24 @@ from shardlab.tables import Table
 _SMOKE_TABLE = Table("smoke", 1000, 16, 1.0, (1.0,) + (0.0,) * (C.N_REUSE_BINS - 1))
 
 
+def in_one_line(call: Callable[[], Any], where: str, what: str) -> Any:
+    """``call()``, with any failure as one ShardlabError line: a ShardlabError prefixed with
+    ``where``; anything else (a file of the wrong shape fails in many ways) as ``where: what
+    (<type>: <first line>)``."""
+    try:
+        return call()
+    except ShardlabError as e:
+        raise ShardlabError(f"{where}: {e}") from None
+    except Exception as e:  # noqa: BLE001 -- see the docstring
+        first = (str(e).strip().splitlines() or [""])[0][:100]
+        raise ShardlabError(f"{where}: {what} ({type(e).__name__}: {first})") from None
+
+
 def smoke_prediction(bundle: Any, path: Path) -> None:
     """Refuse (one line) a bundle whose compute model cannot cost one small shard finitely --
     coefficient arrays of the wrong length or shape fail here, at load, not in a search."""
-    try:
-        out = np.asarray(bundle.compute.predict([[_SMOKE_TABLE]]), dtype=float)
-    except ShardlabError as e:
-        raise ShardlabError(f"cost model '{path}': {e}") from None
-    except Exception as e:  # noqa: BLE001 -- a model of the wrong shape fails in many ways
-        first = (str(e).strip().splitlines() or [""])[0][:100]
-        raise ShardlabError(f"cost model '{path}': its compute model cannot cost a shard "
-                            f"({type(e).__name__}: {first})") from None
+    out = np.asarray(in_one_line(lambda: bundle.compute.predict([[_SMOKE_TABLE]]), f"cost model '{path}'",
+                                 "its compute model cannot cost a shard"), dtype=float)
     if out.ndim != 2 or out.shape[0] != 1 or not np.isfinite(out).all():
         raise ShardlabError(f"cost model '{path}': its compute model costs one small shard as {out.tolist()!r} "
                             "(expected one row of finite ms)")

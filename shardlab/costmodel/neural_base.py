@@ -21,6 +21,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from shardlab.costmodel.base import Estimator
+from shardlab.costmodel.model_checks import in_one_line
 from shardlab.errors import ShardlabError
 from shardlab.io import torch_load_safe, torch_save_atomic
 
@@ -186,12 +187,7 @@ class NeuralEstimator(Estimator):
         """The model of state ``d`` (checked by :meth:`check_state`); a state of the right class
         but the wrong fields or shapes is one line naming ``where``."""
         d = cls.check_state(d, where)
-        try:
-            return cls.from_state(d)
-        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as e:
-            first = (str(e).strip().splitlines() or [""])[0][:120]
-            raise ShardlabError(f"cost model '{where}': not a valid {cls.__name__} state "
-                                f"({type(e).__name__}: {first})") from None
+        return in_one_line(lambda: cls.from_state(d), f"cost model '{where}'", f"not a valid {cls.__name__} state")
 
     @classmethod
     def load(cls, path: str) -> Any:

@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Sequence
 
 from shardlab import constants as C
 from shardlab.costmodel.bundle import load_bundle, models_dir
+from shardlab.costmodel.model_checks import in_one_line
 from shardlab.costmodel.neural_base import fixed_mmap_threshold, one_torch_thread
 from shardlab.costmodel.valid_range import GuardedCompute
 from shardlab.data.lookups import device_tables
@@ -149,11 +150,8 @@ class PolicyAgent:
         policy = cls.POLICY()
         if not isinstance(d["policy"], dict):
             raise ShardlabError(f"policy '{path}': field 'policy' must be the network's state (an object)")
-        try:
-            policy.load_state_dict(d["policy"])
-        except (RuntimeError, KeyError, TypeError, ValueError) as e:
-            first = (str(e).strip().splitlines() or [""])[0][:120]
-            raise ShardlabError(f"policy '{path}': field 'policy' does not fit the {cls.METHOD} network ({first})") from None
+        in_one_line(lambda: policy.load_state_dict(d["policy"]), f"policy '{path}'",
+                    f"field 'policy' does not fit the {cls.METHOD} network")
         bad = next((k for k, v in policy.state_dict().items()
                     if v.is_floating_point() and not bool(v.isfinite().all())), None)
         if bad:
