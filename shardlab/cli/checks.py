@@ -15,10 +15,9 @@ from typing import Any, Callable
 
 from shardlab.constants import MAX_DELAY_MS, MAX_MEM_CAP_GB, MAX_NGPU
 from shardlab.errors import ShardlabError
-from shardlab.paths import check_output_path
 
 #: Path options: an empty value is refused (it would silently mean "no output" or "here").
-PATH_OPTIONS = ("out", "html", "store", "journal", "tables", "model", "dataset_dir")
+PATH_OPTIONS = ("out", "html", "store", "journal", "tables", "model")
 
 #: option (argparse dest) -> (test, requirement), applied where a verb has the option and it is set.
 RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -103,8 +102,6 @@ def check_args(args: argparse.Namespace) -> None:
         for dest in ("rounds",):
             if getattr(args, dest, None) is not None:
                 raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --verify")
-    if getattr(args, "journal", None) and getattr(args, "measure", False):
-        check_output_path(args.journal)      # never a directory, device or FIFO (appending to one would hang)
     if verb == "export-torchrec" and not MODULE_PATH.fullmatch(args.module or ""):
         raise ShardlabError(f"option '--module' = {args.module!r} must be a dotted module path like 'sparse.ebc'")
     if getattr(args, "command", "").endswith("cmd_profile_compute") and getattr(args, "pool", None) == "broad" \

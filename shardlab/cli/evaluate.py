@@ -31,15 +31,16 @@ def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
     measuring = bool(args.torchrec or args.measure)
     margin = C.EQUIVALENCE_MARGIN if args.margin is None else args.margin
     profile = args.profile or (C.MEASURE_PROFILE if measuring else C.PLAN_PROFILE)
+    seed = args.seed or 0                 # --seed is refused without --measure / --torchrec (checks.py)
     if args.torchrec:
         return TorchRecEvaluator(profile_with(profile, args.batch_size), rounds=args.rounds or args.default_rounds,
                                  steps=args.steps or 5, warmup_steps=2 if args.warmup_steps is None else args.warmup_steps,
-                                 seed=args.seed or 0, reference=reference, whole_step=args.whole_step, margin=margin)
+                                 seed=seed, reference=reference, whole_step=args.whole_step, margin=margin)
     if args.measure:
         prof = profile_with(profile, args.batch_size, args.repeats, args.warmup)
         rounds = args.rounds or args.default_rounds
         warm = args.warmup_rounds if args.warmup_rounds is not None else (1 if rounds > 1 else 0)
-        return MeasuredEvaluator(prof, rounds=rounds, warmup_rounds=warm, seed=args.seed or 0, reference=reference,
+        return MeasuredEvaluator(prof, rounds=rounds, warmup_rounds=warm, seed=seed, reference=reference,
                                  lower_bound=not args.no_bound, pin=not args.no_pin,
                                  progress=not args.no_progress, journal=args.journal, margin=margin,
                                  sittings=args.sittings or 1)

@@ -32,16 +32,17 @@ def cmd_tasks(args: argparse.Namespace) -> None:
     name = args.name
     if tables and not name:
         name = f"{Path(args.tables).name.split('.')[0]}-{ntables}x{args.ngpu}-seed{args.seed}"
+    split = args.split or "test"          # --split is refused with --tables (checks.py)
     dims, dims_note = task_dims(args.dims, imported=tables is not None)
     task = generate_task(pool=args.pool, ntables=ntables, ngpu=args.ngpu, mem_cap_gb=args.mem_gb,
-                         batch_size=args.batch_size, seed=args.seed, split=args.split or "test",
+                         batch_size=args.batch_size, seed=args.seed, split=split,
                          dims=dims, weights_precision=args.precision,
                          optimizer=args.optimizer, name=name, tables=tables)
     if args.out:
         save_task(task, args.out)
     copies = sum((t.source or "").startswith("augmented:") for t in task.tables) if not tables else 0
     if copies:
-        dims_note = (f"augmented: {len(task.tables)} tables asked, more than the pool's {args.split or 'test'} split holds, so drawn "
+        dims_note = (f"augmented: {len(task.tables)} tables asked, more than the pool's {split} split holds, so drawn "
                      f"from its tables copied at other dims (lookups unchanged; {copies} copies)")
     total_gb = sum(task.table_bytes(t) for t in task.tables) / C.GB
     where = f" -> {args.out}" if args.out else ""

@@ -251,24 +251,27 @@ def _save_fallback(fallback: CostModelBundle, manifest: Path) -> str:
     return f"{manifest.stem}.fallback"
 
 
+def _read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    """The manifest JSON at ``path``: an object of :data:`MANIFEST_FORMAT`, else one line."""
+    d = read_json(path)
+    if not isinstance(d, dict):
+        raise ShardlabError(f"cost model '{path}': must be a JSON object (a manifest), got {type(d).__name__}")
+    if d.get("format") != MANIFEST_FORMAT:
+        raise ShardlabError(f"cost model '{path}': field 'format' must be '{MANIFEST_FORMAT}'")
+    return d
+
+
 def write_calibration(path: str | os.PathLike, calibration: Mapping[str, Any]) -> None:
     """Set the ``calibration`` block of the manifest at ``path`` (atomically; the model files
     are left as they are)."""
-    d = read_json(path)
-    if not isinstance(d, dict) or d.get("format") != MANIFEST_FORMAT:
-        raise ShardlabError(f"cost model '{path}': field 'format' must be '{MANIFEST_FORMAT}'")
-    write_json_atomic(path, {**d, "calibration": dict(calibration)})
+    write_json_atomic(path, {**_read_manifest(path), "calibration": dict(calibration)})
 
 
 def write_valid_range(path: str | os.PathLike, bundle: CostModelBundle) -> None:
     """Give the manifest at ``path`` ``bundle``'s valid range and write its fallback beside it
     (``<name>.fallback.json``; module docstring); the model files are left as they are."""
     p = Path(path)
-    d = read_json(p)
-    if not isinstance(d, dict):
-        raise ShardlabError(f"cost model '{p}': must be a JSON object (a manifest), got {type(d).__name__}")
-    if d.get("format") != MANIFEST_FORMAT:
-        raise ShardlabError(f"cost model '{path}': field 'format' must be '{MANIFEST_FORMAT}'")
+    d = _read_manifest(p)
     if bundle.fallback_bundle is None:
         raise ShardlabError(f"cost model '{path}': the bundle given has no fallback fitted with it")
     write_json_atomic(p, {**d, "valid_range": {**bundle.valid_range,
@@ -337,11 +340,7 @@ def load_bundle(name_or_path: str | os.PathLike, profile: str = "cpu") -> CostMo
     p = resolve_model_path(name_or_path, profile)
     if not p.exists():
         raise ShardlabError(f"cost model '{p}': no such file")
-    d = read_json(p)
-    if not isinstance(d, dict):
-        raise ShardlabError(f"cost model '{p}': must be a JSON object (a manifest), got {type(d).__name__}")
-    if d.get("format") != MANIFEST_FORMAT:
-        raise ShardlabError(f"cost model '{p}': field 'format' must be '{MANIFEST_FORMAT}'")
+    d = _read_manifest(p)
     models = []
     parts = d.get("parts")
     for role in ("compute", "comm"):

@@ -46,6 +46,8 @@ RECORD_FIELDS = ("name", "rows", "dim", "pooling_factor", "reuse_bins", "fixed_b
 
 #: The columns a table CSV may have (``name``, ``rows`` and ``dim`` required; all 17 bins or none).
 CSV_BIN_COLUMNS = tuple(f"reuse_bin_{i}" for i in range(C.N_REUSE_BINS))
+CSV_COLUMNS = ("name", "rows", "dim", "pooling_factor") + CSV_BIN_COLUMNS
+_CSV_SAID = "columns: name, rows, dim, pooling_factor, reuse_bin_0 .. reuse_bin_16"
 
 
 def tables_from_records(records: Iterable[Mapping[str, Any]], batch_size: int = C.DEFAULT_BATCH_SIZE,
@@ -95,17 +97,14 @@ def _csv_records(path: Path) -> list[dict[str, Any]]:
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
         cols = reader.fieldnames or []
-        bin_cols = list(CSV_BIN_COLUMNS)
+        bin_cols = CSV_BIN_COLUMNS
         for need in ("name", "rows", "dim"):
             if need not in cols:
-                raise ShardlabError(f"{path}: column '{need}' is missing (columns: name, rows, dim, pooling_factor, "
-                                    "reuse_bin_0 .. reuse_bin_16)")
-        odd = [c for c in cols if c not in ("name", "rows", "dim", "pooling_factor") + CSV_BIN_COLUMNS]
+                raise ShardlabError(f"{path}: column '{need}' is missing ({_CSV_SAID})")
+        odd = [c for c in cols if c not in CSV_COLUMNS]
         if odd:
-            raise ShardlabError(f"{path}: column '{odd[0]}' is not a table column (columns: name, rows, dim, "
-                                "pooling_factor, reuse_bin_0 .. reuse_bin_16)")
-        some = [c for c in bin_cols if c in cols]
-        if some and len(some) != len(bin_cols):
+            raise ShardlabError(f"{path}: column '{odd[0]}' is not a table column ({_CSV_SAID})")
+        if any(c in cols for c in bin_cols) and not all(c in cols for c in bin_cols):
             missing = next(c for c in bin_cols if c not in cols)
             raise ShardlabError(f"{path}: column '{missing}' is missing (give all 17 reuse_bin columns or none)")
         records = []
