@@ -162,8 +162,6 @@ def _measured(args: argparse.Namespace, task: Any, plans: dict, reference: str |
 
 def _torchrec(args: argparse.Namespace, task: Any, plans: dict, reference: str | None, prof: Any) -> Any:
     """``--torchrec``: every rank trains its part of every plan; rank 0 gathers and returns the JSON."""
-
-
     job = prepare(task, plans, prof, args.rounds, args.seed, (EMBEDDINGS, WHOLE) if args.whole_step else (EMBEDDINGS,))
     with group(prof, args.timeout_s) as (rank, world, _):
         quiet_torchrec_logs()
@@ -216,7 +214,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         result = evaluate(args)
         if result is not None:
-
             write_json_atomic(args.out, result)
             print(f"shardlab.dist: {len(result) if isinstance(result, list) else 1} evaluation(s) -> {args.out}")
     except ShardlabError as e:

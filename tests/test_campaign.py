@@ -66,6 +66,25 @@ def test_kill_9_loses_nothing_and_rerun_resumes(tmp_path):
     assert some["total_ms"] > 0 and 1 <= len(some["tables"]) <= 4
 
 
+def test_ctrl_c_stops_the_workers_quietly_and_keeps_every_stored_sample(tmp_path):
+    """Ctrl-C at a terminal signals the whole process group: the workers ignore it (started with
+    SIGINT ignored), the command prints one line and exits 130, and the store stays whole."""
+    store = tmp_path / "compute.db"
+    args = ["profile", "compute", "--store", str(store), "--samples", "40", "--workers", "2", *FAST]
+    proc = subprocess.Popen([sys.executable, "-m", "shardlab", *args], start_new_session=True, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as at a terminal
+    deadline = time.time() + 180
+    while _count(store) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines() == ["shardlab: interrupted"], err
+    with SampleStore(store) as s:
+        assert s.integrity_ok() and 2 <= len(list(s.samples("compute"))) < 40
+
+
 def test_single_table_costs_and_measured_figures(tmp_path):
     from shardlab.profile.campaign import run_compute_campaign, run_single_table_costs
     from shardlab.report.measured import (campaign_summary, cost_vs_features_figure,

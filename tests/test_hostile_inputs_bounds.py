@@ -168,14 +168,18 @@ def test_ranks_ignore_ctrl_c_and_a_dead_rank_is_one_line(monkeypatch, capsys):
     from shardlab.errors import CommBenchError
     from shardlab.profile.comm import CommBench
 
-    before = signal.getsignal(signal.SIGINT)          # SIG_IGN when the tests run as a background job
-    with CommBench(2, 64, timeout_s=60) as bench:
-        pids = [p.pid for p in bench._procs]
-        for pid in pids:
-            os.kill(pid, signal.SIGINT)
-        time.sleep(0.5)
-        assert all(p.is_alive() for p in bench._procs)
-    assert signal.getsignal(signal.SIGINT) is before                # the parent's handler is restored
+    # as at a terminal (a background job, as CI's, starts with SIGINT ignored, which would hide a fault)
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with CommBench(2, 64, timeout_s=60) as bench:
+            pids = [p.pid for p in bench._procs]
+            for pid in pids:
+                os.kill(pid, signal.SIGINT)
+            time.sleep(0.5)
+            assert all(p.is_alive() for p in bench._procs)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent's handler is back
+    finally:
+        signal.signal(signal.SIGINT, outer)
 
     def dies(args):
         raise CommBenchError("comm bench: rank 1 exited (code -9) during request", "Traceback ...")

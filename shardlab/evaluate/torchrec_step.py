@@ -55,6 +55,7 @@ from shardlab.evaluate.values import (SELECTED, DeviceCost, Evaluation, baseline
                                       compare_to_reference, selects_reference)
 from shardlab.export import export_for_device, export_torchrec, placement_rank
 from shardlab.plan import Plan, device_memory_bytes
+from shardlab.processes import sigint_ignored
 from shardlab.profile.hardware import HardwareProfile, get_profile
 from shardlab.tables import Task
 
@@ -218,8 +219,9 @@ def run_ranks(job: Job, profile: HardwareProfile, steps: int, warmup_steps: int,
             "budget_bytes": rank_budget_bytes(g)}
     procs = [ctx.Process(target=_rank_main, args=(r, spec, results), daemon=True, name=f"shardlab-torchrec-rank{r}")
              for r in range(g)]
-    for p in procs:
-        p.start()
+    with sigint_ignored():
+        for p in procs:
+            p.start()
     got: dict[int, Any] = {}
     deadline = time.monotonic() + timeout_s
     try:

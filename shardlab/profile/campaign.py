@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 from shardlab import constants as C
 from shardlab.data.tasks import pool_tables
 from shardlab.errors import ShardlabError, field_error
+from shardlab.processes import ignore_sigint, sigint_ignored
 from shardlab.profile.comm import CommBench, randomized_dim_assignment
 from shardlab.profile.compute import measure_compute, run_jobs_prefetched
 from shardlab.profile.hardware import HardwareProfile, environment, get_profile
@@ -108,7 +109,8 @@ def run_jobs(store: SampleStore, kind: str, jobs: Iterable[tuple[str, list[dict[
         results = map(_measure, jobs)
         pool_ctx = None
     else:
-        pool_ctx = mp.get_context("spawn").Pool(workers)
+        with sigint_ignored():
+            pool_ctx = mp.get_context("spawn").Pool(workers, initializer=ignore_sigint)
         results = pool_ctx.imap_unordered(_measure, jobs)
     try:
         for key, payload in results:

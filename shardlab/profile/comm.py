@@ -24,13 +24,10 @@ within the timeout and stop every rank.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import multiprocessing as mp
 import os
 import queue
-import signal
-import threading
 import time
 import traceback
 from typing import Any, Sequence
@@ -41,6 +38,7 @@ import torch.distributed as dist
 
 from shardlab import constants as C
 from shardlab.errors import CommBenchError, ShardlabError, field_error
+from shardlab.processes import sigint_ignored
 from shardlab.profile.hardware import allowed_cores, core_for, pin_to
 from shardlab.profile.records import CommRecord, spread_ms
 from shardlab.profile.rowwise_comm import RowWise, RowWiseExchange, check_rowwise
@@ -48,21 +46,6 @@ from shardlab.schedule import batch_rows  # noqa: F401  (the ranks' batch slices
 
 #: Backend and device pairs the bench supports.
 BACKENDS = {"gloo": "cpu", "nccl": "cuda"}
-
-
-@contextlib.contextmanager
-def _sigint_ignored() -> Any:
-    """While ranks are spawned, ignore Ctrl-C (in the main thread): a spawned interpreter keeps an
-    ignored SIGINT ignored, so a Ctrl-C reaches this process alone, which stops the ranks -- they
-    never print a KeyboardInterrupt traceback each."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 def randomized_dim_assignment(dims: Sequence[int], world_size: int, rng: np.random.Generator,
@@ -303,7 +286,7 @@ class CommBench:
                                    args=(r, self._cfg, self._store.port, self._commands[r], self._results))
                        for r in range(self.world_size)]
         try:
-            with _sigint_ignored():
+            with sigint_ignored():
                 for p in self._procs:
                     p.start()
             self._collect(0, self.timeout_s)
@@ -372,6 +355,10 @@ class CommBench:
                 continue
             if status == "error":  # the root cause (a dead rank) first, then the rank's last line
                 last = payload.strip().splitlines()[-1]
+                # a killed peer's sockets close before it can be reaped: give its exit 1 s to show
+                settle = time.monotonic() + 1.0
+                while not dead() and time.monotonic() < settle:
+                    time.sleep(0.05)
                 raise CommBenchError(f"comm bench: {dead()}rank {rank} failed: {last}", payload)
             if rid == req_id:
                 got[rank] = payload

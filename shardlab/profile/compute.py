@@ -48,6 +48,7 @@ from tqdm.auto import tqdm
 from shardlab import constants as C
 from shardlab.data.lookups import table_lookups
 from shardlab.errors import ShardlabError
+from shardlab.processes import ignore_sigint
 from shardlab.profile.hardware import TIMING_METHODS, HardwareProfile, get_profile
 from shardlab.profile.records import ComputeRecord, spread_ms
 from shardlab.profile.store import SampleStore
@@ -258,7 +259,7 @@ def prefetched(jobs: Iterable[Job], batch_size: int, input_batches: int, workers
         for key, tables in jobs:
             yield key, tables, _tensors(make_inputs(tables, batch_size, input_batches))
         return
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=ignore_sigint) as pool:
         ahead: deque[tuple[str, list[dict[str, Any]], Future]] = deque()
         it = iter(jobs)
         try:
