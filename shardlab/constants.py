@@ -34,6 +34,8 @@ MAX_INPUT_BYTES = 2**30
 #: forward delay a comm campaign may draw (ms; its rounds wait for it).
 MAX_NGPU = 16_384
 MAX_DELAY_MS = 60_000.0
+#: Most training epochs a command accepts (a bound checked before training starts).
+MAX_EPOCHS = 1_000_000
 
 #: Bytes per stored weight for the supported training precisions.
 BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2}
@@ -173,6 +175,10 @@ MAX_TORCHREC_FREE_WORK = 6_400
 #: hundred (the shipped pools: <= 209); beyond this a "table" is an input error, not a workload
 #: (a pooling of 1e12 once evaluated to 1.3e11 ms through the analytic model's extrapolation).
 MAX_POOLING_FACTOR = 1e5
+
+#: ``distribution["model"]`` values a table may carry (where its lookups come from; see
+#: shardlab.data.lookups): the generator, a trace, a row block, an older row block.
+LOOKUP_MODELS = ("zipf-nb-v1", "trace", "row-block-v2", "row-block-v1")
 
 #: TorchRec's planner defaults a drop-in planner keeps (``torchrec/distributed/planner/constants.py``):
 #: the per-rank batch (samples) and the pooling factor (lookups per sample) it assumes where the

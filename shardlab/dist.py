@@ -43,6 +43,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from shardlab.cli.arguments import OneLineParser
 from shardlab.cli.evaluate import load_plans
 from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.errors import ShardlabError
@@ -69,7 +70,7 @@ def torchrun_env() -> tuple[int, int, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``shardlab.dist`` command line."""
-    parser = argparse.ArgumentParser(prog="python -m shardlab.dist", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m shardlab.dist", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", required=True)
     p = sub.add_parser("evaluate", help="evaluate plans with torchrun-started ranks (rank 0 writes --out)")
     p.add_argument("task", help="Task JSON file")

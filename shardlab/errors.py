@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
+
 
 class ShardlabError(ValueError):
     """Invalid input: the message is one line naming the object and the field at fault."""
@@ -60,6 +62,20 @@ def check_fields(data: object, kind: str, name_key: str, required: tuple[str, ..
         if extra:
             raise ShardlabError(f"{owner}: field '{extra[0]}' is not a {kind.capitalize()} field")
     return owner
+
+
+def is_int(value: object) -> bool:
+    """Whether ``value`` is an int (a bool is not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_ranges(owner: str, obj: object, ranges: Mapping[str, tuple[Callable[[Any], bool], str]]) -> None:
+    """Raise :func:`field_error` for the first attribute of ``obj`` named in ``ranges`` whose
+    value fails its predicate (``ranges``: attribute -> (predicate, requirement))."""
+    for name, (ok, requirement) in ranges.items():
+        value = getattr(obj, name)
+        if not ok(value):
+            raise field_error(owner, name, value, requirement)
 
 
 #: Longest run of non-blank characters a printed message keeps whole (characters).

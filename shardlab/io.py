@@ -9,6 +9,7 @@ import os
 import re
 import stat
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable
 
@@ -117,7 +118,8 @@ def torch_load_safe(path: str | os.PathLike, what: str) -> Any:
     if not os.path.isfile(path):
         raise ShardlabError(f"{what} '{path}': no such file")
     try:
-        with torch.serialization.safe_globals([TorchVersion]):
+        with torch.serialization.safe_globals([TorchVersion]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")          # torch's pickle-protocol notes: the error below says it all
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 -- torch raises many kinds on a damaged or unsafe file
         text = str(e)
@@ -125,7 +127,9 @@ def torch_load_safe(path: str | os.PathLike, what: str) -> Any:
         if unsafe:
             raise ShardlabError(f"{what} '{path}': refusing to load, the file would run code "
                                 f"({unsafe.group(1)}); only tensors and plain data are read") from None
-        first = text.strip().splitlines()[0][:100] if text.strip() else ""
+        detail = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", text)   # the cause, not torch's advice
+        first = detail.group(1) if detail else text.strip().splitlines()[0] if text.strip() else ""
+        first = first[:100]
         raise ShardlabError(f"{what} '{path}': not a readable model file ({type(e).__name__}: {first})") from None
 
 

@@ -117,7 +117,12 @@ class Table:
             dist = tuple((str(k), v) for k, v in dist)
         except (TypeError, ValueError):
             raise field_error(owner, "distribution", dist, "must be a mapping of parameters") from None
+        if dist and dict(dist).get("model") not in C.LOOKUP_MODELS:
+            raise field_error(owner, "distribution.model", dict(dist).get("model"),
+                              f"must be one of {', '.join(C.LOOKUP_MODELS)}")
         object.__setattr__(self, "distribution", dist)
+        if self.source is not None and not isinstance(self.source, str):
+            raise field_error(owner, "source", self.source, "must be a string (where the table came from)")
 
     @property
     def size(self) -> int:

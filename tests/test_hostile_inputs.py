@@ -55,7 +55,7 @@ CASES = [
     (["evaluate", "{task}", "{plan}", "--repeats", "3"], "option '--repeats' = 3 only applies with --measure"),
     (["compare", "{task}", "{plan}", "--rounds", "5"], "option '--rounds' = 5 only applies with --measure"),
     (["compare", "{task}", "{plan}", "--measure", "--rounds", "0"], "option '--rounds' = 0"),
-    (["train", "neuroshard", "--out", "{dir}/m.json", "--epochs", "0"], "option '--epochs' = 0 must be >= 1"),
+    (["train", "neuroshard", "--out", "{dir}/m.json", "--epochs", "0"], "option '--epochs' = 0 must be in [1, 1,000,000]"),
     (["train", "neuroshard", "--out", "{dir}/m.json", "--store", "{dir}/missing.db"], "no such sample store"),
     (["tasks", "--tables", CRITEO, "--assume-zipf", "nan"], "option '--assume-zipf' = nan"),
     (["tasks", "--tables", CRITEO, "--assume-zipf", "-1"], "option '--assume-zipf' = -1.0"),

@@ -145,8 +145,9 @@ def test_notebook_integers_and_folders_are_strict(tmp_path):
 
 
 def test_every_integer_notebook_parameter_is_checked():
-    """Each notebook's integer parameters (``name: int = ...`` in its parameters cell) and its
-    folder parameters (``*_dir``) pass through strict_int / strict_folder before use."""
+    """Each notebook's integer parameters (``name: int = ...`` in its parameters cell), its
+    folder parameters (``*_dir``) and its hardware profiles (``*profile``) pass through
+    strict_int / strict_folder / get_profile before use."""
     import re
 
     for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
@@ -157,6 +158,8 @@ def test_every_integer_notebook_parameter_is_checked():
             assert f"{name} = strict_int({name}, \"{name}\"" in code, (path.name, name)
         for name in re.findall(r"^(\w+_dir): str = ", params, re.M):
             assert f"{name} = strict_folder({name}, \"{name}\"" in code, (path.name, name)
+        for name in re.findall(r"^(\w*profile): str = ", params, re.M):
+            assert f"get_profile({name})" in code, (path.name, name)
 
 
 def test_ranks_ignore_ctrl_c_and_a_dead_rank_is_one_line(monkeypatch, capsys):

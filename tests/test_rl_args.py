@@ -21,12 +21,19 @@ def test_device_counts_and_table_ranges_are_normalised():
     assert DreamShardArgs(measure_per_iteration=0).measure_per_iteration == 0   # RL on the model alone
 
 
-@pytest.mark.parametrize("cls,field,value", [(AutoShardArgs, "updates", 0), (DreamShardArgs, "episodes", 0),
-                                             (AutoShardArgs, "ngpu", 0), (DreamShardArgs, "ntables", (9, 5))])
+@pytest.mark.parametrize("cls,field,value", [
+    (AutoShardArgs, "updates", 0), (DreamShardArgs, "episodes", 0), (AutoShardArgs, "ngpu", 0),
+    (DreamShardArgs, "ntables", (9, 5)), (DreamShardArgs, "ntables", (1, 10**8)), (AutoShardArgs, "episodes", 10**12),
+    (DreamShardArgs, "lr", float("nan")), (AutoShardArgs, "lr", -1.0), (AutoShardArgs, "max_grad_norm", float("inf")),
+    (AutoShardArgs, "rho_bar", -1.0), (DreamShardArgs, "entropy_coef", float("nan")), (AutoShardArgs, "cost_epochs", 0),
+    (DreamShardArgs, "iterations", 1.5), (AutoShardArgs, "ngpu", (4, 100_000))])
 def test_a_bad_field_is_one_line_naming_it(cls, field, value):
+    """Counts and rates are checked before training: a NaN rate or a count past its bound (which
+    would run for days) is one line naming the policy kind (not a Python class) and the field."""
+    kind = next(k for k, c in POLICIES.items() if c is cls)
     with pytest.raises(ShardlabError) as e:
         cls(**{field: value})
-    assert f"{cls.__name__}: field '{field}'" in str(e.value) and "\n" not in str(e.value)
+    assert str(e.value).startswith(f"{kind}: field '{field}'") and "\n" not in str(e.value)
 
 
 def test_every_field_is_documented():

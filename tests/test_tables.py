@@ -92,12 +92,12 @@ def test_infeasible_in_total():
 
 def test_task_json_round_trip(tmp_path):
     t1 = Table("t1", 2500000, 64, 12.3, tuple([0.42, 0.15] + [0.43 / 15] * 15), source="x",
-               index_seed=7, distribution={"kind": "zipf", "alpha": 1.1})
+               index_seed=7, distribution={"model": "zipf-nb-v1", "alpha": 1.1})
     task = Task("rt", 4, 4.0, (t1, make_table("t2")), 65536, "fp16", "exact_rowwise_adagrad")
     path = save_task(task, tmp_path / "task.json")
     assert load_task(path) == task
     raw = read_json(path)
-    assert raw["tables"][0]["distribution"] == {"alpha": 1.1, "kind": "zipf"}
+    assert raw["tables"][0]["distribution"] == {"alpha": 1.1, "model": "zipf-nb-v1"}
     assert set(raw) == {"name", "ngpu", "mem_cap_gb", "batch_size", "weights_precision",
                         "optimizer", "tables"}
 

@@ -17,10 +17,19 @@ import typing
 from typing import Any, Sequence
 
 from shardlab.constants import EQUIVALENCE_MARGIN
+from shardlab.errors import printable
 from shardlab.io import option_value
 
 #: Argument types a dataclass field may have on the command line (bool is a --flag/--no-flag pair).
 SCALARS = (int, float, str)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line naming the bad argument and where the
+    options are listed (exit status 2), not the whole usage block first."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {printable(message)} (options: {self.prog} --help)\n")
 
 
 class VerbFormatter(argparse.RawDescriptionHelpFormatter):
@@ -47,7 +56,7 @@ def add_verb(sub: Any, name: str, help: str, examples: Sequence[str], command: s
 def dims(text: str) -> list[int]:
     """``--dims 4,8,16``: comma-separated embedding dims."""
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        return [int(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"--dims must be comma-separated integers, got {text!r}") from None
 

@@ -13,8 +13,9 @@ import math
 import re
 from typing import Any, Callable
 
-from shardlab.constants import MAX_DELAY_MS, MAX_MEM_CAP_GB, MAX_NGPU
+from shardlab.constants import MAX_DELAY_MS, MAX_EPOCHS, MAX_MEM_CAP_GB, MAX_NGPU
 from shardlab.errors import ShardlabError
+from shardlab.profile.hardware import get_profile
 
 #: Path options: an empty value is refused (it would silently mean "no output" or "here").
 PATH_OPTIONS = ("out", "html", "store", "journal", "tables", "model")
@@ -38,7 +39,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "row_share": (lambda v: math.isfinite(v) and 0 <= v <= 1, "must be a share in [0, 1]"),
     "max_delay_ms": (lambda v: math.isfinite(v) and 0 <= v <= MAX_DELAY_MS, f"must be in [0, {MAX_DELAY_MS:g}] ms"),
     "assume_zipf": (lambda v: math.isfinite(v) and v > 0, "must be a finite Zipf exponent > 0"),
-    "epochs": (lambda v: v >= 1, "must be >= 1"),
+    "epochs": (lambda v: 1 <= v <= MAX_EPOCHS, f"must be in [1, {MAX_EPOCHS:,}]"),
+    "pretrain_epochs": (lambda v: 0 <= v <= MAX_EPOCHS, f"must be in [0, {MAX_EPOCHS:,}]"),
     "verify": (lambda v: 1 <= v <= 20, "must be in [1, 20] (candidate plans measured)"),
     "iterations": (lambda v: v >= 1, "must be >= 1"),
     "updates": (lambda v: v >= 1, "must be >= 1"),
@@ -82,6 +84,11 @@ def check_args(args: argparse.Namespace) -> None:
         if getattr(args, dest, None) == "":
             raise ShardlabError(f"option '{_flag(dest)}' = '' is empty (give a path)")
     verb = getattr(args, "verb", None)
+    for dest in ("name", "module"):
+        if getattr(args, dest, None) == "":
+            raise ShardlabError(f"option '{_flag(dest)}' = '' is empty (leave it out for the default)")
+    if verb not in ("train", "calibrate") and isinstance(getattr(args, "profile", None), str):
+        get_profile(args.profile)                      # an unknown profile is refused even where unused
     torchrec = bool(getattr(args, "torchrec", False))
     if verb == "tasks" and getattr(args, "tables", None) is None:
         if getattr(args, "assume_zipf", None) is not None:

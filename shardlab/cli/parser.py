@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from shardlab import constants as C
-from shardlab.cli.arguments import (VerbFormatter, add_dataclass_arguments, add_evaluator_arguments, add_verb,
+from shardlab.cli.arguments import (OneLineParser, VerbFormatter, add_dataclass_arguments, add_evaluator_arguments, add_verb,
                                     dims, setting)
 from shardlab.workflows.rl_args import AutoShardArgs, DreamShardArgs
 
@@ -30,7 +30,7 @@ POLICY_ALIASES = {"dreamshard_policy": {"updates_per_iteration": ["--updates"], 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every verb."""
-    parser = argparse.ArgumentParser(prog="shardlab", description=DESCRIPTION, formatter_class=VerbFormatter,
+    parser = OneLineParser(prog="shardlab", description=DESCRIPTION, formatter_class=VerbFormatter,
                                      epilog="example:\n  shardlab tasks --ntables 20 --ngpu 4 --out task.json\n"
                                             "  shardlab shard task.json --method neuroshard --out neuroshard.json")
     sub = parser.add_subparsers(dest="verb", required=True)

@@ -258,6 +258,9 @@ def _read_manifest(path: str | os.PathLike) -> dict[str, Any]:
         raise ShardlabError(f"cost model '{path}': must be a JSON object (a manifest), got {type(d).__name__}")
     if d.get("format") != MANIFEST_FORMAT:
         raise ShardlabError(f"cost model '{path}': field 'format' must be '{MANIFEST_FORMAT}'")
+    for key, kind, what in (("source", str, "a string"), ("provenance", dict, "an object")):
+        if key in d and not isinstance(d[key], kind):
+            raise ShardlabError(f"cost model '{path}': field '{key}' must be {what}, got {type(d[key]).__name__}")
     return d
 
 

@@ -164,6 +164,33 @@ def _evaluation(task: Task, plan: Plan, source: str, sittings: Sequence[Sequence
                       hierarchical_median_ci(costs, seed=seed)[1], sittings_ms=tuple(costs) if len(costs) > 1 else None)
 
 
+#: The fields of one journal line (one measurement).
+JOURNAL_FIELDS = ("task", "sitting", "round", "item", "ms")
+
+
+def check_journal(path: str) -> None:
+    """Refuse, in one line, a journal that cannot take appended measurements: a directory,
+    device or FIFO (:func:`check_output_path`), or an existing non-empty file whose first line
+    is not a measurement record (a task, plan or any other file would be spoilt by appending)."""
+    check_output_path(path)
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 20)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise ShardlabError(f"{path}: journal not readable ({e.strerror or e})") from None
+    if not first:
+        return
+    try:
+        record = json.loads(first)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or set(record) != set(JOURNAL_FIELDS):
+        raise ShardlabError(f"{path}: not a measurement journal (its first line is not one measurement); "
+                            "journal to a new file, or to one an earlier run journalled to")
+
+
 def _journal(path: str | None, task: str, round_: int, name: str, m: np.ndarray | float | None,
              sitting: int | str = 0) -> None:
     """Append one measurement to the journal file (flushed at once); ``sitting``: its index, or
@@ -172,7 +199,7 @@ def _journal(path: str | None, task: str, round_: int, name: str, m: np.ndarray 
         return
     value = m.tolist() if isinstance(m, np.ndarray) else m
     with open(path, "a") as f:
-        f.write(json.dumps({"task": task, "sitting": sitting, "round": round_, "item": name, "ms": value}) + "\n")
+        f.write(json.dumps(dict(zip(JOURNAL_FIELDS, (task, sitting, round_, name, value)))) + "\n")
         f.flush()
 
 
@@ -240,7 +267,7 @@ class MeasuredEvaluator:
                               "must be 1 under torchrun (its ranks cannot be re-spawned): run the command again")
         check_margin(self.margin, "measured evaluator")
         if self.journal is not None:
-            check_output_path(self.journal)      # a directory, device or FIFO is refused before anything runs
+            check_journal(self.journal)          # before anything runs
         prof = get_profile(self.profile)
         if prof.device == "cuda" and self.group is None:
             import torch

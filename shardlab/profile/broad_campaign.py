@@ -29,7 +29,7 @@ from shardlab.data.generator import table_from_params
 from shardlab.data.lookups import row_block_table
 from shardlab.errors import ShardlabError
 from shardlab.profile.campaign import run_jobs, take_within
-from shardlab.profile.hardware import HardwareProfile, environment, get_profile
+from shardlab.profile.hardware import HardwareProfile, environment, get_profile, measurable_profile
 from shardlab.profile.store import SampleStore
 from shardlab.tables import Table, block_bytes
 
@@ -144,7 +144,7 @@ def run_broad_campaign(store_path: str, n_samples: int, profile: str | HardwareP
     """Measure broad samples 0..n_samples-1 not yet in the store (kind ``compute``); returns how
     many were added. ``mem_cap_gb``: one op's tables at most (GB); ``workers`` and ``deadline``:
     see :func:`~shardlab.profile.campaign.run_jobs`."""
-    prof = get_profile(profile)
+    prof = measurable_profile(profile)
     if n_samples < 0 or workers < 1 or max_tables < 1:
         raise ShardlabError("broad campaign: fields 'n_samples' >= 0, 'workers' >= 1, 'max_tables' >= 1 required")
     mem = int(mem_cap_gb * C.GB)

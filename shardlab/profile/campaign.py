@@ -43,7 +43,7 @@ from shardlab.errors import ShardlabError, field_error
 from shardlab.processes import ignore_sigint, sigint_ignored
 from shardlab.profile.comm import CommBench, randomized_dim_assignment
 from shardlab.profile.compute import measure_compute, run_jobs_prefetched
-from shardlab.profile.hardware import HardwareProfile, environment, get_profile
+from shardlab.profile.hardware import HardwareProfile, environment, get_profile, measurable_profile
 from shardlab.profile.records import single_key
 from shardlab.profile.rowwise_comm import RowWise
 from shardlab.profile.store import SampleStore
@@ -138,7 +138,7 @@ def run_compute_campaign(store_path: str, n_samples: int, profile: str | Hardwar
     """Measure the samples 0..n_samples-1 not yet in the store at ``store_path``; returns how
     many were added. ``workers`` processes measure in parallel (1 = in this process; on a CUDA
     profile they make lookup batches for the one GPU instead); ``deadline``: see :func:`run_jobs`."""
-    prof = get_profile(profile)
+    prof = measurable_profile(profile)
     if n_samples < 0 or workers < 1 or max_tables < 1:
         raise ShardlabError("campaign: fields 'n_samples' >= 0, 'workers' >= 1, 'max_tables' >= 1 required")
     tables = pool_tables(pool, split)
@@ -172,7 +172,7 @@ def run_single_table_costs(store_path: str, profile: str | HardwareProfile = "cp
     ``profile`` (the first ``max_samples`` of them by key order, or all) and is not measured
     yet (kind ``"single"``); returns how many were added. These are the "sum of single-table
     costs" the seeds compare fused costs against; resumable like the campaigns."""
-    prof = get_profile(profile)
+    prof = measurable_profile(profile)
     if workers < 1:
         raise ShardlabError("single tables: field 'workers' >= 1 required")
     provenance = {**environment(prof.device), "profile": prof.to_dict(), "campaign": {"kind": "single"}}
@@ -233,6 +233,7 @@ def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
         campaign["launcher"] = bench.launcher
     provenance = {**environment(device), "profile": prof.to_dict(), "campaign": campaign}
     lead = bench is None or bench.rank == 0
+    spawned = CommBench.for_profile(world_size, prof) if bench is None else None   # checked before the store opens
     added = 0
     with ExitStack() as stack:
         store, todo = None, None
@@ -245,7 +246,7 @@ def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
         if not todo:
             return 0
         if bench is None:
-            bench = stack.enter_context(CommBench.for_profile(world_size, prof))
+            bench = stack.enter_context(spawned)
         for i in tqdm(todo, desc=f"comm samples G={world_size} ({prof.name})", disable=not progress or not lead):
             spec = comm_sample_spec(world_size, i, seed, max_delay_ms=max_delay_ms)
             sample = bench.measure(spec["dim_sums"], spec["delays_ms"], repeats=prof.repeats, warmup=prof.warmup)
@@ -289,12 +290,13 @@ def run_rowwise_comm_campaign(store_path: str, n_samples: int, world_size: int,
     provenance = {**environment("cuda" if prof.comm_backend == "nccl" else "cpu"), "profile": prof.to_dict(),
                   "campaign": {"kind": "rowcomm", "seed": seed, "world_size": world_size, "space": space}}
     added = 0
+    spawned = CommBench.for_profile(world_size, prof)      # checked before the store opens
     with SampleStore(store_path) as store:
         done = store.keys(kind)
         todo = [i for i in range(n_samples) if f"{prefix}{i}" not in done]
         if not todo:
             return 0
-        with CommBench.for_profile(world_size, prof) as bench:
+        with spawned as bench:
             for i in tqdm(todo, desc=f"row-wise comm G={world_size} {space} ({prof.name})", disable=not progress):
                 spec = rowwise_spec(world_size, i, seed, prof.batch_size, space)
                 rw = RowWise(spec["rowwise"]["dim"], tuple(tuple(r) for r in spec["rowwise"]["index_counts"]))

@@ -111,6 +111,17 @@ def get_profile(name: str | HardwareProfile) -> HardwareProfile:
     return PROFILES[name]
 
 
+def measurable_profile(name: str | HardwareProfile) -> HardwareProfile:
+    """:func:`get_profile`, refused in one line when its device is CUDA and no GPU is visible
+    (checked before a campaign opens or creates its store)."""
+    prof = get_profile(name)
+    if prof.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise ShardlabError(f"hardware profile '{prof.name}': field 'device' = 'cuda' but no GPU is visible")
+    return prof
+
+
 def profile_with(name: str, batch_size: int | None = None, repeats: int | None = None,
                  warmup: int | None = None) -> HardwareProfile:
     """A shipped profile with some timing settings overridden; the name records the change."""
@@ -193,7 +204,8 @@ def git_revision() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "shardlab"], cwd=ROOT,
+        # --no-optional-locks: a read, never a refresh of the user's .git/index
+        dirty = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--", "shardlab"], cwd=ROOT,
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return (rev or "unknown") + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):

@@ -66,7 +66,7 @@ from shardlab.costmodel.neural_base import one_torch_thread
 from shardlab.costmodel.rowwise_comm import WithRowWise, load_rowwise_comm
 from shardlab.costmodel.valid_range import range_report
 from shardlab.data.lookups import placed_row_block, row_block_lookups
-from shardlab.errors import InfeasibleError, ShardlabError
+from shardlab.errors import InfeasibleError, ShardlabError, check_ranges, is_int
 from shardlab.plan import Placement, Plan
 from shardlab.schedule import batch_rows, owner_counts
 from shardlab.search.blocks import Block, ShardCoster, split_block, whole_blocks
@@ -79,6 +79,16 @@ from shardlab.tables import Table, Task
 
 #: The seed's 11 dim-balance caps.
 DEFAULT_CAPS = tuple(float(x) for x in np.linspace(1.0, 1.5, 11))
+
+#: Ranges of the search's options: field -> (predicate, requirement); checked when built.
+OPTION_RANGES = {
+    "caps": (lambda v: 1 <= len(v) <= 64 and all(isinstance(x, (int, float)) and 1.0 <= x <= 100.0 for x in v),
+             "must be 1 to 64 dim-balance caps in [1, 100]"),
+    "beam_width": (lambda v: is_int(v) and 1 <= v <= 64, "must be an integer in [1, 64]"),
+    "max_splits": (lambda v: is_int(v) and 0 <= v <= 100, "must be an integer in [0, 100]"),
+    "top_n": (lambda v: is_int(v) and 1 <= v <= 1000, "must be an integer in [1, 1000]"),
+    "host_size": (lambda v: is_int(v) and 1 <= v <= C.MAX_NGPU, f"must be an integer in [1, {C.MAX_NGPU}]"),
+}
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,9 @@ class NeuroShardSharder:
     rowwise_comm: Any = None
     whole: tuple[str, ...] = ()
     _bundle: CostModelBundle | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        check_ranges(f"method '{self.name}'", self, OPTION_RANGES)
 
     def model_name(self) -> str:
         """The name or path of the cost model searched with: ``model``, or the profile's default;

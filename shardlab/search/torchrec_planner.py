@@ -28,7 +28,7 @@ from types import SimpleNamespace
 
 from shardlab import constants as C
 from shardlab.costmodel.torchrec_estimator import ShardlabPerfEstimator
-from shardlab.errors import ShardlabError
+from shardlab.errors import ShardlabError, check_ranges, is_int
 from shardlab.export import OPTIMIZERS, SHARDING_TYPES
 from shardlab.plan import Placement, Plan
 from shardlab.search.registry import check_search_gpus
@@ -77,6 +77,13 @@ class TorchRecSharder:
     compute_device: str = "cuda"
     costs: str = ""
     profile: str = C.PLAN_PROFILE
+
+    def __post_init__(self) -> None:
+        check_ranges(f"method '{self.name}'", self, {
+            "sharding_types": (lambda v: 1 <= len(v) and set(v) <= set(SHARDING_TYPES),
+                               f"must be one or more of {', '.join(SHARDING_TYPES)}"),
+            "fast_above": (lambda v: is_int(v) and v >= 0, "must be an integer >= 0 (tables)"),
+            "compute_device": (lambda v: v in ("cuda", "cpu"), "must be cuda or cpu")})
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
         """Plan with TorchRec's planner (deterministic; ``seed`` is recorded). Refuses at once

@@ -20,7 +20,7 @@ from shardlab.data.tasks import generate_task
 from shardlab.evaluate import Evaluation, device_tables, measure_plan
 from shardlab.plan import Plan
 from shardlab.profile.comm import CommBench
-from shardlab.profile.hardware import HardwareProfile, get_profile
+from shardlab.profile.hardware import HardwareProfile, get_profile, measurable_profile
 from shardlab.profile.hardware import environment
 from shardlab.profile.store import SampleStore
 from shardlab.search import run_sharder, sharder_for
@@ -49,7 +49,7 @@ def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = 4, profile: str
     """Measure plans 0..n_plans-1 not yet stored; returns how many were added. Plan i comes from
     ``methods[i % len(methods)]`` (default: the five heuristics, balanced to skewed plans);
     ``plan_for(task, i)`` overrides the methods (DreamShard passes its policy)."""
-    prof = get_profile(profile)
+    prof = measurable_profile(profile)
     prefix = plan_prefix(ngpu, prof, pool, split, seed)
     provenance = {**environment(prof.device), "profile": prof.to_dict(), "pool": pool, "split": split,
                   "campaign": {"kind": "plan", "seed": seed, "ntables": list(ntables), "ngpu": ngpu,

@@ -7,12 +7,14 @@ written once, here. This module imports no torch: the command line reads it to b
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shardlab.errors import ShardlabError
+from shardlab import constants as C
+from shardlab.errors import ShardlabError, field_error
 
 if TYPE_CHECKING:      # a profile object may be passed; at run time this module stays torch-free
     from shardlab.profile.hardware import HardwareProfile
@@ -105,24 +107,52 @@ class AutoShardArgs:
 
     def __post_init__(self) -> None:
         check_rl_args(self, {"updates": 1, "episodes": 1, "n_tasks": 1, "sync_every": 1, "refit_every": 1,
-                            "measure_plans": 0, "probe_every": 0})
+                            "measure_plans": 0, "probe_every": 0, **({"cost_epochs": 1} if self.cost_epochs is not None
+                                                                     else {})})
+
+
+#: Most of each count field (a bound checked before training: far above any use, far below a hang).
+MOST = {"iterations": 100_000, "measure_per_iteration": 100_000, "updates_per_iteration": 100_000,
+        "episodes": 4096, "tasks_per_iteration": 100_000, "cost_epochs": 1_000_000, "probe_every": 10_000_000,
+        "updates": 10_000_000, "n_tasks": 100_000, "sync_every": 10_000_000, "refit_every": 10_000_000,
+        "measure_plans": 100_000}
+#: Most tables in one training task (the shipped pools' tasks have tens).
+MOST_TABLES = 10_000
+#: Rates and weights: field -> (least, whether the least itself is allowed); all must be finite.
+RATES = {"lr": (0.0, False), "entropy_coef": (0.0, True), "value_coef": (0.0, True), "max_grad_norm": (0.0, False),
+         "rho_bar": (0.0, False), "c_bar": (0.0, False)}
 
 
 def check_rl_args(args: object, counts: dict[str, int]) -> None:
     """Normalise ``args.ngpu`` (an int or device counts) to a tuple and ``args.ntables`` to a
-    (low, high) tuple, in place on a frozen dataclass; one-line errors naming the bad field.
-    ``counts``: field -> the least value it may take (e.g. ``{"updates": 1}``)."""
-    label = type(args).__name__
+    (low, high) tuple, in place on a frozen dataclass; one-line errors naming the bad field and
+    the policy kind (``dreamshard_policy``). ``counts``: field -> the least value it may take (e.g.
+    ``{"updates": 1}``; the most is :data:`MOST`'s); every rate in :data:`RATES` it has must be finite."""
+    label = type(args).__name__.removesuffix("Args").lower() + "_policy"
+
+    def bad(name: str, requirement: str) -> ShardlabError:
+        return field_error(label, name, getattr(args, name), requirement)
+
+    def whole(value: object) -> bool:
+        return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
     ngpu = getattr(args, "ngpu")
     gpus = (ngpu,) if np.isscalar(ngpu) else tuple(ngpu)
+    if not gpus or not all(whole(g) and 1 <= g <= C.MAX_NGPU for g in gpus):
+        raise bad("ngpu", f"must be device counts in [1, {C.MAX_NGPU:,}]")
     object.__setattr__(args, "ngpu", tuple(int(g) for g in gpus))
-    object.__setattr__(args, "ntables", tuple(int(n) for n in getattr(args, "ntables")))
+    low_high = tuple(getattr(args, "ntables"))
+    if len(low_high) != 2 or not all(whole(n) for n in low_high) or not 1 <= low_high[0] <= low_high[1] <= MOST_TABLES:
+        raise bad("ntables", f"must be (low, high) with 1 <= low <= high <= {MOST_TABLES:,}")
+    object.__setattr__(args, "ntables", tuple(int(n) for n in low_high))
     for name, least in counts.items():
-        if int(getattr(args, name)) < least:
-            raise ShardlabError(f"{label}: field '{name}' must be >= {least}, got {getattr(args, name)!r}")
-    gpus = getattr(args, "ngpu")
-    if not gpus or min(gpus) < 1:
-        raise ShardlabError(f"{label}: field 'ngpu' must be device counts >= 1, got {gpus!r}")
-    low_high = getattr(args, "ntables")
-    if len(low_high) != 2 or not 1 <= low_high[0] <= low_high[1]:
-        raise ShardlabError(f"{label}: field 'ntables' must be (low, high) with 1 <= low <= high, got {low_high!r}")
+        value = getattr(args, name)
+        if not whole(value) or not least <= value <= MOST[name]:
+            raise bad(name, f"must be an integer in [{least}, {MOST[name]:,}]")
+    for name, (least, inclusive) in RATES.items():
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or value < least or (value == least and not inclusive):
+            raise bad(name, f"must be a finite number {'>=' if inclusive else '>'} {least:g}")
