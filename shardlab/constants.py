@@ -34,8 +34,10 @@ MAX_INPUT_BYTES = 2**30
 #: forward delay a comm campaign may draw (ms; its rounds wait for it).
 MAX_NGPU = 16_384
 MAX_DELAY_MS = 60_000.0
-#: Most training epochs a command accepts (a bound checked before training starts).
+#: Most training epochs a command accepts, and most samples a campaign command draws (bounds
+#: checked before anything runs; the shipped campaigns have thousands of samples).
 MAX_EPOCHS = 1_000_000
+MAX_SAMPLES = 1_000_000
 
 #: Bytes per stored weight for the supported training precisions.
 BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2}

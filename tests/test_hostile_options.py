@@ -63,6 +63,7 @@ CASES = [
     (["shard", "{dir}/source_list.json", "--method", "size_greedy"], "field 'source' = [1, 2]"),
     (["evaluate", "{task}", "{plan}", "--model", "{dir}/provenance_str.json"], "field 'provenance' must be an object"),
     (["profile", "comm", "--store", "{dir}/comm.db", "--ngpu", "1", "--samples", "1"], "field 'world_size' = 1"),
+    (["profile", "compute", "--store", "{dir}/s.db", "--samples", "100000000"], "option '--samples' = 100000000"),
     (["shard", "{task}"], "the following arguments are required: --method"),
     (["train", "nope"], "argument kind: invalid choice: 'nope'"),
 ]

@@ -13,7 +13,7 @@ import math
 import re
 from typing import Any, Callable
 
-from shardlab.constants import MAX_DELAY_MS, MAX_EPOCHS, MAX_MEM_CAP_GB, MAX_NGPU
+from shardlab.constants import MAX_DELAY_MS, MAX_EPOCHS, MAX_MEM_CAP_GB, MAX_NGPU, MAX_SAMPLES
 from shardlab.errors import ShardlabError
 from shardlab.profile.hardware import get_profile
 
@@ -29,8 +29,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rounds": (lambda v: 1 <= v <= 1000, "must be in [1, 1000]"),
     "warmup_rounds": (lambda v: 0 <= v <= 100, "must be in [0, 100]"),
     "sittings": (lambda v: 1 <= v <= 100, "must be in [1, 100]"),
-    "samples": (lambda v: v >= 0, "must be >= 0"),
-    "max_samples": (lambda v: v >= 1, "must be >= 1"),
+    "samples": (lambda v: 0 <= v <= MAX_SAMPLES, f"must be in [0, {MAX_SAMPLES:,}]"),
+    "max_samples": (lambda v: 1 <= v <= MAX_SAMPLES, f"must be in [1, {MAX_SAMPLES:,}]"),
     "workers": (lambda v: 1 <= v <= 64, "must be in [1, 64]"),
     "ntables": (lambda v: v >= 1, "must be >= 1"),
     "min_tables": (lambda v: v >= 1, "must be >= 1"),

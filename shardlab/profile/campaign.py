@@ -32,7 +32,7 @@ import itertools
 import multiprocessing as mp
 import time
 from contextlib import ExitStack
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -150,18 +150,18 @@ def run_compute_campaign(store_path: str, n_samples: int, profile: str | Hardwar
     added = 0
     with SampleStore(store_path) as store:
         done = store.keys("compute")
-        jobs = []
-        for i in range(n_samples):
-            key = f"{prefix}{i}"
-            if key in done:
-                continue
-            if deadline is not None and time.monotonic() > deadline:    # drawing jobs can be slow too
-                break
-            chosen = compute_sample_tables(tables, i, seed, max_tables, mem, prof.weights_precision,
-                                           prof.optimizer)
-            jobs.append((key, [t.to_dict() for t in chosen], prof.to_dict()))
-        added = run_jobs(store, "compute", jobs, provenance, workers, f"compute samples ({prof.name})",
-                          progress, on_sample, deadline)
+        todo = [i for i in range(n_samples) if f"{prefix}{i}" not in done]
+
+        def jobs() -> Iterator[tuple[str, list[dict[str, Any]], dict[str, Any]]]:
+            for i in todo:        # drawn as they are taken, under the progress bar
+                if deadline is not None and time.monotonic() > deadline:    # drawing jobs can be slow too
+                    return
+                chosen = compute_sample_tables(tables, i, seed, max_tables, mem, prof.weights_precision,
+                                               prof.optimizer)
+                yield f"{prefix}{i}", [t.to_dict() for t in chosen], prof.to_dict()
+
+        added = run_jobs(store, "compute", jobs(), provenance, workers, f"compute samples ({prof.name})",
+                         progress, on_sample, deadline, total=len(todo))
     return added
 
 
