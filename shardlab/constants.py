@@ -38,6 +38,9 @@ MAX_DELAY_MS = 60_000.0
 #: checked before anything runs; the shipped campaigns have thousands of samples).
 MAX_EPOCHS = 1_000_000
 MAX_SAMPLES = 1_000_000
+#: Largest batch (samples per step) a task or a measurement may have: 256x the 65,536 of the
+#: shipped profiles; measuring allocates lookups for a whole batch.
+MAX_BATCH_SIZE = 2**24
 
 #: Bytes per stored weight for the supported training precisions.
 BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2}

@@ -193,7 +193,7 @@ class Task:
         object.__setattr__(self, "mem_cap_gb",
                            checked_float(owner, "mem_cap_gb", self.mem_cap_gb, 0.0, strict=True,
                                          maximum=C.MAX_MEM_CAP_GB))
-        object.__setattr__(self, "batch_size", checked_int(owner, "batch_size", self.batch_size, 1))
+        object.__setattr__(self, "batch_size", checked_int(owner, "batch_size", self.batch_size, 1, C.MAX_BATCH_SIZE))
         if self.weights_precision not in C.BYTES_PER_WEIGHT:
             raise field_error(owner, "weights_precision", self.weights_precision,
                               f"must be one of {sorted(C.BYTES_PER_WEIGHT)}")

@@ -64,6 +64,7 @@ CASES = [
     (["evaluate", "{task}", "{plan}", "--model", "{dir}/provenance_str.json"], "field 'provenance' must be an object"),
     (["profile", "comm", "--store", "{dir}/comm.db", "--ngpu", "1", "--samples", "1"], "field 'world_size' = 1"),
     (["profile", "compute", "--store", "{dir}/s.db", "--samples", "100000000"], "option '--samples' = 100000000"),
+    (["compare", "{task}", "{plan}", "--measure", "--batch-size", "100000000000"], "option '--batch-size' = 100000000000"),
     (["shard", "{task}"], "the following arguments are required: --method"),
     (["train", "nope"], "argument kind: invalid choice: 'nope'"),
 ]
@@ -119,3 +120,13 @@ def test_lookup_models_are_the_ones_the_lookups_dispatch_on():
     assert set(C.LOOKUP_MODELS) == {MODEL, TRACE_MODEL, ROW_BLOCK_MODEL, ROW_BLOCK_MODEL_V1}
     with pytest.raises(ShardlabError, match="distribution.model"):
         Table("x", 10, 4, 1.0, (1.0,) + (0.0,) * 16, distribution={"alpha": 1.0})
+
+
+def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
+    def exhausts(args):
+        raise MemoryError
+
+    monkeypatch.setattr("shardlab.cli.run_verb", exhausts)
+    assert main(["tasks", "--ntables", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("shardlab: error: out of memory") and "\n" not in err

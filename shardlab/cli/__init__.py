@@ -51,4 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("shardlab: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("shardlab: error: out of memory: the inputs ask for more than this machine has (batch size, "
+              "tables or rows too large for it?)", file=sys.stderr)
+        return 2
     return 0

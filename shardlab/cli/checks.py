@@ -13,7 +13,7 @@ import math
 import re
 from typing import Any, Callable
 
-from shardlab.constants import MAX_DELAY_MS, MAX_EPOCHS, MAX_MEM_CAP_GB, MAX_NGPU, MAX_SAMPLES
+from shardlab.constants import MAX_BATCH_SIZE, MAX_DELAY_MS, MAX_EPOCHS, MAX_MEM_CAP_GB, MAX_NGPU, MAX_SAMPLES
 from shardlab.errors import ShardlabError
 from shardlab.profile.hardware import get_profile
 
@@ -23,7 +23,7 @@ PATH_OPTIONS = ("out", "html", "store", "journal", "tables", "model")
 #: option (argparse dest) -> (test, requirement), applied where a verb has the option and it is set.
 RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "seed": (lambda v: v >= 0, "must be >= 0"),
-    "batch_size": (lambda v: v >= 1, "must be >= 1"),
+    "batch_size": (lambda v: 1 <= v <= MAX_BATCH_SIZE, f"must be in [1, {MAX_BATCH_SIZE:,}]"),
     "repeats": (lambda v: v >= 1, "must be >= 1"),
     "warmup": (lambda v: v >= 0, "must be >= 0"),
     "rounds": (lambda v: 1 <= v <= 1000, "must be in [1, 1000]"),
