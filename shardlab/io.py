@@ -146,13 +146,24 @@ def read_json(path: str | os.PathLike) -> Any:
         raw = path.read_bytes()
         if path.suffix == ".gz":
             raw = _gunzip_bounded(raw, path)
-        return json.loads(raw)
+        return json.loads(raw, object_pairs_hook=lambda pairs: _unique_keys(pairs, path))
     except FileNotFoundError:
         raise ShardlabError(f"{path}: no such file") from None
     except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as e:
         raise ShardlabError(f"{path}: not valid JSON ({str(e).splitlines()[0]})") from None
     except RecursionError:
         raise ShardlabError(f"{path}: JSON nested too deeply to read") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
+    """A JSON object as a dict; a key given twice (``"ngpu": 2, "ngpu": 3``: which one was
+    meant?) is one line naming it, not the last value silently."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ShardlabError(f"{path}: field '{twice}' appears twice in one object")
+    return out
 
 
 def _gunzip_bounded(raw: bytes, path: Path) -> bytes:

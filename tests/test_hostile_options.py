@@ -34,6 +34,7 @@ def files(tmp_path_factory):
     raw["tables"][0]["distribution"] = {}
     raw["tables"][0]["source"] = [1, 2]
     (d / "source_list.json").write_text(json.dumps(raw))
+    (d / "twice.json").write_text(tp.read_text().replace('"ngpu": 2', '"ngpu": 2, "ngpu": 3', 1))
     manifest = json.loads((MODELS / "analytic.json").read_text())
     for part in manifest["parts"].values():
         part["file"] = str(MODELS / part["file"])      # absolute parts are refused anyway: keep the check first
@@ -61,6 +62,7 @@ CASES = [
     (["train", "autoshard_policy", "--out", "{dir}/p.pt", "--n-tasks", "0"], "autoshard_policy: field 'n_tasks' = 0"),
     (["shard", "{dir}/dist_model.json", "--method", "size_greedy"], "field 'distribution.model' = 'nope'"),
     (["shard", "{dir}/source_list.json", "--method", "size_greedy"], "field 'source' = [1, 2]"),
+    (["shard", "{dir}/twice.json", "--method", "size_greedy"], "field 'ngpu' appears twice"),
     (["evaluate", "{task}", "{plan}", "--model", "{dir}/provenance_str.json"], "field 'provenance' must be an object"),
     (["profile", "comm", "--store", "{dir}/comm.db", "--ngpu", "1", "--samples", "1"], "field 'world_size' = 1"),
     (["profile", "compute", "--store", "{dir}/s.db", "--samples", "100000000"], "option '--samples' = 100000000"),
