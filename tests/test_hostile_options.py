@@ -67,6 +67,8 @@ CASES = [
     (["profile", "comm", "--store", "{dir}/comm.db", "--ngpu", "1", "--samples", "1"], "field 'world_size' = 1"),
     (["profile", "compute", "--store", "{dir}/s.db", "--samples", "100000000"], "option '--samples' = 100000000"),
     (["compare", "{task}", "{plan}", "--measure", "--batch-size", "100000000000"], "option '--batch-size' = 100000000000"),
+    (["compare", "{task}", "{plan}", "--measure", "--repeats", "1000000000"], "option '--repeats' = 1000000000"),
+    (["profile", "compute", "--store", "{dir}/s.db", "--warmup", "1000000000"], "option '--warmup' = 1000000000"),
     (["shard", "{task}"], "the following arguments are required: --method"),
     (["train", "nope"], "argument kind: invalid choice: 'nope'"),
 ]

@@ -24,8 +24,8 @@ PATH_OPTIONS = ("out", "html", "store", "journal", "tables", "model")
 RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "seed": (lambda v: v >= 0, "must be >= 0"),
     "batch_size": (lambda v: 1 <= v <= MAX_BATCH_SIZE, f"must be in [1, {MAX_BATCH_SIZE:,}]"),
-    "repeats": (lambda v: v >= 1, "must be >= 1"),
-    "warmup": (lambda v: v >= 0, "must be >= 0"),
+    "repeats": (lambda v: 1 <= v <= 10_000, "must be in [1, 10,000] (timed runs per measurement)"),
+    "warmup": (lambda v: 0 <= v <= 10_000, "must be in [0, 10,000] (untimed runs per measurement)"),
     "rounds": (lambda v: 1 <= v <= 1000, "must be in [1, 1000]"),
     "warmup_rounds": (lambda v: 0 <= v <= 100, "must be in [0, 100]"),
     "sittings": (lambda v: 1 <= v <= 100, "must be in [1, 100]"),
