@@ -128,9 +128,9 @@ def test_tables_with_lookups_are_returned_unchanged():
 def test_bad_inputs_name_the_field(task):
     with pytest.raises(ShardlabError, match="field 'batch_size'"):
         F.fit_table_lookups(task.tables[0], 0)
-    odd = type(task.tables[0])("odd", 100, 8, 1.0, [1.0] + [0.0] * 16, distribution={"model": "x"})
-    with pytest.raises(ShardlabError, match="table 'odd': field 'distribution'"):
-        F.fit_table_lookups(odd, BATCH)
+    with pytest.raises(ShardlabError, match="table 'odd': field 'distribution"):   # refused when read, before a fit
+        F.fit_table_lookups(type(task.tables[0])("odd", 100, 8, 1.0, [1.0] + [0.0] * 16, distribution={"model": "x"}),
+                            BATCH)
 
 
 def test_fast_expected_unique_counts_equal_the_full_model():
