@@ -182,8 +182,13 @@ MAX_TORCHREC_FREE_WORK = 6_400
 MAX_POOLING_FACTOR = 1e5
 
 #: ``distribution["model"]`` values a table may carry (where its lookups come from; see
-#: shardlab.data.lookups): the generator, a trace, a row block, an older row block.
-LOOKUP_MODELS = ("zipf-nb-v1", "trace", "row-block-v2", "row-block-v1")
+#: shardlab.data.lookups): the generator, a trace, a row block, an older row block (read, no
+#: longer written). A table naming any other model is refused when it is read.
+GENERATOR_MODEL = "zipf-nb-v1"
+TRACE_MODEL = "trace"
+ROW_BLOCK_MODEL = "row-block-v2"
+ROW_BLOCK_MODEL_V1 = "row-block-v1"
+LOOKUP_MODELS = (GENERATOR_MODEL, TRACE_MODEL, ROW_BLOCK_MODEL, ROW_BLOCK_MODEL_V1)
 
 #: TorchRec's planner defaults a drop-in planner keeps (``torchrec/distributed/planner/constants.py``):
 #: the per-rank batch (samples) and the pooling factor (lookups per sample) it assumes where the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -65,8 +66,8 @@ def check_fields(data: object, kind: str, name_key: str, required: tuple[str, ..
 
 
 def is_int(value: object) -> bool:
-    """Whether ``value`` is an int (a bool is not)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """Whether ``value`` is an integer (Python's or numpy's; a bool is not)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def check_ranges(owner: str, obj: object, ranges: Mapping[str, tuple[Callable[[Any], bool], str]]) -> None:

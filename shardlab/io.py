@@ -128,8 +128,7 @@ def torch_load_safe(path: str | os.PathLike, what: str) -> Any:
             raise ShardlabError(f"{what} '{path}': refusing to load, the file would run code "
                                 f"({unsafe.group(1)}); only tensors and plain data are read") from None
         detail = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", text)   # the cause, not torch's advice
-        first = detail.group(1) if detail else text.strip().splitlines()[0] if text.strip() else ""
-        first = first[:100]
+        first = (detail.group(1) if detail else (text.strip().splitlines() or [""])[0])[:100]
         raise ShardlabError(f"{what} '{path}': not a readable model file ({type(e).__name__}: {first})") from None
 
 

@@ -34,12 +34,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from shardlab import constants as C
 from shardlab.data.features import table_stats_from_lookups
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table
 
 #: ``distribution["model"]`` of a table whose lookups are replayed from a trace file.
-TRACE_MODEL = "trace"
+TRACE_MODEL = C.TRACE_MODEL
 
 
 @dataclass(frozen=True)

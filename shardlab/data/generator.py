@@ -48,7 +48,7 @@ from shardlab.data.features import table_stats_from_lookups
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table
 
-MODEL = "zipf-nb-v1"
+MODEL = C.GENERATOR_MODEL
 from shardlab.data.presets import (PRESETS, STATS_SOURCE, GeneratorPreset,  # noqa: F401
                                   compare_histograms, get_preset, l1_distance, published_target)
 

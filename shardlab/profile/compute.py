@@ -49,7 +49,7 @@ from shardlab import constants as C
 from shardlab.data.lookups import table_lookups
 from shardlab.errors import ShardlabError
 from shardlab.processes import ignore_sigint
-from shardlab.profile.hardware import TIMING_METHODS, HardwareProfile, get_profile
+from shardlab.profile.hardware import TIMING_METHODS, HardwareProfile, measurable_profile
 from shardlab.profile.records import ComputeRecord, spread_ms
 from shardlab.profile.store import SampleStore
 from shardlab.tables import Table
@@ -198,7 +198,7 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
     a GPU campaign prepares them in other processes while it times), used instead. Each pass is
     timed by :func:`timer_for` the device (ms); the record's provenance names the timer
     (``compute_timing``)."""
-    profile = get_profile(profile)
+    profile = measurable_profile(profile)             # a CUDA profile with no GPU: one line
     if not tables:
         raise ShardlabError("measure_compute: field 'tables' is empty")
     total = sum(t.memory_bytes(profile.weights_precision, profile.optimizer) for t in tables)
@@ -207,8 +207,6 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
         raise ShardlabError(f"measure_compute: tables need {total / C.GB:.2f} GB, over max_gb = {max_gb:g} "
                             f"(largest: table '{big.name}', {big.rows} x {big.dim})")
     device = torch.device("cuda" if profile.device == "cuda" else "cpu")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ShardlabError(f"hardware profile '{profile.name}': field 'device' = 'cuda' but no GPU is visible")
     if inputs is None:
         inputs = [fused_inputs(tables, profile.batch_size, k)
                   for k in range(first_batch, first_batch + profile.input_batches)]

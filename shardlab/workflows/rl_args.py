@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shardlab import constants as C
-from shardlab.errors import ShardlabError, field_error
+from shardlab.errors import check_ranges, field_error, is_int
 
 if TYPE_CHECKING:      # a profile object may be passed; at run time this module stays torch-free
     from shardlab.profile.hardware import HardwareProfile
@@ -129,30 +129,23 @@ def check_rl_args(args: object, counts: dict[str, int]) -> None:
     the policy kind (``dreamshard_policy``). ``counts``: field -> the least value it may take (e.g.
     ``{"updates": 1}``; the most is :data:`MOST`'s); every rate in :data:`RATES` it has must be finite."""
     label = type(args).__name__.removesuffix("Args").lower() + "_policy"
-
-    def bad(name: str, requirement: str) -> ShardlabError:
-        return field_error(label, name, getattr(args, name), requirement)
-
-    def whole(value: object) -> bool:
-        return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
     ngpu = getattr(args, "ngpu")
     gpus = (ngpu,) if np.isscalar(ngpu) else tuple(ngpu)
-    if not gpus or not all(whole(g) and 1 <= g <= C.MAX_NGPU for g in gpus):
-        raise bad("ngpu", f"must be device counts in [1, {C.MAX_NGPU:,}]")
+    if not gpus or not all(is_int(g) and 1 <= g <= C.MAX_NGPU for g in gpus):
+        raise field_error(label, "ngpu", ngpu, f"must be device counts in [1, {C.MAX_NGPU:,}]")
     object.__setattr__(args, "ngpu", tuple(int(g) for g in gpus))
     low_high = tuple(getattr(args, "ntables"))
-    if len(low_high) != 2 or not all(whole(n) for n in low_high) or not 1 <= low_high[0] <= low_high[1] <= MOST_TABLES:
-        raise bad("ntables", f"must be (low, high) with 1 <= low <= high <= {MOST_TABLES:,}")
+    if len(low_high) != 2 or not all(is_int(n) for n in low_high) or not 1 <= low_high[0] <= low_high[1] <= MOST_TABLES:
+        raise field_error(label, "ntables", low_high, f"must be (low, high) with 1 <= low <= high <= {MOST_TABLES:,}")
     object.__setattr__(args, "ntables", tuple(int(n) for n in low_high))
-    for name, least in counts.items():
-        value = getattr(args, name)
-        if not whole(value) or not least <= value <= MOST[name]:
-            raise bad(name, f"must be an integer in [{least}, {MOST[name]:,}]")
+    ranges = {name: (lambda v, lo=least, hi=MOST[name]: is_int(v) and lo <= v <= hi,
+                     f"must be an integer in [{least}, {MOST[name]:,}]") for name, least in counts.items()}
     for name, (least, inclusive) in RATES.items():
-        value = getattr(args, name, None)
-        if value is None:
-            continue
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        if not ok or value < least or (value == least and not inclusive):
-            raise bad(name, f"must be a finite number {'>=' if inclusive else '>'} {least:g}")
+        if hasattr(args, name):
+            ranges[name] = (lambda v, lo=least, eq=inclusive: _finite(v) and (v > lo or (eq and v == lo)),
+                            f"must be a finite number {'>=' if inclusive else '>'} {least:g}")
+    check_ranges(label, args, ranges)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
