@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "shardlab"
 STUDIES = ROOT / "studies"
 #: Everything ``scripts/`` may hold: install, test and setup helpers, and the GPU campaign.
-SCRIPTS = {"setup.sh", "test.sh", "setup_browser.sh", "sealed_test.sh", "gpu/README.md", "gpu/campaign.py", "gpu/fbgemm_wheel.sh",
-           "gpu/install_fbgemm.sh", "gpu/fbgemm-1.6.0.sha256"}
+SCRIPTS = {"setup.sh", "test.sh", "setup_browser.sh", "sealed_test.sh", "gpu/README.md", "gpu/campaign.py", "gpu/lease.py",
+           "gpu/lease_calls.json", "gpu/fbgemm_pack.py", "gpu/fbgemm-1.6.0.sha256", "gpu/fbgemm-1.6.0-sm90.json"}
 
 #: Layer of each top-level module or subpackage; higher may import lower, never the reverse.
 LAYERS = {"constants": 0, "errors": 0, "tables": 0, "plan": 0, "schedule": 0, "io": 0, "paths": 0, "loads": 0, "processes": 0,
