@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.profile.store import SampleStore
@@ -251,3 +252,27 @@ def test_the_measuring_call_rehearsed_on_the_cpu(tmp_path):
     again = run("studies/gpu_compute/lease_report.py", "--lease", str(out), "--plans", str(plans), "--out", str(res),
                 "--name", "dry")
     assert again.returncode != 0 and "never overwritten" in again.stderr
+
+
+def test_the_kernel_check_passes_on_fbgemm_and_stops_a_wrong_kernel(monkeypatch):
+    import shardlab.profile.compute as compute
+    from shardlab.profile.hardware import get_profile
+
+    prof = get_profile("cpu")
+    assert lease.kernel_check(prof)["fused_op_forward_max_abs_error"] <= 1e-4
+    real = compute.build_tbe
+
+    class OffByOne(torch.nn.Module):
+        def __init__(self, op):
+            super().__init__()
+            self.op = op
+
+        def split_embedding_weights(self):
+            return self.op.split_embedding_weights()
+
+        def forward(self, indices, offsets):
+            return self.op(indices, offsets) + 1e-3
+
+    monkeypatch.setattr(compute, "build_tbe", lambda *a: OffByOne(real(*a)))
+    with pytest.raises(SystemExit, match="forward is wrong"):
+        lease.kernel_check(prof)
