@@ -34,6 +34,7 @@ from shardlab.profile.broad_campaign import BroadSpace, run_broad_campaign  # no
 from shardlab.profile.campaign import run_compute_campaign, run_single_table_costs  # noqa: E402
 from shardlab.profile.compute import Job, run_jobs_prefetched  # noqa: E402
 from shardlab.profile.hardware import HardwareProfile, environment, get_profile  # noqa: E402
+from shardlab.profile.records import key_for_profile  # noqa: E402
 from shardlab.profile.store import SampleStore, load_measured  # noqa: E402
 from shardlab.search import get_sharder, run_sharder, sharder_names  # noqa: E402
 from studies.common.heldout import SETS, heldout_tasks  # noqa: E402
@@ -62,12 +63,7 @@ def fused_jobs(profile: HardwareProfile, dataset: str = FUSED_FROM, limit: int |
     its own key with ``profile``'s name in it (``compute:<profile>:<pool>:<split>:s<seed>:<i>``):
     the same tables, so the old and new timings pair op by op
     (``studies/gpu_compute/analysis.py``'s ``same_ops``)."""
-    jobs = []
-    for s in load_measured("compute", dataset):
-        parts = s["key"].split(":")
-        parts[1] = profile.name
-        jobs.append((":".join(parts), s["tables"]))
-    return jobs[:limit]
+    return [(key_for_profile(s["key"], profile.name), s["tables"]) for s in load_measured("compute", dataset)][:limit]
 
 
 def plan_methods() -> list[str]:

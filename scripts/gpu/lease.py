@@ -57,6 +57,7 @@ from shardlab.processes import ignore_sigint  # noqa: E402
 from shardlab.profile.broad_campaign import BroadSpace, run_broad_campaign  # noqa: E402
 from shardlab.profile.compute import make_inputs, measure_compute, run_jobs_prefetched  # noqa: E402
 from shardlab.profile.hardware import HardwareProfile, environment, get_profile  # noqa: E402
+from shardlab.profile.records import key_for_profile  # noqa: E402
 from shardlab.profile.store import SampleStore, load_measured  # noqa: E402
 from shardlab.tables import Table, Task  # noqa: E402
 from studies.gpu_compute.lease_plans import DRY as DRY_TASKS  # noqa: E402
@@ -189,11 +190,7 @@ def run_floor(store: str, prof: HardwareProfile, kind: str, n: int, workers: int
             if sum(Table.from_dict(t).memory_bytes(prof.weights_precision, prof.optimizer) for t in s["tables"])
             <= max_gb * C.GB]
     picked = stratified(fits, n)
-    jobs = []
-    for s in picked:
-        parts = s["key"].split(":")
-        parts[1] = prof.name
-        jobs.append((":".join(parts), s["tables"]))
+    jobs = [(key_for_profile(s["key"], prof.name), s["tables"]) for s in picked]
     provenance = {**environment(prof.device), "profile": prof.to_dict(),
                   "campaign": {"kind": kind, "replays": f"a stratified {n} of datasets/{FLOOR_FROM}'s {kind} samples "
                                                         "(8 bins of their host-timed total_ms)"}}

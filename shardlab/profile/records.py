@@ -270,6 +270,14 @@ def sample_key(sample: Record | Mapping[str, Any]) -> str:
     return sample["key"] if isinstance(sample, Mapping) else sample.key
 
 
+def key_for_profile(key: str, profile_name: str) -> str:
+    """``key`` (``<kind>:<profile>:...``) with its profile segment replaced: the key the same op
+    gets when measured again under ``profile_name``, so two timings of it pair by key."""
+    parts = key.split(":")
+    parts[1] = profile_name
+    return ":".join(parts)
+
+
 def single_key(profile_name: str, table: dict[str, Any]) -> str:
     """Store key of one table measured alone: ``single:<profile>:<name>@d<dim>``."""
     return f"single:{profile_name}:{table['name']}@d{table['dim']}"

@@ -40,6 +40,7 @@ from shardlab.evaluate.model import ModelEvaluator  # noqa: E402
 from shardlab.evaluate.values import SELECTED, comm_pattern, compare_to_reference, device_tables  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
+from shardlab.profile.records import key_for_profile  # noqa: E402
 from shardlab.profile.store import SampleStore, load_measured  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
 from studies.gpu_compute.lease_plans import PLANS  # noqa: E402
@@ -116,13 +117,6 @@ def judge_task(entry: dict[str, Any], rounds: list[dict[str, Any]], profile: str
             "evaluations": {m: e.to_dict() for m, e in evals.items()}}
 
 
-def _as_profile(key: str, profile: str) -> str:
-    """``key`` with its profile segment (the second) replaced by ``profile``."""
-    parts = key.split(":")
-    parts[1] = profile
-    return ":".join(parts)
-
-
 def floor_summary(store: Path, dataset: str = "h100") -> dict[str, Any]:
     """Per kind (``compute``, ``single``): the ops timed again, paired by key with ``dataset``."""
     out: dict[str, Any] = {}
@@ -132,7 +126,7 @@ def floor_summary(store: Path, dataset: str = "h100") -> dict[str, Any]:
             if not new:
                 continue
             profile = next(iter(new)).split(":")[1]          # keys pair with the profile segment as measured
-            old = {k: s for s in load_measured(kind, dataset) if (k := _as_profile(s["key"], profile)) in new}
+            old = {k: s for s in load_measured(kind, dataset) if (k := key_for_profile(s["key"], profile)) in new}
             keys = sorted(old)
             ratio = np.array([new[k]["total_ms"] / old[k]["total_ms"] for k in keys])
             spread = np.array([(s["total_spread_ms"][1] - s["total_spread_ms"][0]) / s["total_ms"] for s in new.values()])
