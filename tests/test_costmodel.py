@@ -123,6 +123,7 @@ def test_bundle_train_save_load_and_simulate(tmp_path, compute_samples, comm_sam
     bundle = train_bundle("analytic", compute_samples, comm_samples, progress=False, data_label="dataset:cpu")
     assert bundle.heldout["compute_total"]["n"] > 100 and "comm8_fw" in bundle.heldout
     assert bundle.provenance["data_provenance"][0]["hardware"]
+    assert "compute_timing" not in bundle.provenance and bundle.provenance["data_compute_timing"]
     bundle.save(tmp_path / "a.json")
     again = load_bundle(tmp_path / "a.json")
     shards = shards_of(compute_samples[:4])
@@ -131,6 +132,16 @@ def test_bundle_train_save_load_and_simulate(tmp_path, compute_samples, comm_sam
     assert sim.cost_ms == pytest.approx(float(sim.total.max()))
     with pytest.raises(ShardlabError, match="no such file or shipped model"):
         load_bundle("no-such-model")
+
+
+def test_a_bundle_names_its_datas_timer_not_the_training_hosts():
+    from shardlab.costmodel.train import data_compute_timing
+    from shardlab.profile.hardware import HOST_SYNC_TIMING, TIMING_METHODS
+
+    assert data_compute_timing([{"compute_timing": HOST_SYNC_TIMING}] * 2) == HOST_SYNC_TIMING
+    mixed = [{"compute_timing": TIMING_METHODS["cuda"]}, {"hardware": "x"}, {"compute_timing": HOST_SYNC_TIMING}]
+    assert data_compute_timing(mixed) == f"{TIMING_METHODS['cuda']}, not recorded, {HOST_SYNC_TIMING}"
+    assert HOST_SYNC_TIMING not in TIMING_METHODS.values()                  # no profiler times this way now
 
 
 def test_estimate_plan_labels_its_source_and_falls_back_for_untrained_device_counts():

@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 
 from shardlab.costmodel.base import simulate_from
-from shardlab.costmodel.bundle import load_bundle
+from shardlab.costmodel.bundle import load_bundle, models_dir
 from shardlab.costmodel.metrics import errors, held_out_sets
 from shardlab.costmodel.topology_comm import TopologyComm
 from shardlab.costmodel.train import compose_plans, load_records, load_samples, plan_compute_errors
 from shardlab.data.lookups import device_tables
+from shardlab.io import read_json
 from shardlab.plan import Plan
+from shardlab.profile.hardware import HOST_SYNC_TIMING, TIMING_WORDS
 from shardlab.tables import Task
 
 BUNDLES = ["analytic", "neuroshard", "autoshard", "dreamshard"]
@@ -56,6 +58,50 @@ def test_every_h100_bundle_names_its_data_and_comm_and_is_judged_on_held_out_pla
         assert judged["n"] == sum(r["ngpu"] == g for r in plan_compute_rows) and judged["tasks"] == 10
         assert 0 < judged["mape"] < 10 and -1 <= judged["spearman"] <= 1
     assert "plan_compute:4 (70 plans of 10 held-out tasks)" in bundle.provenance["heldout_plan_compute"]
+
+
+@pytest.mark.parametrize("name", BUNDLES)
+def test_h100_data_and_bundles_say_compute_was_timed_on_the_host_around_synchronize(name):
+    rows = [r for kind in ("compute", "single") for r in load_samples(kind, dataset="h100")]
+    rows += load_samples("plan_compute", dataset="h100")
+    assert {r["provenance"]["compute_timing"] for r in rows} == {HOST_SYNC_TIMING}
+    assert "torch.cuda.synchronize()" in TIMING_WORDS[HOST_SYNC_TIMING]
+    bundle = load_bundle(name, "h100")
+    for prov in (bundle.provenance, *([bundle.fallback().provenance] if bundle.valid_range else [])):
+        assert "compute_timing" not in prov                  # the CPU that trained it timed nothing
+        assert prov["data_compute_timing"] == HOST_SYNC_TIMING
+        assert {p["compute_timing"] for p in prov["data_provenance"]} == {HOST_SYNC_TIMING}
+    assert bundle.compute.provenance_ is bundle.provenance  # the manifest's, not the part file's copy
+
+
+def test_a_shipped_bundles_stated_held_out_errors_are_what_it_gives_as_loaded(plan_compute_rows, h100_compute):
+    bundle = load_bundle("neuroshard", "h100")                   # the user's way: valid-range guard on
+    stated = bundle.heldout
+    assert stated["computed_by"].startswith(".venv/bin/python studies/valid_range/heldout_errors.py: "
+                                            "load_bundle('neuroshard', 'h100')")
+    given = plan_compute_errors(bundle.compute, plan_compute_rows)
+    test_ops = held_out_sets(h100_compute)["seen_tables"]
+    pred = bundle.compute.predict([r.tables for r in test_ops]).sum(axis=1)
+    given["compute_total"] = errors(pred, [r.fw_ms + r.bw_ms for r in test_ops])
+    for key in ("compute_total", "plan_compute_4", "plan_compute_8"):
+        for metric in ("mape", "spearman", "rmse_ms"):
+            assert stated[key][metric] == pytest.approx(given[key][metric], abs=1e-6), (key, metric)
+    plain = plan_compute_errors(bundle.unguarded().compute, plan_compute_rows)
+    assert round(plain["plan_compute_4"]["mape"], 2) == 0.18 != round(stated["plan_compute_4"]["mape"], 2) == 0.27
+    assert round(stated["plan_compute_8"]["mape"], 2) == 0.25
+
+
+def test_the_recomputing_study_gives_the_shipped_manifest():
+    from studies.valid_range.heldout_errors import recompute
+
+    for name in ("neuroshard", "analytic"):
+        shipped = read_json(models_dir("h100") / f"{name}.json")["heldout"]
+        again = recompute(load_bundle(name, "h100"), name, "h100")
+        assert set(again) == set(shipped) and again["computed_by"] == shipped["computed_by"]
+        for key, stated in shipped.items():                 # to float noise: another CPU may sum otherwise
+            for field, value in stated.items() if isinstance(stated, dict) else [("", stated)]:
+                got = again[key][field] if field else again[key]
+                assert got == (pytest.approx(value, rel=1e-6) if isinstance(value, float) else value), (key, field)
 
 
 def test_dreamshard_h100_labels_its_composed_plans_and_claims_no_measured_plan():
@@ -151,6 +197,11 @@ def test_train_dreamshard_with_the_topology_comm_composes_plans_deterministicall
     assert a.heldout["plans_composed"] == b.heldout["plans_composed"]
     assert a.heldout["plan_compute_4"] == b.heldout["plan_compute_4"]
     assert a.compute.plan_scale_ms_ == b.compute.plan_scale_ms_
+    rows = load_samples("plan_compute", dataset="h100")        # stated as the bundle loads: guard on
+    assert a.heldout["plan_compute_8"] == plan_compute_errors(a.compute, rows)["plan_compute_8"]
+    assert "the bundle as trained, through shardlab.costmodel.train.heldout_of" in a.heldout["computed_by"]
+    assert "compute_timing" not in a.provenance                              # the training host timed nothing
+    assert a.provenance["data_compute_timing"] == HOST_SYNC_TIMING          # the data's timer, named as such
 
 
 def test_train_dreamshard_without_plans_or_a_given_comm_is_one_line(h100_compute):
@@ -176,3 +227,4 @@ def test_a_policy_without_measurements_needs_no_store_and_says_its_reward_is_the
     prov = AutoShardAgent.load(str(out)).provenance_
     assert prov["reward"].startswith("model only")
     assert prov["cost_model_bundle"] == "datasets/h100/models/autoshard.json"
+    assert prov["cost_model_provenance"]["data_compute_timing"] == HOST_SYNC_TIMING   # the manifest's record

@@ -339,7 +339,9 @@ def resolve_model_path(name_or_path: str | os.PathLike, profile: str = "cpu") ->
 
 
 def load_bundle(name_or_path: str | os.PathLike, profile: str = "cpu") -> CostModelBundle:
-    """Load a bundle from its manifest path, or a shipped one by name."""
+    """Load a bundle from its manifest path, or a shipped one by name; its models carry the
+    manifest's provenance and held-out errors (``provenance_``, ``metrics_``), not the copies
+    saved inside their part files, which may predate a correction of the manifest."""
     p = resolve_model_path(name_or_path, profile)
     if not p.exists():
         raise ShardlabError(f"cost model '{p}': no such file")
@@ -373,6 +375,8 @@ def load_bundle(name_or_path: str | os.PathLike, profile: str = "cpu") -> CostMo
         if bad:
             raise ShardlabError(f"cost model '{p}': {role} part {part['file']!r}: learned value '{bad}' is not finite")
         models.append(model)
+    for model in models if "provenance" in d else ():
+        model.provenance_, model.metrics_ = d["provenance"], d.get("heldout", {})
     valid = d.get("valid_range") or {}
     if not isinstance(valid, dict):
         raise ShardlabError(f"cost model '{p}': field 'valid_range' must be an object")

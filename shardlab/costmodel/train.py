@@ -5,8 +5,15 @@ NeuroShardComm), ``autoshard`` (AutoShardCompute + the analytic comm model: Auto
 cost model covers compute only), ``dreamshard`` (DreamShardCost, trained on measured plans
 ``plan:<G>`` plus the compute samples, + the analytic comm model for simulations; its own
 overall head predicts plan costs for DreamShard's MDP). Every bundle records the data it was trained on (dataset or
-store, sample counts, the data's own provenance: hardware, versions, dates, command), the
-training command, seed, versions, and the held-out errors (test split by key).
+store, sample counts, the data's own provenance: hardware, versions, dates, command, how compute
+was timed), how the data were timed (``data_compute_timing``, :func:`data_compute_timing`), the
+training host's environment (hardware, versions, date, command, revision; no ``compute_timing``:
+training times nothing), seed, and the held-out errors (test split by key).
+
+**Held-out errors** (:func:`heldout_of`) are those of the bundle as users load it: a fitted
+model's valid-range guard is on, so shards and all-to-alls outside its range are costed by its
+analytic fallback, as in every search and evaluation; ``heldout["computed_by"]`` says so and
+names the run. ``studies/valid_range/heldout_errors.py`` recomputes them for the shipped bundles.
 
 **Composed plans** (:func:`compose_plans`): where no plan was measured and the comm model is
 given (``--comm topology``: one GPU measured compute, no all-to-all), DreamShard's plans are
@@ -53,6 +60,9 @@ KINDS = ("analytic", "neuroshard", "autoshard", "dreamshard")
 PER_G_KINDS = ("comm", "plan", "plan_compute")
 #: Device counts of composed plans (:func:`compose_plans`): those of the measured plan sets.
 COMPOSED_NGPU = (4, 8)
+#: How a bundle's held-out errors are computed (``heldout["computed_by"]`` says it and by which run).
+HELDOUT_BY = ("shardlab.costmodel.train.heldout_of on the bundle as load_bundle gives it (a fitted model "
+              "guarded by its valid range, its analytic fallback costing what lies outside)")
 
 
 def load_samples(kind: str, store: str | None = None, dataset: str = "cpu",
@@ -136,15 +146,7 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
     if kind == "analytic":
         compute = AnalyticCompute().fit(cs["train"], cs["val"])
     elif kind == "dreamshard":
-        if plan_samples:
-            ps = split_samples(as_plan_records(plan_samples, "train dreamshard"))
-        elif comm_model is not None:       # no plan measured: composed from each split's measured ops
-            ps = {part: [p for g in COMPOSED_NGPU for p in compose_plans(cs[ops], comm_model, g, seed, part)]
-                  for part, ops in (("train", "train"), ("val", "val"), ("test", "seen_tables"),
-                                    ("unseen_tables", "unseen_tables"))}
-        else:
-            raise ShardlabError("train dreamshard: needs measured plans (kind plan:<G>; `shardlab profile plans`), "
-                                "or a given comm model (--comm topology) to compose plans from measured ops")
+        ps = dreamshard_plan_sets(cs, plan_samples, comm_model, seed)
         compute = DreamShardCost(**extra, pretrain_epochs=pretrain_epochs).fit(
             ps["train"] + cs["train"], (ps["val"] or ps["train"][:1]) + cs["val"])
     else:
@@ -156,6 +158,72 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
         comm = comm_model
     else:
         comm.fit(ms["train"], ms["val"])
+    calibration = calibrate_if_possible(compute, compute_records, data_label or "given samples")
+    env = {k: v for k, v in environment("cpu").items() if k != "compute_timing"}    # this host timed nothing
+    prov = {**env, "kind": kind, "seed": seed, "epochs": epochs,
+            **({"pretrain_epochs": pretrain_epochs} if kind == "dreamshard" else {}), "data": data_label,
+            "command": " ".join(sys.argv),
+            "data_provenance": data_provenance(compute_records + comm_records)}
+    prov["data_compute_timing"] = data_compute_timing(prov["data_provenance"])
+    heldout: dict[str, Any] = {}        # filled below, by the bundle as it loads (its guard on)
+    for m in (compute, comm):
+        m.provenance_ = prov
+        m.metrics_ = heldout
+    if comm_model is not None:
+        prov["comm"] = f"given, not fitted: {comm.source}"
+    composed = kind == "dreamshard" and not plan_samples
+    if composed:
+        prov["plans"] = (f"composed from measured train-split fused ops, not measured plans: per plan G = "
+                         f"{' or '.join(map(str, COMPOSED_NGPU))} ops with disjoint tables, one per device, compute "
+                         f"(fw, bw) as measured; comm {comm.source}; plan cost = the straggler's compute + comm as "
+                         f"simulated; seed {seed}; validation and test plans composed alike from the validation and "
+                         "test splits' ops")
+    judged = plan_compute_sets(plan_compute_samples)
+    if judged:
+        prov["heldout_plan_compute"] = (f"{data_label or 'given samples'}: " + ", ".join(
+            f"plan_compute:{g} ({len(rs)} plans of {len({r['task']['name'] for r in rs})} held-out tasks)"
+            for g, rs in judged.items()) + "; judged, never trained on")
+    bundle = CostModelBundle(compute, comm, prov, heldout, calibration)
+    if kind != "analytic":
+        bundle = with_valid_range(bundle, cs, ms, ps.get("train", []), data_label or "given samples")
+    heldout.update(heldout_of(bundle, cs, ms, ps, composed, plan_compute_samples))
+    heldout["computed_by"] = f"{' '.join(sys.argv)}: the bundle as trained, through {HELDOUT_BY}"
+    return bundle
+
+
+def data_compute_timing(records: Sequence[Mapping[str, Any]]) -> str:
+    """How the measured data were timed: the distinct ``compute_timing`` values of the data's
+    provenance ``records`` (:data:`~shardlab.profile.hardware.TIMING_METHODS`,
+    :data:`~shardlab.profile.hardware.HOST_SYNC_TIMING`), joined with ``", "``; a record
+    without one counts as ``"not recorded"``."""
+    return ", ".join(sorted({str(r.get("compute_timing", "not recorded")) for r in records})) or "not recorded"
+
+
+def dreamshard_plan_sets(cs: Mapping[str, Sequence[ComputeRecord]], plan_samples: Sequence[Any],
+                         comm_model: Any, seed: int) -> dict[str, list[PlanRecord]]:
+    """DreamShard's plans by split: the measured ``plan_samples`` split by key, else -- with a
+    given comm model -- plans composed from each split's measured ops of ``cs`` (module
+    docstring; ``test`` from ``seen_tables``, ``unseen_tables`` from theirs)."""
+    if plan_samples:
+        return split_samples(as_plan_records(plan_samples, "train dreamshard"))
+    if comm_model is None:
+        raise ShardlabError("train dreamshard: needs measured plans (kind plan:<G>; `shardlab profile plans`), "
+                            "or a given comm model (--comm topology) to compose plans from measured ops")
+    return {part: [p for g in COMPOSED_NGPU for p in compose_plans(cs[ops], comm_model, g, seed, part)]
+            for part, ops in (("train", "train"), ("val", "val"), ("test", "seen_tables"),
+                              ("unseen_tables", "unseen_tables"))}
+
+
+def heldout_of(bundle: CostModelBundle, cs: Mapping[str, Sequence[ComputeRecord]],
+               ms: Mapping[str, Sequence[CommRecord]], ps: Mapping[str, Sequence[PlanRecord]], composed: bool,
+               plan_compute_samples: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The manifest's ``heldout`` block of ``bundle`` as it costs plans -- its models guarded by
+    its valid range where it has one, as :func:`~shardlab.costmodel.bundle.load_bundle` gives
+    them: errors (ms) on the held-out compute splits ``cs`` (``seen_tables``, ``unseen_tables``)
+    and comm split ``ms["test"]``, DreamShard's overall head on the test plans of ``ps``
+    (``plans_composed`` where ``composed``), the whole plans' compute of
+    ``plan_compute_samples`` (:func:`plan_compute_errors`), and the split's counts."""
+    compute, comm = bundle.compute, bundle.comm
     heldout = heldout_errors(compute, comm, cs["seen_tables"], ms["test"])
     if cs["unseen_tables"]:
         unseen = heldout_errors(compute, comm, cs["unseen_tables"], [])
@@ -163,39 +231,14 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
     heldout["split"] = {"rule": "sha256(key): 80% train, 10% validation, 10% test; compute samples on the "
                                 "pool's test tables are all held out (unseen tables)",
                         "compute": {k: len(v) for k, v in cs.items()}, "comm": {k: len(v) for k, v in ms.items()}}
-    composed = kind == "dreamshard" and not plan_samples
     if composed:       # composed plans' costs are measured compute + analytic comm: named apart
         heldout["plans_composed"] = dreamshard_plan_errors(compute, ps["test"])
         heldout["plans_composed_unseen_tables"] = dreamshard_plan_errors(compute, ps["unseen_tables"])
         heldout["split"]["plans_composed"] = {k: len(v) for k, v in ps.items()}
-    elif kind == "dreamshard":
+    elif ps:
         heldout["plans"] = dreamshard_plan_errors(compute, ps["test"])
     heldout.update(plan_compute_errors(compute, plan_compute_samples))
-    calibration = calibrate_if_possible(compute, compute_records, data_label or "given samples")
-    prov = {**environment("cpu"), "kind": kind, "seed": seed, "epochs": epochs,
-            **({"pretrain_epochs": pretrain_epochs} if kind == "dreamshard" else {}), "data": data_label,
-            "command": " ".join(sys.argv),
-            "data_provenance": data_provenance(compute_records + comm_records)}
-    for m in (compute, comm):
-        m.provenance_ = prov
-        m.metrics_ = heldout
-    if comm_model is not None:
-        prov["comm"] = f"given, not fitted: {comm.source}"
-    if composed:
-        prov["plans"] = (f"composed from measured train-split fused ops, not measured plans: per plan G = "
-                         f"{' or '.join(map(str, COMPOSED_NGPU))} ops with disjoint tables, one per device, compute "
-                         f"(fw, bw) as measured; comm {comm.source}; plan cost = the straggler's compute + comm as "
-                         f"simulated; seed {seed}; validation and test plans composed alike from the validation and "
-                         "test splits' ops")
-    judged = {k: v for k, v in heldout.items() if k.startswith("plan_compute_")}
-    if judged:
-        prov["heldout_plan_compute"] = (f"{data_label or 'given samples'}: " + ", ".join(
-            f"plan_compute:{k.rsplit('_', 1)[1]} ({v['n']} plans of {v['tasks']} held-out tasks)"
-            for k, v in judged.items()) + "; judged, never trained on")
-    bundle = CostModelBundle(compute, comm, prov, heldout, calibration)
-    if kind == "analytic":
-        return bundle
-    return with_valid_range(bundle, cs, ms, ps.get("train", []), data_label or "given samples")
+    return heldout
 
 
 def with_valid_range(bundle: CostModelBundle, cs: Mapping[str, Sequence[ComputeRecord]],
@@ -310,12 +353,8 @@ def plan_compute_errors(compute: Any, rows: Sequence[Mapping[str, Any]]) -> dict
     :func:`~shardlab.costmodel.metrics.errors` of ``compute``'s predicted slowest-device fw + bw
     (ms) against the measured one (the median over the record's paired rounds), with ``tasks``
     and what the numbers cover."""
-    by_g: dict[int, list[Mapping[str, Any]]] = {}
-    for r in rows:
-        if "rounds_cost_ms" in r:
-            by_g.setdefault(int(r["ngpu"]), []).append(r)
     out: dict[str, Any] = {}
-    for g, rs in sorted(by_g.items()):
+    for g, rs in plan_compute_sets(rows).items():
         pred, meas = [], []
         for r in rs:
             shards = device_tables(Task.from_dict(r["task"]), Plan.from_dict(r["plan"]))
@@ -327,3 +366,13 @@ def plan_compute_errors(compute: Any, rows: Sequence[Mapping[str, Any]]) -> dict
                                     "covers": "predicted vs measured slowest device's fused fw + bw (ms; median "
                                               "over paired rounds) of every method's plan of held-out tasks"}
     return out
+
+
+def plan_compute_sets(rows: Sequence[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
+    """The measured ``plan_compute:<G>`` rows by device count G (ascending), leaving out the
+    plans skipped as infeasible (no ``rounds_cost_ms``)."""
+    by_g: dict[int, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if "rounds_cost_ms" in r:
+            by_g.setdefault(int(r["ngpu"]), []).append(r)
+    return dict(sorted(by_g.items()))

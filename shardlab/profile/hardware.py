@@ -40,6 +40,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: How the compute profiler times a pass on each device kind (shardlab.profile.compute).
 TIMING_METHODS = {"cpu": "perf_counter", "cuda": "cuda_events"}
+#: How GPU compute was timed before the CUDA-event timer, and so in ``datasets/h100``: the host's
+#: wall clock (``time.perf_counter``) read around ``torch.cuda.synchronize()`` on both sides of
+#: each pass, so every op carries the host's launch and synchronisation latency (about 0.5 ms on
+#: an H100). No profiler times this way now; data made so say it in their ``compute_timing``.
+HOST_SYNC_TIMING = "perf_counter_around_cuda_synchronize"
+#: Every ``compute_timing`` value in words (ms per pass in each case), for PROVENANCE.md files.
+TIMING_WORDS = {
+    TIMING_METHODS["cpu"]: "the host's wall clock (time.perf_counter) around each pass on the CPU",
+    TIMING_METHODS["cuda"]: "CUDA events recorded on the stream around each pass (the stream's own time)",
+    HOST_SYNC_TIMING: "the host's wall clock (time.perf_counter) around torch.cuda.synchronize() on both "
+                      "sides of each pass, so every op includes the host's launch and synchronisation "
+                      "latency (about 0.5 ms on an H100), not CUDA events",
+}
 
 #: What :func:`gpu_info` asks ``nvidia-smi --query-gpu`` for, and the name each is recorded under
 #: (clocks in MHz, power in W).
