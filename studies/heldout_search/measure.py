@@ -15,9 +15,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from shardlab.data.tasks import datasets_dir  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.store import export_store  # noqa: E402
-from studies.common.heldout import METHODS, SETS, measure_heldout  # noqa: E402
+from studies.common.heldout import METHODS, POOL_SET, SETS, measure_heldout  # noqa: E402
+
+#: Where each kind of held-out set's tables come from (PROVENANCE.md names only the sets measured).
+FAMILY_SOURCE = ("`datasets/heldout_models/` (public configs; lookups an assumed Zipf(1.05); rows capped "
+                 "for this CPU, the cap in each table's `source`)")
+POOL_SOURCE = "the dlrm-synth pool's test half (`studies.common.heldout.pool_tasks`)"
 
 
 def main() -> int:
@@ -42,18 +48,33 @@ def main() -> int:
         counts = export_store(args.store, args.out)
         write_text_atomic(Path(args.out) / "PROVENANCE.md", PROVENANCE.format(
             counts=", ".join(f"{k}: {v}" for k, v in counts.items()), cmd=" ".join(sys.argv),
-            methods=", ".join(args.methods)))
+            methods=", ".join(args.methods), sources=sources(args.sets), name=dataset_name(args.out)))
         print(f"exported {counts} -> {args.out}")
     return 0
+
+
+def sources(sets: list[str]) -> str:
+    """Where the tables of the measured ``sets`` come from: the model families', the pool's, or both."""
+    families = [s for s in sets if s != POOL_SET]
+    if not families:
+        return POOL_SOURCE
+    return FAMILY_SOURCE + (f" or, for set `{POOL_SET}`, from {POOL_SOURCE}" if POOL_SET in sets else "")
+
+
+def dataset_name(out: str) -> str:
+    """The name ``load_measured`` finds the exported folder ``out`` by (its path under datasets/)."""
+    path = Path(out).resolve()
+    try:
+        return path.relative_to(datasets_dir().resolve()).as_posix()
+    except ValueError:
+        return path.name
 
 
 PROVENANCE = """# Measured plans on held-out tasks (`cpu` profile)
 
 Every number was measured on this machine: each task's plans (methods: {methods}) measured together by `MeasuredEvaluator` in paired, interleaved,
 shuffled rounds -- real fbgemm TBE ops per device, real gloo all-to-alls between G processes,
-forward waiting included. Tables come from `datasets/heldout_models/` (public configs; lookups an
-assumed Zipf(1.05); rows capped for this CPU, the cap in each table's `source`) or, for set
-`pool`, from the dlrm-synth pool's test half (`studies.common.heldout.pool_tasks`); no
+forward waiting included. Tables come from {sources}; no
 training step sees them. One JSON line per task (kind `heldout_plan`): the task, the plans, their
 Evaluations (rounds, medians, 95% intervals); provenance (hardware, versions, date, command,
 git revision, campaign settings) in `provenance.json`.
@@ -61,8 +82,8 @@ git revision, campaign settings) in `provenance.json`.
 Made by: `{cmd}`
 
 Samples: {counts}. Judge a cost model on them with
-`studies.common.heldout.heldout_errors(heldout_samples("cpu_heldout"), bundle)`
-(`studies/cost_models/accuracy.py` does, for every shipped bundle).
+`studies.common.heldout.heldout_errors(heldout_samples("{name}"), bundle)`
+(`studies/cost_models/accuracy.py --heldout {name}` does, for every shipped bundle).
 """
 
 if __name__ == "__main__":
