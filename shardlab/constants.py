@@ -159,9 +159,9 @@ MAX_MEASURE_RANKS = 64
 MAX_NEUROSHARD_GPUS = 256
 
 #: Bound on tables x GPUs for column-wise NeuroShard: its time grows with both (2,000 x 128 =
-#: 256,000 took 146 s on the 2-core CPU host, 800 x 64 took 24 s: studies/search_scaling), so a
-#: larger task is refused at once rather than searched for hours; neuroshard[columns=false]
-#: answers 70,000 x 128 in about 23 s.
+#: 256,000 took 146 s on the 2-core CPU host, 800 x 64 took 24 s:
+#: studies/search_scaling/results/search_scaling-20261127.md), so a larger task is refused at once
+#: rather than searched for hours; neuroshard[columns=false] has no such bound.
 MAX_NEUROSHARD_WORK = 256_000
 
 #: Bound on ``ngpu`` for TorchRec's planner: it fails above 128 ranks on one host topology
@@ -169,11 +169,11 @@ MAX_NEUROSHARD_WORK = 256_000
 MAX_TORCHREC_GPUS = 128
 
 #: Bounds on tables x GPUs for TorchRec's planner, so that a larger task is refused at once
-#: instead of planned for hours (2-core CPU host): ``torchrec`` (table- and column-wise) took
-#: 97 s at 2,000 x 128 = 256,000 and gave no plan in 240 s at 70,000 x 128; ``torchrec_free``
-#: (row-wise too) gave none in 240 s at 500 x 128 nor in 300 s at 2,000 x 128, and TorchRec's
-#: full space took 69 s at 100 x 64 = 6,400 (studies/torchrec_planner).
-MAX_TORCHREC_WORK = 256_000
+#: instead of planned for hours (2-core CPU host): ``torchrec`` (table- and column-wise) at the
+#: column-wise NeuroShard bound, 256,000; ``torchrec_free`` (row-wise too) at 100 x 64 = 6,400,
+#: where TorchRec's full space took 69 s; it gave no plan in 180 s with 500 tables or more, even
+#: at 8 ranks (studies/torchrec_planner/results/20261127T125220Z.jsonl).
+MAX_TORCHREC_WORK = MAX_NEUROSHARD_WORK
 MAX_TORCHREC_FREE_WORK = 6_400
 
 #: Largest mean lookups per sample a table may declare. Published DLRM tables pool at most a few
