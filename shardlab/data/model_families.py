@@ -25,7 +25,11 @@ sealed test (``studies/sealed_test/``): ``outbrain_nvidia_widedeep`` (Outbrain c
 NVIDIA's Wide & Deep, 13 one-hot tables, dims 16..128) and ``aliccp_tzrec_mmoe`` (Ali-CCP under
 TorchEasyRec's MMoE, 23 tables, dims 8..16, 9 weighted lists). They are not in
 :data:`FAMILY_SETS`, so no campaign default or training split picks them up; every function
-here takes their names too.
+here takes their names too. The first sealed set has been run and seen, so its families are
+development data now. The second (:data:`SEALED2_FAMILY_SETS`, ``datasets/sealed_2/``, sources in
+its ``PROVENANCE.md``): ``dressipi_merlin_schema`` (Dressipi sessions under Merlin's NVTabular
+schema, 22 one-hot tables, dims 16..512) and ``booking_merlin_schema`` (Booking.com trips under
+Merlin's schema, 8 tables, 7 per-trip lists).
 
 **Held-out-at-scale sets** (:data:`SCALE_FAMILY_SETS`, ``datasets/heldout_scale/<name>.json``,
 sources in its ``PROVENANCE.md``): seven more public configurations (115 tables: Tencent
@@ -81,6 +85,13 @@ SEALED_DIR = "sealed"
 #: families, kept out of :data:`FAMILY_SETS` on purpose (module docstring).
 SEALED_FAMILY_SETS = ("outbrain_nvidia_widedeep", "aliccp_tzrec_mmoe")
 
+#: Folder of the second sealed set's families under ``datasets/``.
+SEALED2_DIR = "sealed_2"
+
+#: Names of the second sealed set's families (``datasets/sealed_2/<name>.json``), drawn after the
+#: first set was run; in neither :data:`FAMILY_SETS` nor :data:`SCALE_FAMILY_SETS`.
+SEALED2_FAMILY_SETS = ("dressipi_merlin_schema", "booking_merlin_schema")
+
 #: Folder of the held-out-at-scale sets under ``datasets/`` (families for many-table tasks).
 SCALE_DIR = "heldout_scale"
 
@@ -101,16 +112,19 @@ def _folder(name: str) -> str:
         return FAMILY_DIR
     if name in SEALED_FAMILY_SETS:
         return SEALED_DIR
+    if name in SEALED2_FAMILY_SETS:
+        return SEALED2_DIR
     if name in SCALE_FAMILY_SETS:
         return SCALE_DIR
     raise ShardlabError(f"unknown held-out model family set '{name}' (known: "
-                        f"{', '.join(FAMILY_SETS + SEALED_FAMILY_SETS + SCALE_FAMILY_SETS)})")
+                        f"{', '.join(FAMILY_SETS + SEALED_FAMILY_SETS + SEALED2_FAMILY_SETS + SCALE_FAMILY_SETS)})")
 
 
 def family_path(name: str) -> Path:
     """Path of the set's JSON file (``datasets/heldout_models/`` for :data:`FAMILY_SETS`,
-    ``datasets/sealed/`` for :data:`SEALED_FAMILY_SETS`); one-line ShardlabError naming an
-    unknown set."""
+    ``datasets/sealed/`` for :data:`SEALED_FAMILY_SETS`, ``datasets/sealed_2/`` for
+    :data:`SEALED2_FAMILY_SETS`, ``datasets/heldout_scale/`` for :data:`SCALE_FAMILY_SETS`);
+    one-line ShardlabError naming an unknown set."""
     return datasets_dir() / _folder(name) / f"{name}.json"
 
 
@@ -143,7 +157,8 @@ def capped_tables(name: str, max_rows: int | None) -> list[dict[str, Any]]:
 
 def _records(name: str, names: set[str] | None, max_rows: int | None) -> list[dict[str, Any]]:
     data = family_set(name)
-    kind = {SEALED_DIR: "sealed set", SCALE_DIR: "held-out-at-scale set"}.get(_folder(name), "held-out set")
+    kind = {SEALED_DIR: "sealed set", SEALED2_DIR: "sealed set",
+            SCALE_DIR: "held-out-at-scale set"}.get(_folder(name), "held-out set")
     origin = f"{kind} {name} (family {data['family']}, datasets/{_folder(name)}/{name}.json)"
     out = []
     for rec in data["tables"]:

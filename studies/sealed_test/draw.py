@@ -1,18 +1,24 @@
 #!/usr/bin/env python
-"""The sealed set's manifest (``datasets/sealed/manifest.json``): tasks drawn from one fixed seed.
+"""The sealed sets' manifests (``datasets/<folder>/manifest.json``): tasks drawn from one fixed seed
+per set, each set declared once in :data:`SETS`.
 
-    .venv/bin/python studies/sealed_test/draw.py            # check: the manifest re-derives from the seed
-    .venv/bin/python studies/sealed_test/draw.py --write    # write it (only for a NEW sealed set)
+    .venv/bin/python studies/sealed_test/draw.py                # check: the newest set re-derives from its seed
+    .venv/bin/python studies/sealed_test/draw.py --set 1        # the same for the first set
+    .venv/bin/python studies/sealed_test/draw.py --write        # write it (only for a NEW sealed set)
 
-The draw (:func:`draw_manifest`), in this order and nothing else: ``rng =
-numpy.random.default_rng(SEALED_SEED)``; for each family of
-:data:`~shardlab.data.model_families.SEALED_FAMILY_SETS` in order, :data:`TASKS_PER_FAMILY`
-tasks, each drawing
+The draw of set ``s`` (:func:`draw_manifest`), in this order and nothing else: ``rng =
+numpy.random.default_rng(s.seed)``; for each family of ``s.families`` in order,
+``s.tasks_per_family`` tasks, each drawing
 
 1. its seed: ``rng.integers(SEED_LOW, SEED_HIGH)`` (drawn again if an earlier task has it); the
    range starts far above every seed used so far (campaigns use 0 .. about 1100);
-2. its GPU count: ``rng.choice(NGPU_CHOICES)``;
-3. its table count: ``rng.integers(min(ngpu + 1, T), T + 1)``, T the family's table count.
+2. its GPU count: ``rng.choice(s.ngpu_choices)``;
+3. its table count: ``rng.integers(min(ngpu + 1, T), T + 1)``, T the family's table count;
+
+then ``s.union_tasks`` tasks over all of the set's families together
+(:func:`~shardlab.data.model_families.union_task`: a seeded sample of the union's tables, and
+copies beyond its size, each copy saying so), each drawing its seed as in 1. and its table count
+``rng.integers(lo, hi + 1)`` for ``(lo, hi) = s.union_tables``, on ``s.union_ngpu`` GPUs.
 
 Every task has ``mem_cap_gb`` = :data:`MEM_CAP_GB` and ``batch_size`` = :data:`BATCH_SIZE`; its
 tables are the family's seeded sample (:func:`~shardlab.data.model_families.family_task` with
@@ -27,6 +33,7 @@ import argparse
 import hashlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -34,24 +41,43 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from shardlab.data.model_families import (SEALED_DIR, SEALED_FAMILY_SETS, family_path,  # noqa: E402
-                                          family_set, family_task)
+from shardlab.data.model_families import (SEALED2_DIR, SEALED2_FAMILY_SETS, SEALED_DIR,  # noqa: E402
+                                          SEALED_FAMILY_SETS, family_path, family_set, family_task,
+                                          union_task)
 from shardlab.data.tasks import datasets_dir  # noqa: E402
 from shardlab.errors import ShardlabError, check_fields, field_error  # noqa: E402
 from shardlab.io import read_json, write_json_atomic  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
 
-#: The seed of the sealed set's draw. A new sealed set needs a new seed (and new families).
-SEALED_SEED = 20261125
+
+@dataclass(frozen=True)
+class SealedSet:
+    """One sealed set: every setting its draw depends on (module docstring), declared once."""
+
+    name: str                       #: the set's name on the command line ("1", "2", ...)
+    folder: str                     #: ``datasets/<folder>/`` holds its family files and manifest
+    seed: int                       #: the draw's seed; a new set needs a new seed and new families
+    families: tuple[str, ...]       #: its family sets, in draw order
+    tasks_per_family: int           #: single-family tasks per family
+    ngpu_choices: tuple[int, ...]   #: GPU counts (devices) a single-family task may draw
+    union_tasks: int = 0            #: tasks over all its families together (union_task)
+    union_ngpu: int = 0             #: GPU count (devices) of every union task
+    union_tables: tuple[int, int] = (0, 0)  #: inclusive range of a union task's table count
+
+
+#: The sealed sets, oldest first. Set 1 (drawn 2026-11-25) has been run and seen: its families and
+#: datasets/heldout_scale are development data now. Set 2 was drawn 2026-11-28 and not run.
+SETS = {
+    "1": SealedSet("1", SEALED_DIR, 20261125, SEALED_FAMILY_SETS, tasks_per_family=6, ngpu_choices=(2, 4)),
+    "2": SealedSet("2", SEALED2_DIR, 20261128, SEALED2_FAMILY_SETS, tasks_per_family=5, ngpu_choices=(2, 4, 8),
+                   union_tasks=6, union_ngpu=8, union_tables=(40, 300)),
+}
+
+#: The set the one command runs by default: the newest.
+NEWEST = list(SETS)[-1]
 
 #: Task seeds are drawn from [SEED_LOW, SEED_HIGH): never used by any campaign so far.
 SEED_LOW, SEED_HIGH = 1_000_000, 2**31 - 1
-
-#: Tasks drawn per sealed family.
-TASKS_PER_FAMILY = 6
-
-#: GPU counts a task may draw (devices; measured as that many ranks on this machine).
-NGPU_CHOICES = (2, 4)
 
 #: Memory cap of every sealed task (GB per device), as the development campaigns use.
 MEM_CAP_GB = 4.0
@@ -63,13 +89,24 @@ BATCH_SIZE = 4096
 #: Assumed Zipf exponent of the lookups (dimensionless; the families publish no access statistics).
 ASSUME_ZIPF = 1.05
 
+#: ``family`` of a manifest entry that shards all of the set's families together (its
+#: ``families`` field lists them).
+UNION = "union"
+
 MANIFEST_NAME = "manifest.json"
 TASK_FIELDS = ("index", "family", "seed", "ntables", "ngpu", "mem_cap_gb", "batch_size")
 
 
-def manifest_path() -> Path:
-    """``datasets/sealed/manifest.json`` (under ``$SHARDLAB_DATASETS`` when set)."""
-    return datasets_dir() / SEALED_DIR / MANIFEST_NAME
+def sealed_set(name: str) -> SealedSet:
+    """The set called ``name``; one-line ShardlabError naming an unknown one."""
+    if name not in SETS:
+        raise ShardlabError(f"sealed test: field 'set' = '{name}' is not one of {', '.join(SETS)}")
+    return SETS[name]
+
+
+def manifest_path(name: str = NEWEST) -> Path:
+    """``datasets/<folder>/manifest.json`` of set ``name`` (under ``$SHARDLAB_DATASETS`` when set)."""
+    return datasets_dir() / sealed_set(name).folder / MANIFEST_NAME
 
 
 def family_sha256(name: str) -> str:
@@ -77,29 +114,42 @@ def family_sha256(name: str) -> str:
     return hashlib.sha256(family_path(name).read_bytes()).hexdigest()
 
 
-def draw_manifest(seed: int = SEALED_SEED, families: tuple[str, ...] = SEALED_FAMILY_SETS,
-                  tasks_per_family: int = TASKS_PER_FAMILY) -> dict[str, Any]:
-    """The manifest the draw of the module docstring gives: deterministic in ``seed`` and the
-    family files (their table counts and sha256)."""
-    rng = np.random.default_rng(seed)
+def _task_seed(rng: np.random.Generator, taken: set[int]) -> int:
+    seed = int(rng.integers(SEED_LOW, SEED_HIGH))
+    while seed in taken:
+        seed = int(rng.integers(SEED_LOW, SEED_HIGH))
+    taken.add(seed)
+    return seed
+
+
+def draw_manifest(spec: SealedSet | None = None) -> dict[str, Any]:
+    """The manifest of set ``spec`` (default: the newest) as the module docstring draws it:
+    deterministic in the set's settings and its family files (table counts and sha256)."""
+    spec = spec if spec is not None else SETS[NEWEST]
+    rng = np.random.default_rng(spec.seed)
     fams, tasks, taken = [], [], set()
-    for name in families:
+    fixed = {"mem_cap_gb": MEM_CAP_GB, "batch_size": BATCH_SIZE}
+    for name in spec.families:
         data = family_set(name)
         total = len(data["tables"])
-        fams.append({"name": name, "family": data["family"], "file": f"datasets/{SEALED_DIR}/{name}.json",
+        fams.append({"name": name, "family": data["family"], "file": f"datasets/{spec.folder}/{name}.json",
                      "tables": total, "sha256": family_sha256(name)})
-        for _ in range(tasks_per_family):
-            task_seed = int(rng.integers(SEED_LOW, SEED_HIGH))
-            while task_seed in taken:
-                task_seed = int(rng.integers(SEED_LOW, SEED_HIGH))
-            taken.add(task_seed)
-            ngpu = int(rng.choice(NGPU_CHOICES))
+        for _ in range(spec.tasks_per_family):
+            task_seed = _task_seed(rng, taken)
+            ngpu = int(rng.choice(spec.ngpu_choices))
             ntables = int(rng.integers(min(ngpu + 1, total), total + 1))
             tasks.append({"index": len(tasks), "family": name, "seed": task_seed, "ntables": ntables,
-                          "ngpu": ngpu, "mem_cap_gb": MEM_CAP_GB, "batch_size": BATCH_SIZE})
-    return {"name": f"sealed-{seed}", "seed": seed, "draw": "studies/sealed_test/draw.py (draw_manifest)",
-            "seed_range": [SEED_LOW, SEED_HIGH], "tasks_per_family": tasks_per_family,
-            "ngpu_choices": list(NGPU_CHOICES), "assume_zipf": ASSUME_ZIPF, "max_rows": None,
+                          "ngpu": ngpu, **fixed})
+    for _ in range(spec.union_tasks):
+        task_seed = _task_seed(rng, taken)
+        ntables = int(rng.integers(spec.union_tables[0], spec.union_tables[1] + 1))
+        tasks.append({"index": len(tasks), "family": UNION, "families": list(spec.families), "seed": task_seed,
+                      "ntables": ntables, "ngpu": spec.union_ngpu, **fixed})
+    union = ({"union_tasks": spec.union_tasks, "union_ngpu": spec.union_ngpu,
+              "union_table_range": list(spec.union_tables)} if spec.union_tasks else {})
+    return {"name": f"sealed-{spec.seed}", "seed": spec.seed, "draw": "studies/sealed_test/draw.py (draw_manifest)",
+            "seed_range": [SEED_LOW, SEED_HIGH], "tasks_per_family": spec.tasks_per_family,
+            "ngpu_choices": list(spec.ngpu_choices), **union, "assume_zipf": ASSUME_ZIPF, "max_rows": None,
             "families": fams, "tasks": tasks}
 
 
@@ -123,7 +173,11 @@ def load_manifest(path: str | Path | None = None) -> dict[str, Any]:
         names.add(fam["name"])
     for entry in data["tasks"]:
         owner = check_fields(entry, "sealed task", "index", TASK_FIELDS)
-        if entry["family"] not in names:
+        if entry["family"] == UNION:
+            fams = entry.get("families")
+            if not isinstance(fams, list) or not fams or not set(fams) <= names:
+                raise field_error(owner, "families", fams, "must list some of the manifest's families")
+        elif entry["family"] not in names:
             raise field_error(owner, "family", entry["family"], "is not one of the manifest's families")
     return data
 
@@ -136,39 +190,47 @@ def check_manifest(manifest: Mapping[str, Any]) -> None:
         if now != fam["sha256"]:
             raise ShardlabError(
                 f"sealed family '{fam['name']}': field 'sha256' = '{now[:12]}...' of "
-                f"datasets/{SEALED_DIR}/{fam['name']}.json is not the manifest's '{str(fam['sha256'])[:12]}...': "
+                f"{fam.get('file', fam['name'])} is not the manifest's '{str(fam['sha256'])[:12]}...': "
                 f"the file changed after the draw; restore it, or draw a new sealed set (new seed, new families)")
 
 
 def sealed_task(manifest: Mapping[str, Any], entry: Mapping[str, Any]) -> Task:
     """The task of manifest entry ``entry``: family ``entry['family']``'s seeded sample of
-    ``ntables`` tables on ``ngpu`` devices of ``mem_cap_gb`` GB, ``batch_size`` samples per step."""
+    ``ntables`` tables (for a :data:`UNION` entry, :func:`union_task` over ``entry['families']``)
+    on ``ngpu`` devices of ``mem_cap_gb`` GB, ``batch_size`` samples per step."""
+    if entry["family"] == UNION:
+        return union_task(tuple(entry["families"]), int(entry["ngpu"]), float(entry["mem_cap_gb"]),
+                          int(entry["ntables"]), int(entry["batch_size"]), seed=int(entry["seed"]),
+                          assume_zipf=float(manifest["assume_zipf"]), max_rows=manifest["max_rows"])
     return family_task(entry["family"], int(entry["ngpu"]), float(entry["mem_cap_gb"]), int(entry["batch_size"]),
                        ntables=int(entry["ntables"]), seed=int(entry["seed"]),
                        assume_zipf=float(manifest["assume_zipf"]), max_rows=manifest["max_rows"])
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Check (default) or write the sealed set's manifest.")
+    ap = argparse.ArgumentParser(description="Check (default) or write a sealed set's manifest.")
+    ap.add_argument("--set", default=NEWEST, choices=list(SETS),
+                    help=f"which sealed set (default: {NEWEST}, the newest)")
     ap.add_argument("--write", action="store_true",
-                    help="write the manifest; refused when one exists and differs (keep it, under another name, first)")
+                    help="write the manifest; refused when one exists and differs (a new set gets a new folder)")
     args = ap.parse_args(argv)
-    path = manifest_path()
+    spec = sealed_set(args.set)
+    path = manifest_path(spec.name)
     try:
-        drawn = draw_manifest()
+        drawn = draw_manifest(spec)
         if args.write:
             if path.exists() and read_json(path) != drawn:
-                raise ShardlabError(f"sealed manifest: '{path.name}' exists and differs from the draw of seed "
-                                    f"{SEALED_SEED}: keep it (rename it manifest-<its seed>.json) before "
-                                    f"writing a new one")
+                raise ShardlabError(f"sealed manifest: '{path.parent.name}/{path.name}' exists and differs from the "
+                                    f"draw of seed {spec.seed}: a new sealed set is a new entry of SETS (new seed, "
+                                    f"new families, new folder), never a rewrite of an old one")
             write_json_atomic(path, drawn)
-            print(f"sealed manifest: {len(drawn['tasks'])} tasks of seed {SEALED_SEED} -> {path}")
+            print(f"sealed manifest: {len(drawn['tasks'])} tasks of set {spec.name} (seed {spec.seed}) -> {path}")
             return 0
         stored = load_manifest(path)
         if stored != json.loads(json.dumps(drawn)):
-            raise ShardlabError(f"sealed manifest: '{path.name}' does not re-derive from seed {SEALED_SEED} "
-                                f"(a family file or the draw changed)")
-        print(f"sealed manifest: re-derives from seed {SEALED_SEED} ({len(drawn['tasks'])} tasks)")
+            raise ShardlabError(f"sealed manifest: '{path.parent.name}/{path.name}' does not re-derive from seed "
+                                f"{spec.seed} (a family file or the draw changed)")
+        print(f"sealed manifest: set {spec.name} re-derives from seed {spec.seed} ({len(drawn['tasks'])} tasks)")
         return 0
     except ShardlabError as e:
         print(f"error: {e}", file=sys.stderr)

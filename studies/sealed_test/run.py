@@ -2,10 +2,11 @@
 """The sealed test: every shipped sharder on the sealed tasks, measured in paired rounds. Run
 only by its one command, ``bash scripts/sealed_test.sh`` (which calls, with fixed settings):
 
-    .venv/bin/python studies/sealed_test/run.py [--profile NAME]
+    .venv/bin/python studies/sealed_test/run.py [--set NAME] [--profile NAME]
 
-1. Reads ``datasets/sealed/manifest.json`` (``draw.py``) and refuses, in one line, a family file
-   whose sha256 is not the one recorded at the draw.
+1. Reads the manifest of sealed set ``--set`` (default: the newest, ``draw.NEWEST``; the older
+   sets stay runnable by name, for the record) and refuses, in one line, a family file whose
+   sha256 is not the one recorded at the draw.
 2. Builds each sealed task and plans it with every method of :data:`METHODS` at its shipped
    defaults, for the profile it is measured on (``sharder_for(method, profile)``); a method that
    refuses a task (one-line ShardlabError) is recorded as skipped.
@@ -44,7 +45,8 @@ from shardlab.evaluate import VERDICTS as EVALUATOR_VERDICTS, MeasuredEvaluator 
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile, profile_with  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
-from studies.sealed_test.draw import check_manifest, load_manifest, manifest_path, sealed_task  # noqa: E402
+from studies.sealed_test.draw import (NEWEST, SETS, check_manifest, load_manifest, manifest_path,  # noqa: E402
+                                      sealed_task)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -134,10 +136,11 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
 
 def run(manifest_file: str | Path | None = None, out: str | Path = RESULTS, profile: str | None = None,
         methods: Sequence[str] = METHODS, rounds: int = ROUNDS, sittings: int = SITTINGS,
-        progress: bool = True) -> tuple[Path, Path]:
-    """The sealed test (module docstring); returns the run's (jsonl, md) paths. One-line
-    ShardlabError before anything is planned for a bad manifest or a changed family file."""
-    manifest_file = Path(manifest_file) if manifest_file is not None else manifest_path()
+        progress: bool = True, sealed_set: str = NEWEST) -> tuple[Path, Path]:
+    """The sealed test (module docstring) of set ``sealed_set``'s manifest, or of ``manifest_file``
+    when given; returns the run's (jsonl, md) paths. One-line ShardlabError before anything is
+    planned for a bad manifest or a changed family file."""
+    manifest_file = Path(manifest_file) if manifest_file is not None else manifest_path(sealed_set)
     manifest = load_manifest(manifest_file)
     check_manifest(manifest)
     name = profile if profile is not None else default_profile()
@@ -181,11 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="The sealed test (run it only as: bash scripts/sealed_test.sh).")
     ap.add_argument("--profile", default=None,
                     help="hardware profile to plan and measure with (default: cpu when no GPU is visible)")
-    ap.add_argument("--manifest", default=None, help="sealed manifest (default: datasets/sealed/manifest.json)")
+    ap.add_argument("--set", default=NEWEST, choices=list(SETS),
+                    help=f"sealed set to run (default: {NEWEST}, the newest; older sets for the record)")
+    ap.add_argument("--manifest", default=None, help="a manifest file instead of the set's (for the tests)")
     ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
     args = ap.parse_args(argv)
     try:
-        jsonl, md = run(args.manifest, args.out, args.profile)
+        jsonl, md = run(args.manifest, args.out, args.profile, sealed_set=args.set)
     except ShardlabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
