@@ -214,11 +214,11 @@ def test_the_measuring_call_rehearsed_on_the_cpu(tmp_path):
     task and says it is not a GPU result."""
     py = sys.executable
     plans, out, res = tmp_path / "plans.json", tmp_path / "out", tmp_path / "results"
-    run = lambda *a: subprocess.run([py, *a], cwd=ROOT, capture_output=True, text=True, timeout=300)  # noqa: E731
+    run = lambda *a: subprocess.run([py, *a], cwd=ROOT, capture_output=True, text=True, timeout=1800)  # noqa: E731
     r = run("studies/gpu_compute/lease_plans.py", "--dry-run", "--out", str(plans))
     assert r.returncode == 0, r.stderr[-2000:]
     r = run("scripts/gpu/lease.py", "--profile", "cpu", "--dry-run", "--plans", str(plans), "--out", str(out),
-            "--minutes", "4", "--workers", "2")
+            "--minutes", "60", "--workers", "2")   # deadlines never bind: load-proof
     assert r.returncode == 0, r.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["broad.db", "floor.db", "plan_rounds.jsonl"]
     lines = [json.loads(x) for x in (out / "plan_rounds.jsonl").read_text().splitlines()]
