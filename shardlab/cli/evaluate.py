@@ -16,6 +16,7 @@ from shardlab import constants as C
 from shardlab.cli import emit
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import MeasuredEvaluator, ModelEvaluator, costs_label
+from shardlab.evaluate.ranking import ranking_quality, ranking_text
 from shardlab.evaluate.torchrec_step import TorchRecEvaluator
 from shardlab.io import load_plan, load_task, write_json_atomic
 from shardlab.paths import safe_filename
@@ -145,6 +146,28 @@ def cmd_compare(args: argparse.Namespace) -> None:
     print(f"compare on {task.name} ({first.source}{rounds}{bound}{how}):")
     for k, e in evs.items():
         print(comparison_line(k, e))
+    line = ranking_line(args, task, plans, evs)
+    if line:
+        print(line)
+
+
+def ranking_line(args: argparse.Namespace, task: Any, plans: dict[str, Any], evs: dict[str, Any]) -> str | None:
+    """With ``--measure`` and two or more plans measured in rounds: how the profile's search
+    model (``constants.SEARCH_MODELS``, else its analytic model) ranks the same plans against
+    the measurement -- Kendall's tau and the share of decisively measured pairs it orders right
+    (:func:`~shardlab.evaluate.ranking.ranking_quality`, the verdicts' margin and seed as
+    measured); None otherwise. The model predicts at the batch size it was trained at."""
+    if not getattr(args, "measure", False) or len(evs) < 2 or not all(e.rounds_ms for e in evs.values()):
+        return None
+    profile = args.profile or C.MEASURE_PROFILE
+    model = C.SEARCH_MODELS.get(profile, "analytic")
+    try:
+        predicted = ModelEvaluator(model, profile, lower_bound=False).evaluate(task, plans)
+    except ShardlabError as e:
+        return f"ranking: not predicted by {model} for profile {profile} ({e})"
+    q = ranking_quality({k: e.cost_ms for k, e in predicted.items()}, evs, seed=args.seed or 0,
+                        margin=C.EQUIVALENCE_MARGIN if args.margin is None else args.margin)
+    return f"ranking by {model} ({profile}) against these measurements: {ranking_text(q)}"
 
 
 def cmd_report(args: argparse.Namespace) -> None:
