@@ -143,6 +143,10 @@ HEURISTIC_METHODS = ("random", "size_greedy", "dim_greedy", "lookup_greedy", "si
 #: A paired comparison with no reference named compares against the best of these.
 BASELINE_METHODS = HEURISTIC_METHODS + ("torchrec",)
 
+#: The plans a model-based search weighs its own against before it answers (``search/portfolio.py``:
+#: the cheapest under its model is returned): every comparator it must beat.
+PORTFOLIO_METHODS = BASELINE_METHODS
+
 #: Upper bound on ``ngpu`` for any search (``search.registry.run_sharder`` refuses more with a
 #: one-line error naming 'ngpu'). Every registered sharder answers at this many devices or
 #: refuses at once under its own, lower bound (e.g. ``MAX_NEUROSHARD_GPUS``). ``Task`` itself
@@ -201,3 +205,21 @@ TORCHREC_RESERVED_SHARE = 0.15
 #: Zipf exponent of the lookups assumed where a table's real lookups are unknown (the Criteo
 #: workflow's and the drop-in planner's labelled assumption).
 ASSUMED_ZIPF = 1.05
+
+#: Task calibration (``costmodel/task_calibration.py``): before a search, the task's own tables are
+#: measured on the plan's hardware (each alone, and ``TASK_CALIBRATION_GROUPS`` fused groups of
+#: about tables / ngpu tables) and the compute model's fw/bw ms corrected to them. No new op is
+#: started after ``TASK_CALIBRATION_BUDGET_S`` seconds of measuring (the target: at most 60 s in all
+#: for a 100-table task on the 2-core CPU host, seconds on a GPU). Each op is timed lightly: median of
+#: ``TASK_CALIBRATION_REPEATS`` runs after ``TASK_CALIBRATION_WARMUP``, over
+#: ``TASK_CALIBRATION_INPUT_BATCHES`` lookup batches. The fitted exponent of the correction
+#: (ms = scale x predicted ms ** exponent, per output) is kept within ``TASK_CALIBRATION_EXPONENT``,
+#: and the correction is used only where it lowers the held-out (leave-one-out) error by at least
+#: ``TASK_CALIBRATION_MIN_GAIN`` (a fraction of the uncorrected error), not for a gain within noise.
+TASK_CALIBRATION_BUDGET_S = 45.0
+TASK_CALIBRATION_GROUPS = 6
+TASK_CALIBRATION_WARMUP = 2
+TASK_CALIBRATION_REPEATS = 5
+TASK_CALIBRATION_INPUT_BATCHES = 2
+TASK_CALIBRATION_EXPONENT = (0.5, 1.5)
+TASK_CALIBRATION_MIN_GAIN = 0.05
