@@ -10,7 +10,8 @@ from shardlab.plan import validate_plan
 from shardlab.search import get_sharder, run_sharder
 from shardlab.search.blocks import Block
 from shardlab.costmodel.rowwise_comm import WithRowWise
-from shardlab.search.neuroshard import batch_rows, row_aware_comm, row_pattern
+from shardlab.schedule import batch_rows
+from shardlab.search.row_wise import row_aware_comm, row_pattern
 from shardlab.search.row_wise import RowBlocks, RowChoice, oversized
 from tests.test_row_wise_search import _task
 

@@ -53,9 +53,15 @@ def _outcome_of(spec: str, name: str):
     return got, any(left)
 
 
+def _own(spec: str) -> dict:
+    """The portfolio off for a method that has one: the saved plans are the searches' own (the
+    portfolio's choice among them and the baselines is tested in tests/test_portfolio.py)."""
+    return {"portfolio": ()} if "portfolio" in registry.sharder_options(spec) else {}
+
+
 def _outcome(spec: str, task: Task):
     try:
-        return placements(run_sharder(sharder_for(spec, "cpu"), task))     # saved with the cpu profile's models
+        return placements(run_sharder(sharder_for(spec, "cpu", **_own(spec)), task))  # saved with the cpu profile's models
     except ShardlabError as e:
         return {"error": type(e).__name__}
 
@@ -89,10 +95,10 @@ def test_every_method_gives_its_saved_plan(name):
         got = json.loads(got)
         if (name, old) in ANSWERED_NOW:
             assert saved[old] == {"error": "InfeasibleError"} and isinstance(got, list), (name, old)
-            validate_plan(task, run_sharder(sharder_for(spec, "cpu"), task))
+            validate_plan(task, run_sharder(sharder_for(spec, "cpu", **_own(spec)), task))
         elif left:
             assert isinstance(got, list), (name, old)
-            validate_plan(task, run_sharder(sharder_for(spec, "cpu"), task))
+            validate_plan(task, run_sharder(sharder_for(spec, "cpu", **_own(spec)), task))
         else:
             assert got == saved[old], (name, old, spec)
 
@@ -108,7 +114,7 @@ def test_old_names_are_aliases_of_the_same_sharders(capsys, monkeypatch):
     monkeypatch.setattr(registry, "_WARNED", set())
     task = TASKS["dlrm-synth-test-50x4-seed1000"]
     for old in ("neuroshard_tw", "neuroshard_unguarded"):
-        plan = run_sharder(sharder_for(old, "cpu"), task)
+        plan = run_sharder(sharder_for(old, "cpu", **_own(old)), task)
         assert plan.method == old
         assert placements(plan) == json.loads(_outcome_of(METHODS[old], task.name)[0])
     assert "deprecated; spell it 'neuroshard[columns=false]'" in capsys.readouterr().err

@@ -108,16 +108,17 @@ def test_every_shipped_bundle_neuroshard_searches_with_is_calibrated():
 
 def test_an_over_rewarding_model_splits_unguarded_and_the_guard_overrules_it(task):
     search = bundle_with(DimSquared())
-    free = get_sharder("neuroshard", model=search, split_guard=False, max_splits=4).shard(task)
+    # the search's own plans (the portfolio off): what the guard does to them is the question
+    free = get_sharder("neuroshard", model=search, split_guard=False, max_splits=4, portfolio=()).shard(task)
     assert any(p.cols < task.table(p.table).dim for p in free.placements)
     assert free.metadata == {}
     # a judge that charges split devices 10x: no split survives, and the plan says why
     strict = bundle_with(DimSquared(), factor=10.0)
-    plan = get_sharder("neuroshard", model=search, guard_models=(strict,), max_splits=4).shard(task)
+    plan = get_sharder("neuroshard", model=search, guard_models=(strict,), max_splits=4, portfolio=()).shard(task)
     assert all(p.cols == task.table(p.table).dim for p in plan.placements)
     g = plan.metadata["split_guard"]
     assert g["overruled"] and g["splits"] == 0 and g["judges"]["guard#1"]["factor"] == pytest.approx(10.0)
-    tw = get_sharder("neuroshard[columns=false]", model=search).shard(task)
+    tw = get_sharder("neuroshard[columns=false]", model=search, portfolio=()).shard(task)
     assert set(plan.placements) == set(tw.placements)
 
 

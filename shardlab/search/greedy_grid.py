@@ -24,8 +24,10 @@ step and reuses work without changing a single decision:
 
 The rule per row is the sequential greedy's: the block goes to a feasible device (memory fits
 and dim sum + dim <= the row's cap; if no device meets the cap, any device where it fits) with
-the lowest predicted fw + bw ms after adding it (rounded to 1e-9 ms), ties to the device with
-less memory, then the lower id; a row where a block fits nowhere is dead (its result unused).
+the lowest predicted fw + bw ms (rounded to 1e-9 ms) -- *after* adding it (``rule="after"``,
+shardlab's default) or *before* (``rule="before"``, the original authors' code: the device whose
+shard is cheapest now, an empty one costing 0) -- ties to the device with less memory, then the
+lower id; a row where a block fits nowhere is dead (its result unused).
 Float64 throughout.
 """
 
@@ -38,6 +40,9 @@ import numpy as np
 import torch
 
 from shardlab.costmodel.base import LinearHeadComputeModel
+
+#: Which predicted cost the greedy compares per device: after adding the block, or before.
+GREEDY_RULES = ("after", "before")
 
 
 class HeadCoster:
@@ -122,7 +127,7 @@ class Contents:
 
 def greedy_grid(block_rows: np.ndarray, local: np.ndarray, order: np.ndarray, mem_need: np.ndarray,
                 dims: np.ndarray, dim_caps: np.ndarray, mem_cap: int, ngpu: int, coster: HeadCoster,
-                pinned: np.ndarray | None = None) -> GridResult:
+                pinned: np.ndarray | None = None, rule: str = "after") -> GridResult:
     """The greedy placement of S states under C caps at once (module docstring).
 
     ``block_rows`` (B, h): :meth:`HeadCoster.rows` of the B distinct blocks of all states;
@@ -130,8 +135,11 @@ def greedy_grid(block_rows: np.ndarray, local: np.ndarray, order: np.ndarray, me
     lacks it; ``order`` (B,): the distinct blocks in placement order; ``mem_need`` (B,) bytes
     and ``dims`` (B,) columns per distinct block; ``dim_caps`` (S, C) dim-sum cap per device,
     ascending in C; ``mem_cap`` bytes per device; ``pinned`` (B,): the device a block must go to
-    (row blocks, ``search/row_wise.py``; dead where it does not fit), -1 where the rule chooses.
+    (row blocks, ``search/row_wise.py``; dead where it does not fit), -1 where the rule chooses;
+    ``rule``: ``"after"`` or ``"before"`` (module docstring).
     """
+    if rule not in GREEDY_RULES:
+        raise ValueError(f"greedy_grid: rule {rule!r} is not one of {GREEDY_RULES}")
     s_n = local.shape[0]
     n = int((local >= 0).sum(axis=1).max())
     c_n = dim_caps.shape[1]
@@ -163,7 +171,10 @@ def greedy_grid(block_rows: np.ndarray, local: np.ndarray, order: np.ndarray, me
             slot[ok] = slot_ok
             costed += len(pred)
             total = np.full(ok.shape, np.inf)
-            total[ok] = np.round(pred.sum(axis=1), 9)[slot_ok]
+            if rule == "after":
+                total[ok] = np.round(pred.sum(axis=1), 9)[slot_ok]
+            else:
+                total[ok] = np.round(r.cost[rows].sum(axis=2), 9)[ok]
             tied_mem = np.where(total == total.min(axis=1, keepdims=True), row_mem, np.iinfo(np.int64).max)
             d = np.argmin(tied_mem, axis=1)
             # the caps of a row below its highest that would choose otherwise: the chosen device

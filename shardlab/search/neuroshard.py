@@ -37,12 +37,19 @@ Valid range (``costmodel/valid_range.py``): a bundle with one costs every device
 outside its models' training range by its analytic fallback, in search as in evaluation; a plan
 whose own cost came partly from the fallback says how much in ``metadata["valid_range"]``.
 
-Tight tasks: where no cap of the grid and no split places every block within memory, the answer
-is the first heuristic plan that does, costed by the model (``metadata["fallback"]`` names it).
+Tight tasks: where no cap of the grid and no split places every block within memory, the search's
+plan is the first heuristic plan that does, costed by the model (``metadata["fallback"]``).
+
+Portfolio (``search/portfolio.py``): the answer is the cheapest, under the search's model, of
+its own plan and every ``portfolio`` method's (default ``constants.PORTFOLIO_METHODS``: the five
+heuristics and TorchRec's planner; empty: off); ``metadata["portfolio"]`` gives every
+candidate's predicted ms and the winner. ``greedy_rule``: ``after`` (default) puts a block on
+the device cheapest with it added; ``before``, the original authors' code, on the device
+cheapest before it (``search/greedy_grid.py``).
 
 Options (``neuroshard[key=value,...]``): ``columns`` (column-wise splits; false: table-wise
 only), ``model``, ``split_guard``, ``rowwise_comm``, ``beam_width``, ``max_splits``, ``top_n``,
-``caps``, ``row_wise``, ``host_size``, ``whole`` (tables never split column-wise, e.g. what a
+``caps``, ``row_wise``, ``host_size``, ``greedy_rule``, ``portfolio``, ``whole`` (tables never split column-wise, e.g. what a
 TorchRec constraint allows only table-wise), ``profile`` (the dataclass fields below). ``profile``
 (default ``constants.PLAN_PROFILE``, h100) picks the shipped models: ``model`` left empty is the
 profile's ``constants.SEARCH_MODELS`` bundle.
@@ -55,7 +62,7 @@ table-wise (``neuroshard[columns=false]``) answers up to ``constants.MAX_SEARCH_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -63,17 +70,17 @@ from shardlab import constants as C
 from shardlab.costmodel.base import Simulated, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.costmodel.neural_base import one_torch_thread
-from shardlab.costmodel.rowwise_comm import WithRowWise, load_rowwise_comm
+from shardlab.costmodel.rowwise_comm import load_rowwise_comm
 from shardlab.costmodel.valid_range import range_report
 from shardlab.data.lookups import placed_row_block, row_block_lookups
 from shardlab.errors import InfeasibleError, ShardlabError, check_ranges, is_int
 from shardlab.plan import Placement, Plan
-from shardlab.schedule import batch_rows, owner_counts
 from shardlab.search.blocks import Block, ShardCoster, split_block, whole_blocks
 from shardlab.search.feasibility import heuristic_plan
-from shardlab.search.greedy_grid import HeadCoster, greedy_grid
+from shardlab.search.greedy_grid import GREEDY_RULES, HeadCoster, greedy_grid
+from shardlab.search.portfolio import choose_from_portfolio
 from shardlab.search.registry import check_search_gpus, register_sharder
-from shardlab.search.row_wise import RowBlocks, RowChoice, choose_rows, oversized, row_metadata
+from shardlab.search.row_wise import RowBlocks, choose_rows, oversized, row_aware_comm, row_metadata
 from shardlab.search.split_guard import Judge, State, guard_order
 from shardlab.tables import Table, Task
 
@@ -88,6 +95,9 @@ OPTION_RANGES = {
     "max_splits": (lambda v: is_int(v) and 0 <= v <= 100, "must be an integer in [0, 100]"),
     "top_n": (lambda v: is_int(v) and 1 <= v <= 1000, "must be an integer in [1, 1000]"),
     "host_size": (lambda v: is_int(v) and 1 <= v <= C.MAX_NGPU, f"must be an integer in [1, {C.MAX_NGPU}]"),
+    "greedy_rule": (lambda v: v in GREEDY_RULES, f"must be one of {', '.join(GREEDY_RULES)}"),
+    "portfolio": (lambda v: all(m in C.BASELINE_METHODS + ("torchrec_free",) for m in v),
+                  f"must name methods of {', '.join(C.BASELINE_METHODS + ('torchrec_free',))} (none: off)"),
 }
 
 
@@ -119,6 +129,8 @@ class NeuroShardSharder:
     host_size: int = C.DEFAULT_HOST_SIZE
     rowwise_comm: Any = None
     whole: tuple[str, ...] = ()
+    greedy_rule: str = "after"
+    portfolio: tuple[str, ...] = C.PORTFOLIO_METHODS
     _bundle: CostModelBundle | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -199,7 +211,7 @@ class NeuroShardSharder:
         dim_caps = np.array(self.caps)[None, :] * np.array([sum(b.cols for b in st) for st in states])[:, None] / task.ngpu
         head = HeadCoster(coster.model)
         grid = greedy_grid(head.rows(emb), local, order, mem_need, dims, dim_caps, task.mem_cap_bytes, task.ngpu, head,
-                           pinned if (pinned >= 0).any() else None)
+                           pinned if (pinned >= 0).any() else None, self.greedy_rule)
         out: list[tuple[list[int], Simulated] | None] = []
         for s, blocks in enumerate(states):
             caps = np.flatnonzero(grid.alive[s])
@@ -218,23 +230,29 @@ class NeuroShardSharder:
         return out
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
-        """Search a plan (deterministic: the seed is recorded, nothing here is random)."""
+        """Search a plan and weigh it against the portfolio's (``search/portfolio.py``);
+        deterministic: the seed is recorded and goes to the portfolio's random plan."""
         ranked, guard, rows = self._search(task)
-        return self._plan(task, ranked[0], seed, guard, rows)
+        return self._chosen(task, self._plan(task, ranked[0], seed, guard, rows), seed)
 
     def candidates(self, task: Task, seed: int = 0, k: int = 3) -> list[Plan]:
-        """The ``k`` best distinct plans this search evaluated (the table-wise plan and every
-        beam state), by guarded cost ascending (the split guard, module docstring); the first
-        is :meth:`shard`'s plan."""
+        """The ``k`` best distinct plans: :meth:`shard`'s first (the portfolio's choice), then
+        the others this search evaluated (the table-wise plan and every beam state) by guarded
+        cost ascending (the split guard, module docstring)."""
         ranked, guard, rows = self._search(task)
-        out: dict[tuple, Plan] = {}
+        first = self._chosen(task, self._plan(task, ranked[0], seed, guard, rows), seed)
+        out: dict[tuple, Plan] = {_layout(first): first}
         for state in ranked:
-            plan = self._plan(task, state, seed, guard, rows)
-            out.setdefault(tuple(sorted((p.table, p.row_offset, p.col_offset, p.cols, p.device)
-                                        for p in plan.placements)), plan)
             if len(out) == k:
                 break
+            plan = self._plan(task, state, seed, guard, rows)
+            out.setdefault(_layout(plan), plan)
         return list(out.values())
+
+    def _chosen(self, task: Task, own: Plan, seed: int) -> Plan:
+        """``own`` or the portfolio's plan the bundle predicts cheaper (``search/portfolio.py``)."""
+        return choose_from_portfolio(task, own, self.portfolio, self.bundle(), self.profile, seed,
+                                     self.rowwise_model(), self.columns, self.row_wise, self.whole)
 
     def _search(self, task: Task) -> tuple[list[Ranked], dict[str, Any], dict[str, Any]]:
         """:meth:`_search_all` on one torch thread: the search's torch calls are tiny (a head
@@ -383,34 +401,9 @@ class NeuroShardSharder:
         return range_report(bundle.compute, bundle.comm_for(task.ngpu)[0], shards)
 
 
-def row_pattern(rows: RowBlocks, choice: Mapping[int, RowChoice], batch_size: int) -> tuple[np.ndarray, dict]:
-    """The all-to-all offset (G,) and the row-wise pattern (``{"dim", "index_counts"}``) of one
-    choice of row layouts, at ``batch_size`` samples per step, counted as the model evaluator
-    counts a finished plan: a table split over every device (row-wise, k = G) leaves the
-    all-to-all (its columns come off every device's dim sum and are reduce-scattered forward,
-    all-gathered backward); every row-split table's blocks receive their rows' lookups from
-    every rank's batch slice (``index_counts[r][o]`` += round(block pooling x slice rows of r)).
-    Batch slices and index counts are :mod:`shardlab.schedule`'s, as the profilers count them."""
-    task = rows.task
-    g = task.ngpu
-    offset = np.zeros(g)
-    counts = np.zeros((g, g), dtype=np.int64)
-    slices = batch_rows(batch_size, g)
-    dim = 0
-    for i, c in choice.items():
-        t = task.tables[i]
-        if c.k == g and g > 1:
-            offset += t.dim
-            dim += t.dim
-        counts += np.array(owner_counts(g, slices, [(b.device, b.table.pooling_factor) for b in rows.blocks(i, c)]))
-    return offset, {"dim": int(dim), "index_counts": counts.tolist() if counts.any() else []}
-
-
-def row_aware_comm(base: Any, rowwise_model: Any, rows: RowBlocks, choice: Mapping[int, RowChoice]) -> WithRowWise:
-    """The comm model of search states with ``choice``'s row layouts: ``base`` with the pattern's
-    all-to-all offset and the row-wise model's increment (:func:`row_pattern`)."""
-    offset, pattern = row_pattern(rows, choice, int(rowwise_model.setting("batch_size")))
-    return WithRowWise(base, rowwise_model.increment(rows.task.ngpu, pattern), offset)
+def _layout(plan: Plan) -> tuple:
+    """A plan's placements as a sorted tuple (two plans with the same layout are one candidate)."""
+    return tuple(sorted((p.table, p.row_offset, p.col_offset, p.cols, p.device) for p in plan.placements))
 
 
 register_sharder("neuroshard", NeuroShardSharder)

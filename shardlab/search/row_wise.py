@@ -27,11 +27,15 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
 
 from shardlab import constants as C
+from shardlab.costmodel.rowwise_comm import WithRowWise
 from shardlab.data.lookups import placed_row_block, row_block_lookups, row_block_table
 from shardlab.plan import Placement, Plan
+from shardlab.schedule import batch_rows, owner_counts
 from shardlab.search.feasibility import heuristic_plan
 from shardlab.search.greedy_state import pack
 from shardlab.search.row_split import equal_row_ranges, fewest_row_blocks
@@ -229,3 +233,33 @@ def pinned_layouts(task: Task, host_size: int = C.DEFAULT_HOST_SIZE, max_layouts
             meta = {"row_wise": layout, **row_block_lookups(task, [task.tables[i] for i in big])}
             out.append(_pinned(task, blocks, [whole[t.name] for i, t in enumerate(task.tables) if i not in big], meta))
     return out
+
+
+def row_pattern(rows: RowBlocks, choice: Mapping[int, RowChoice], batch_size: int) -> tuple[np.ndarray, dict]:
+    """The all-to-all offset (G,) and the row-wise pattern (``{"dim", "index_counts"}``) of one
+    choice of row layouts, at ``batch_size`` samples per step, counted as the model evaluator
+    counts a finished plan: a table split over every device (row-wise, k = G) leaves the
+    all-to-all (its columns come off every device's dim sum and are reduce-scattered forward,
+    all-gathered backward); every row-split table's blocks receive their rows' lookups from
+    every rank's batch slice (``index_counts[r][o]`` += round(block pooling x slice rows of r)).
+    Batch slices and index counts are :mod:`shardlab.schedule`'s, as the profilers count them."""
+    task = rows.task
+    g = task.ngpu
+    offset = np.zeros(g)
+    counts = np.zeros((g, g), dtype=np.int64)
+    slices = batch_rows(batch_size, g)
+    dim = 0
+    for i, c in choice.items():
+        t = task.tables[i]
+        if c.k == g and g > 1:
+            offset += t.dim
+            dim += t.dim
+        counts += np.array(owner_counts(g, slices, [(b.device, b.table.pooling_factor) for b in rows.blocks(i, c)]))
+    return offset, {"dim": int(dim), "index_counts": counts.tolist() if counts.any() else []}
+
+
+def row_aware_comm(base: Any, rowwise_model: Any, rows: RowBlocks, choice: Mapping[int, RowChoice]) -> WithRowWise:
+    """The comm model of search states with ``choice``'s row layouts: ``base`` with the pattern's
+    all-to-all offset and the row-wise model's increment (:func:`row_pattern`)."""
+    offset, pattern = row_pattern(rows, choice, int(rowwise_model.setting("batch_size")))
+    return WithRowWise(base, rowwise_model.increment(rows.task.ngpu, pattern), offset)

@@ -103,14 +103,15 @@ class TorchRecSharder:
             row_split(task)          # one-line InfeasibleError when no row split fits
         else:
             task.check_feasible(column_wise="column_wise" in self.sharding_types)
-        configs = [tr.EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,
-                                      feature_names=[f"f_{t.name}"]) for t in task.tables]
+        names = module_names(task)
+        configs = [tr.EmbeddingBagConfig(name=names[t.name], embedding_dim=t.dim, num_embeddings=t.rows,
+                                      feature_names=[f"f_{names[t.name]}"]) for t in task.tables]
         module = tr.EmbeddingBagCollection(tables=configs, device=tr.device("meta"))
         topology = tr.TopologyFactory.create_topology(
             trainer_config=tr.TrainerConfig(world_size=task.ngpu, local_world_size=task.ngpu),
             hardware_config=tr.HardwareConfig(hbm_cap_bytes=task.mem_cap_bytes),
             kernel_config=tr.KernelConfig(compute_device=self.compute_device))
-        constraints = {t.name: tr.ParameterConstraints(sharding_types=list(self.sharding_types),
+        constraints = {names[t.name]: tr.ParameterConstraints(sharding_types=list(self.sharding_types),
                                                     compute_kernels=["fused"], pooling_factors=[t.pooling_factor])
                        for t in task.tables}
         fast = len(task.tables) > self.fast_above
@@ -131,7 +132,7 @@ class TorchRecSharder:
                         "row-wise, for tables that fit no device)")
             raise ShardlabError(f"task '{task.name}': torchrec planner failed: {str(e).splitlines()[0].strip()}{hint}") from e
         method = self.name + ("[greedy+uniform]" if fast else "")
-        plan = plan_from_sharding_plan(task, sharding_plan, method, seed)
+        plan = plan_from_sharding_plan(task, sharding_plan, method, seed, {v: k for k, v in names.items()})
         if estimators:
             plan = replace(plan, metadata={**plan.metadata, "torchrec_costs": estimators[0].source})
         return plan
@@ -143,7 +144,7 @@ class TorchRecSharder:
             return None
         model = "" if self.costs == "default" else self.costs
         perf = ShardlabPerfEstimator(topology, constraints, model=model, profile=self.profile,
-                                     tables={t.name: t for t in task.tables})
+                                     tables={module_names(task)[t.name]: t for t in task.tables})
         return [perf, tr.EmbeddingStorageEstimator(topology, constraints)]
 
 
@@ -161,14 +162,26 @@ def _ordered_enumerator(tr: SimpleNamespace, topology, batch_size: int, constrai
     return OrderedEnumerator(topology=topology, batch_size=batch_size, constraints=constraints, estimator=estimators)
 
 
-def plan_from_sharding_plan(task: Task, sharding_plan, method: str, seed: int = 0) -> Plan:
+def module_names(task: Task) -> dict[str, str]:
+    """Table name -> the name its embedding bag gets in TorchRec's module: the name itself, but
+    a torch module name takes no '.', so a name with one becomes ``<name with '_'>~<index>``
+    (the index keeps two such names apart; TorchRec's plan is mapped back by
+    :func:`plan_from_sharding_plan`)."""
+    return {t.name: t.name if "." not in t.name else f"{t.name.replace('.', '_')}~{i}"
+            for i, t in enumerate(task.tables)}
+
+
+def plan_from_sharding_plan(task: Task, sharding_plan, method: str, seed: int = 0,
+                            names: dict[str, str] | None = None) -> Plan:
     """Our Plan from a TorchRec ``ShardingPlan`` (one placement per shard). TorchRec's sharding
     type of each table goes to ``metadata["torchrec_sharding_types"]`` ({table: type}): row-wise
     and table-row-wise shards have the same placements when one host holds every rank, and the
-    export (:func:`shardlab.export.export_torchrec`) needs it to give TorchRec back its own plan."""
+    export (:func:`shardlab.export.export_torchrec`) needs it to give TorchRec back its own plan.
+    ``names``: module name -> table name where they differ (:func:`module_names`)."""
     placements, kinds = [], {}
     for module_plan in sharding_plan.plan.values():
-        for table, ps in module_plan.items():
+        for module_name, ps in module_plan.items():
+            table = (names or {}).get(module_name, module_name)
             kinds[table] = str(ps.sharding_type)
             if ps.sharding_spec is None:
                 raise ShardlabError(f"table '{table}': sharding type {ps.sharding_type} has no shards "
