@@ -2,7 +2,7 @@
 """NeuroShard against the best heuristic on held-out tasks of 100 to 500 tables at 8 GPUs, measured
 in paired rounds on this machine; run it alone (it times).
 
-    .venv/bin/python studies/heldout_scale/run.py [--rounds 6] [--sittings 2]
+    .venv/bin/python studies/heldout_scale/run.py [--rounds 6] [--sittings 2] [--sizes 100,115,150,230,460]
     .venv/bin/python studies/heldout_scale/run.py --report results/scale-<UTC>.jsonl   # measures nothing
 
 1. Builds the study's tasks (:func:`study_tasks`): the tables of the seven held-out-at-scale
@@ -40,17 +40,21 @@ from shardlab import constants as C  # noqa: E402
 from shardlab.data.model_families import SCALE_FAMILY_SETS, union_task  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
-from shardlab.evaluate.values import Evaluation  # noqa: E402
+from shardlab.evaluate.values import Evaluation, compare_to_reference  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile  # noqa: E402
-from shardlab.search import run_sharder, sharder_for  # noqa: E402
+from shardlab.search import method_list, run_sharder, sharder_for  # noqa: E402
 from studies.common.records import append_record, rewrite_report  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROFILE = "cpu"
 
-#: The five heuristics (the best of them, measured, is the reference) and NeuroShard.
-METHODS = C.HEURISTIC_METHODS + ("neuroshard",)
+#: The baselines (the five heuristics and TorchRec's planner: the best of them, measured, is the
+#: reference) and NeuroShard at its defaults and with the original authors' greedy rule. The first
+#: run (2026-11-27) had the heuristics and NeuroShard only; each run's header names its methods.
+METHODS = C.BASELINE_METHODS + ("neuroshard", "neuroshard[greedy_rule=before]")
+#: The learned methods judged against the best baseline, and the pair judged against each other.
+JUDGED = ("neuroshard", "neuroshard[greedy_rule=before]")
 
 #: Tables per task (the union holds 115; larger tasks add labelled copies), GPUs and GB per GPU.
 SIZES, NGPU, MEM_CAP_GB = (100, 115, 150, 230, 460), 8, 4.0
@@ -63,8 +67,9 @@ OUTCOMES = ("faster", "equivalent", "slower", "inconclusive", "skipped")
 
 def study_tasks(sizes: Sequence[int] = SIZES) -> list[tuple[int, Any]]:
     """(seed, task) per size: seeds drawn from :data:`STUDY_SEED` in [1,000,000, 2**31 - 1)."""
-    seeds = np.random.default_rng(STUDY_SEED).integers(1_000_000, 2**31 - 1, len(sizes))
-    return [(int(s), union_task(SCALE_FAMILY_SETS, NGPU, MEM_CAP_GB, n, seed=int(s))) for n, s in zip(sizes, seeds)]
+    seeds = np.random.default_rng(STUDY_SEED).integers(1_000_000, 2**31 - 1, len(SIZES))     # one per size, always
+    return [(int(s), union_task(SCALE_FAMILY_SETS, NGPU, MEM_CAP_GB, n, seed=int(s)))
+            for n, s in zip(SIZES, seeds) if n in sizes]
 
 
 def measure_task(task: Any, methods: Sequence[str], rounds: int, sittings: int, seed: int,
@@ -88,11 +93,18 @@ def measure_task(task: Any, methods: Sequence[str], rounds: int, sittings: int, 
             "evaluations": {m: e.to_dict() for m, e in evs.items()}}
 
 
-def verdict(rec: Mapping[str, Any], method: str) -> tuple[str, float | None, Any]:
-    """(outcome of :data:`OUTCOMES` or 'reference', ratio to the best heuristic, its 95% interval)."""
+def verdict(rec: Mapping[str, Any], method: str, against: str | None = None) -> tuple[str, float | None, Any]:
+    """(outcome of :data:`OUTCOMES` or 'reference', ratio to the best baseline -- or to method
+    ``against``, paired in the same rounds --, its 95% interval)."""
     if method in rec["skipped"] or method not in rec["evaluations"]:
         return "skipped", None, None
-    comp = Evaluation.from_dict(rec["evaluations"][method]).comparison
+    if against is not None:
+        if against in rec["skipped"] or against not in rec["evaluations"]:
+            return "skipped", None, None
+        evs = {m: Evaluation.from_dict(e) for m, e in rec["evaluations"].items()}
+        comp = compare_to_reference(evs, against, rec["seed"], rec.get("margin", C.EQUIVALENCE_MARGIN))[method].comparison
+    else:
+        comp = Evaluation.from_dict(rec["evaluations"][method]).comparison
     if comp is None:
         return "inconclusive", None, None
     if comp.reference == method:
@@ -111,30 +123,47 @@ def outside_range(rec: Mapping[str, Any], method: str = "neuroshard") -> str:
 
 
 def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
-    """The run's markdown: NeuroShard's outcomes against the best heuristic, then every task."""
+    """The run's markdown: each judged method's outcomes against the best baseline (and the two
+    greedy rules against each other, where both ran), then every task."""
     s = header["settings"]
-    said = [verdict(r, "neuroshard")[0] for r in records]
+    judged = [m for m in s["methods"] if m not in C.BASELINE_METHODS]
     lines = [f"# NeuroShard on held-out tasks at scale, measured: run `{header['run']}`", "",
              f"{len(records)} of {len(s['sizes'])} tasks over the {len(s['sets'])} held-out-at-scale families "
              f"(`datasets/heldout_scale/`), {s['ngpu']} GPUs x {s['mem_cap_gb']:g} GB, profile `{header['profile']}`, "
              f"{s['rounds']} paired rounds x {s['sittings']} sittings, equivalence margin {s['margin']:.0%}. "
-             "The reference is the best heuristic, picked by the evaluator in a separate selection sitting. "
-             "Rows are the configurations' own (nothing scaled or capped); tasks over 115 tables add labelled "
-             "copies (`copies`).", "",
-             "| NeuroShard vs best heuristic | " + " | ".join(OUTCOMES) + " | reference |",
-             "| --- | " + " | ".join("---:" for _ in OUTCOMES) + " | ---: |",
-             "| tasks | " + " | ".join(str(said.count(v)) for v in OUTCOMES) + f" | {said.count('reference')} |",
-             "", "## Tasks", "",
-             "| task | tables | copies | weights GB | best heuristic | NeuroShard / best [95%] | verdict | "
-             "NeuroShard search s | costed outside the model's valid range |",
-             "| --- | ---: | ---: | ---: | --- | --- | --- | ---: | --- |"]
+             "The reference is the best baseline among the methods run, picked by the evaluator in a separate "
+             "selection sitting. Rows are the configurations' own (nothing scaled or capped); tasks over 115 "
+             "tables add labelled copies (`copies`).", "",
+             "| vs best baseline | " + " | ".join(OUTCOMES) + " | reference |",
+             "| --- | " + " | ".join("---:" for _ in OUTCOMES) + " | ---: |"]
+    for m in judged:
+        said = [verdict(r, m)[0] for r in records]
+        lines.append(f"| `{m}` | " + " | ".join(str(said.count(v)) for v in OUTCOMES) + f" | {said.count('reference')} |")
+    pair = all(m in s["methods"] for m in JUDGED)
+    if pair:
+        said = [verdict(r, JUDGED[1], JUDGED[0])[0] for r in records]
+        lines.append(f"| `{JUDGED[1]}` vs `{JUDGED[0]}` | " + " | ".join(str(said.count(v)) for v in OUTCOMES) + " | - |")
+    lines += ["", "## Tasks", "",
+              "| task | tables | copies | best baseline | " + " | ".join(f"`{m}` / best [95%], verdict" for m in judged)
+              + (" | before / after [95%], verdict" if pair else "") + " | NeuroShard's choice | search s | "
+              "costed outside the model's valid range |",
+              "| --- | ---: | ---: | --- | " + " | ".join("---" for _ in judged) + (" | ---" if pair else "")
+              + " | --- | ---: | --- |"]
+
+    def cell(v: tuple) -> str:
+        out, ratio, ci = v
+        return out if ratio is None else f"{ratio:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") + f", {out}"
+
     for r in records:
         best = next((e["reference"] for e in r["evaluations"].values() if e.get("reference")), "-")
-        v, ratio, ci = verdict(r, "neuroshard")
-        cell = "-" if ratio is None else f"{ratio:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
-        lines.append(f"| `{r['task']['name']}` | {len(r['task']['tables'])} | {r['copies']} | {r['weights_gb']:.3f} | "
-                     f"`{best}` | {cell} | {v} | {r['search_seconds'].get('neuroshard', float('nan')):.2f} | "
-                     f"{outside_range(r)} |")
+        cells = [cell(verdict(r, m)) for m in judged] + ([cell(verdict(r, JUDGED[1], JUDGED[0]))] if pair else [])
+        meta = r["plans"].get("neuroshard", {}).get("metadata", {})
+        choice = meta.get("portfolio", {}).get("chosen", "-")
+        cal = meta.get("task_calibration")
+        if cal:
+            choice += "; calibrated" if cal.get("applied") else "; not calibrated"
+        lines.append(f"| `{r['task']['name']}` | {len(r['task']['tables'])} | {r['copies']} | `{best}` | "
+                     + " | ".join(cells) + f" | {choice} | {r['search_seconds'].get('neuroshard', float('nan')):.2f} | {outside_range(r)} |")
     lines += ["", "Measured costs (median ms over the judged rounds) per method:", "",
               "| task | " + " | ".join(f"`{m}`" for m in s["methods"]) + " |",
               "| --- | " + " | ".join("---:" for _ in s["methods"]) + " |"]
@@ -144,13 +173,14 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
     return "\n".join(lines) + "\n"
 
 
-def run(rounds: int, sittings: int, out: Path, sizes: Sequence[int] = SIZES, progress: bool = True) -> Path:
+def run(rounds: int, sittings: int, out: Path, sizes: Sequence[int] = SIZES, progress: bool = True,
+        methods: Sequence[str] = METHODS) -> Path:
     """Measure the study's tasks (module docstring); returns the run's jsonl path."""
     out.mkdir(parents=True, exist_ok=True)
     run_id = "scale-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     jsonl, md = out / f"{run_id}.jsonl", out / f"{run_id}.md"
     header = {"kind": "header", "run": run_id, "profile": PROFILE, "environment": environment("cpu"),
-              "settings": {"methods": list(METHODS), "sets": list(SCALE_FAMILY_SETS), "sizes": list(sizes),
+              "settings": {"methods": list(methods), "sets": list(SCALE_FAMILY_SETS), "sizes": list(sizes),
                            "ngpu": NGPU, "mem_cap_gb": MEM_CAP_GB, "study_seed": STUDY_SEED, "rounds": rounds,
                            "sittings": sittings, "margin": C.EQUIVALENCE_MARGIN}}
     records: list[dict[str, Any]] = []
@@ -159,7 +189,7 @@ def run(rounds: int, sittings: int, out: Path, sizes: Sequence[int] = SIZES, pro
         append_record(f, header)
         for seed, task in tqdm(tasks, desc="held-out tasks at scale", unit="task", disable=not progress):
             start = time.perf_counter()
-            rec = measure_task(task, METHODS, rounds, sittings, seed, journal=str(out / f"{run_id}.journal.jsonl"))
+            rec = measure_task(task, methods, rounds, sittings, seed, journal=str(out / f"{run_id}.journal.jsonl"))
             rec["seconds"] = round(time.perf_counter() - start, 1)
             append_record(f, rec)
             records.append(rec)
@@ -172,13 +202,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=6, help="paired rounds per sitting (default 6)")
     ap.add_argument("--sittings", type=int, default=2, help="sittings (default 2)")
     ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="tables per task, comma-separated (default all)")
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help="method specs, comma-separated (default: the baselines, neuroshard and its 'before' rule)")
     ap.add_argument("--report", default=None, help="rewrite the .md of a stored run's jsonl; measures nothing")
     args = ap.parse_args(argv)
     if args.report:
         print(rewrite_report(args.report, report))
         return 0
     try:
-        print(run(args.rounds, args.sittings, Path(args.out)))
+        sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+        if not sizes or any(x not in SIZES for x in sizes):
+            raise ShardlabError(f"field 'sizes' = {args.sizes!r} must name sizes of {SIZES}")
+        methods = method_list(args.methods)
+        if not set(C.BASELINE_METHODS) <= set(methods):
+            raise ShardlabError(f"field 'methods' must include every baseline ({', '.join(C.BASELINE_METHODS)})")
+        print(run(args.rounds, args.sittings, Path(args.out), sizes, methods=tuple(methods)))
     except ShardlabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
