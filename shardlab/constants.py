@@ -6,6 +6,8 @@ seed papers' code and in TorchRec's planner. Times are in milliseconds (``_ms``)
 
 from __future__ import annotations
 
+import os
+
 #: Bytes in one "GB" (2**30, the convention of the seeds and TorchRec).
 GB = 1024**3
 
@@ -217,6 +219,11 @@ ASSUMED_ZIPF = 1.05
 #: and the correction is used only where it lowers the held-out (leave-one-out) error by at least
 #: ``TASK_CALIBRATION_MIN_GAIN`` (a fraction of the uncorrected error), not for a gain within noise.
 TASK_CALIBRATION_BUDGET_S = 45.0
+#: Whether NeuroShard calibrates to the task by default (its ``task_calibration`` option left
+#: unset) wherever the profile can be measured on the machine at hand; the environment variable
+#: ``SHARDLAB_TASK_CALIBRATION=off`` turns the default off (plans that must not depend on a
+#: measurement: the test suite's exact-plan checks, a run repeated on another machine).
+TASK_CALIBRATION = os.environ.get("SHARDLAB_TASK_CALIBRATION", "on").strip().lower() not in ("off", "0", "false", "no")
 TASK_CALIBRATION_GROUPS = 6
 TASK_CALIBRATION_WARMUP = 2
 TASK_CALIBRATION_REPEATS = 5

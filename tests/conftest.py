@@ -1,10 +1,19 @@
-"""Shared fixtures: small hand-made tables and tasks (no pool, no generator)."""
+"""Shared fixtures: small hand-made tables and tasks (no pool, no generator).
+
+The suite runs with NeuroShard's default task calibration off (``SHARDLAB_TASK_CALIBRATION=off``,
+set before shardlab is imported, so subprocesses and notebooks inherit it): most tests check
+exact plans, which a measurement would make depend on machine load. The default itself, on,
+and the calibrated search are tested in ``tests/test_search_calibration.py``."""
 
 from __future__ import annotations
 
-import pytest
+import os
 
-from shardlab import Table, Task
+os.environ["SHARDLAB_TASK_CALIBRATION"] = "off"
+
+import pytest  # noqa: E402
+
+from shardlab import Table, Task  # noqa: E402
 
 UNIFORM_BINS = tuple([1.0] + [0.0] * 16)
 

@@ -46,8 +46,9 @@ def test_recovers_a_known_synthetic_correction(bundle, task):
     out, rec = calibrate_to_task(bundle, task, "cpu", seed=1, measure=synthetic(bundle))
     assert rec["applied"] is True and "reason" not in rec
     for k, name in enumerate(("fw", "bw")):
-        assert rec["fit"][name]["scale"] == pytest.approx(SCALE[k], rel=1e-3)
-        assert rec["fit"][name]["exponent"] == pytest.approx(EXPONENT[k], rel=1e-3)
+        assert rec["fit"]["power"][name]["scale"] == pytest.approx(SCALE[k], rel=1e-3)
+        assert rec["fit"]["power"][name]["exponent"] == pytest.approx(EXPONENT[k], rel=1e-3)
+    assert rec["fit"]["chosen"] == "power"
     assert rec["error"]["heldout"]["all"] < 1e-3 < rec["error"]["before"]["all"]
     shards = [[task.tables[i] for i in idx] for idx in ([0, 1, 2], [3], [4, 5, 6, 7, 8])]
     want = np.array([synthetic(bundle)(s, None) for s in shards])
@@ -101,7 +102,7 @@ def test_not_applied_where_the_model_is_already_right(bundle, task):
     out, rec = calibrate_to_task(bundle, task, "cpu", seed=0,
                                  measure=synthetic(bundle, np.ones(2), np.ones(2)))
     assert out is bundle and rec["applied"] is False and "held-out" in rec["reason"]
-    assert rec["fit"]["fw"]["scale"] == pytest.approx(1.0, rel=1e-6)
+    assert rec["fit"]["power"]["fw"]["scale"] == pytest.approx(1.0, rel=1e-6) and rec["fit"]["chosen"] is None
 
 
 def test_budget_stops_measuring(bundle, task):
@@ -134,7 +135,51 @@ def test_real_cpu_calibration_of_six_tables_records_its_fit(bundle):
     kinds = [op["kind"] for op in rec["ops"]]
     assert kinds.count("table") == 6 and kinds.count("group") >= 1
     assert all(min(op["measured_ms"]) > 0 for op in rec["ops"])
-    assert {"scale", "exponent"} <= set(rec["fit"]["fw"]) and rec["error"]["heldout"]["all"] is not None
+    assert {"scale", "exponent"} <= set(rec["fit"]["power"]["fw"]) and rec["error"]["heldout"]["all"] is not None
     assert (out is not bundle) == rec["applied"]
-    assert out.source.endswith("+task-calibrated") == rec["applied"]
+    assert out.source.endswith(("+task-calibrated", "+task-levelled")) == rec["applied"]
     json.dumps(rec)
+
+
+def per_table(bundle, task, factors):
+    """A fake measurement: the model's prediction of the op times the size-weighted mean of
+    its tables' own factors (what the levelled model assumes), so levels fit it exactly."""
+    by_name = {t.name: f for t, f in zip(task.tables, factors)}
+
+    def measure(tables, profile):
+        tables = list(tables)
+        single = bundle.compute.predict([[t] for t in tables])
+        f = np.array([by_name[t.name] for t in tables])
+        level = (f[:, None] * single).sum(axis=0) / single.sum(axis=0)
+        return tuple(bundle.compute.predict([tables])[0] * level)
+    return measure
+
+
+def test_levels_are_chosen_where_tables_differ_and_predict_groups_from_singles(bundle, task):
+    factors = np.where(np.arange(len(task.tables)) % 2 == 0, 3.0, 0.5)
+    out, rec = calibrate_to_task(bundle, task, "cpu", seed=1, measure=per_table(bundle, task, factors))
+    assert rec["applied"] is True and rec["fit"]["chosen"] == "levels"
+    assert rec["error"]["heldout"]["groups"] < 1e-6 < rec["error"]["heldout_by_form"]["power"]["groups"]
+    assert out.source.endswith("+task-levelled")
+    shard = [task.tables[0], task.tables[1], task.tables[4]]
+    assert np.allclose(out.compute.predict([shard])[0], per_table(bundle, task, factors)(shard, None), rtol=1e-5)
+    json.dumps(rec)
+
+
+def test_levelled_model_stays_incremental_and_carries_slices(bundle, task):
+    from shardlab.costmodel.table_levels import levelled, table_ratios
+    single = bundle.compute.predict([[t] for t in task.tables])
+    ratios = table_ratios(task.tables, single * 2.0, single)
+    model = levelled(bundle.compute, ratios)
+    coster, head = ShardCoster(model), HeadCoster(model)
+    assert coster.incremental and head.linear_head
+    shards = [list(task.tables[:4]), list(task.tables[4:9]), [task.tables[9].with_dim(4, name="slice")]]
+    direct = model.predict(shards)
+    assert np.allclose(direct, 2.0 * bundle.compute.predict(shards), rtol=1e-6)   # a slice keeps its table's level
+    emb = [model.embed(s) for s in shards]
+    sums, counts = np.stack([e.sum(axis=0) for e in emb]), np.array([len(s) for s in shards])
+    assert np.allclose(model.predict_sums(sums, counts), direct, rtol=1e-5)
+    pre = np.stack([model.head_rows(e).sum(axis=0) for e in emb])
+    assert np.allclose(model.predict_head(pre, counts), model.predict_sums(sums, counts), rtol=1e-9)
+    other = task.tables[0].with_dim(8, name="x")
+    assert np.allclose(levelled(bundle.compute, {}).predict([[other]]), bundle.compute.predict([[other]]))

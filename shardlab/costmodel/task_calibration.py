@@ -21,10 +21,14 @@ A bundle with a valid range (:mod:`shardlab.costmodel.valid_range`) keeps it: th
 fitted to, and applied to, the model inside the range and the analytic fallback outside it
 (before the guard's envelope ratio), so the guard and its reports still work.
 
-**Applied or not**: the correction is applied only where its held-out error (leave-one-out over
-the measured ops: each op predicted by the fit without it; the mean of the singles' and the
-groups' median relative errors) is at least ``constants.TASK_CALIBRATION_MIN_GAIN`` below the
-uncorrected error;
+**Or per-table levels** (:mod:`shardlab.costmodel.table_levels`): the model's prediction of a
+shard scaled by sum(measured alone) / sum(predicted alone) over its tables, per output.
+
+**Applied or not**: each op is predicted without its own measurement (leave-one-out: the power
+fit without the op; levels without a single's own measurement, a group from its tables measured
+alone); the form with the lower held-out error -- the groups' median relative error where groups
+were measured, else the mean of the singles' and groups' -- is applied if that error is at least
+``constants.TASK_CALIBRATION_MIN_GAIN`` below the uncorrected one (ties: the power fit);
 otherwise, and where the profile cannot be measured here (e.g. ``h100`` on a CPU-only host) or
 nothing could be measured, the bundle is returned as it is and the record says why.
 
@@ -34,8 +38,8 @@ source), ``task`` (name, tables, ngpu, batch_size), ``seed``, ``budget_s``, ``se
 whole call), and where measured: ``timing`` (``compute_timing``, ``batch_size``, ``warmup``,
 ``repeats``, ``input_batches``, ``hardware``), ``stopped_by_budget``, ``skipped`` (tables too
 large to measure alone), ``ops`` (each: ``kind``, ``tables`` (names), ``measured_ms``,
-``predicted_ms``, ``corrected_ms``, ``heldout_ms``: [fw, bw] ms), ``fit`` (``form``, per output
-``scale`` and ``exponent``) and ``error``: median relative error of fw+bw ms over ``singles``,
+``predicted_ms``, ``corrected_ms``, ``heldout_ms``: [fw, bw] ms), ``fit`` (``chosen``: ``power``,
+``levels`` or None; ``power``: per output ``scale`` and ``exponent``; ``levels``) and ``error``: median relative error of fw+bw ms over ``singles``,
 ``groups`` and ``all`` ops, ``before`` (the model as it is), ``after`` (the fit, on the ops it was
 fitted to) and ``heldout`` (leave-one-out). Nothing is written to disk.
 """
@@ -50,6 +54,7 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.costmodel.base import IncrementalComputeModel, LinearHeadComputeModel
+from shardlab.costmodel.table_levels import levelled, table_ratios
 from shardlab.costmodel.valid_range import GuardedCompute, guard_compute
 from shardlab.errors import ShardlabError
 from shardlab.profile.hardware import TIMING_METHODS, HardwareProfile, get_profile, hardware_name
@@ -66,6 +71,7 @@ HUBER_LOG = 0.25
 #: Reweighting steps of the Huber fit.
 HUBER_STEPS = 20
 FORM = "ms = scale x predicted_ms ** exponent, per output (fw, bw)"
+LEVELS_FORM = "ms = predicted_ms x sum(measured alone) / sum(predicted alone) over the shard's tables, per output"
 
 
 # ----------------------------------------------------------------------------- the corrected model
@@ -273,20 +279,39 @@ def calibrate_to_task(bundle: Any, task: Task, profile: str | HardwareProfile, s
     if len(measured) < 3:
         return done(bundle, f"only {len(measured)} op(s) measured within budget_s = {budget_s:g} s; "
                             "a fit needs 3")
-    fit, apply = _fit_all(bundle.compute, task, measured, record)
-    if not apply:
-        return done(bundle, f"the correction did not lower the held-out (leave-one-out) error by "
+    fit, form = _fit_all(bundle.compute, task, measured, record)
+    if form is None:
+        return done(bundle, f"no correction lowered the held-out (leave-one-out) error by "
                             f"{C.TASK_CALIBRATION_MIN_GAIN:.0%}")
-    out = copy.copy(bundle)
-    out.compute = corrected(bundle.compute, *fit)          # comm and its per-G cache as they were
+    out = copy.copy(bundle)                                # comm and its per-G cache as they were
+    out.compute = corrected(bundle.compute, *fit) if form == "power" else levelled(bundle.compute, fit)
     record["applied"] = True
     return done(out)
 
 
+def _levels(model: Any, task: Task, measured: Sequence[MeasuredOp], meas: np.ndarray,
+            before: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The per-table levels (``costmodel/table_levels.py``) of the tables measured alone, each
+    op's levelled prediction, and its held-out one: a single's own measurement left out (the
+    model's level), a group's from its tables measured alone (never from the group itself)."""
+    singles = [j for j, m in enumerate(measured) if m.op.kind == "table"]
+    tables = [task.tables[measured[j].op.indices[0]] for j in singles]
+    ratios = table_ratios(tables, meas[singles], before[singles]) if singles else {}
+    lev = levelled(model, ratios)
+    shards = [[task.tables[i] for i in m.op.indices] for m in measured]
+    fitted = before * lev.level(np.stack([lev.extra(s).sum(axis=0) for s in shards]))
+    heldout = fitted.copy()
+    heldout[singles] = before[singles]
+    return ratios, fitted, heldout
+
+
 def _fit_all(model: Any, task: Task, measured: Sequence[MeasuredOp],
-             record: dict[str, Any]) -> tuple[tuple[np.ndarray, np.ndarray], bool]:
-    """Fit on every measured op, the leave-one-out predictions, and the record's ``ops``,
-    ``fit`` and ``error``; returns the fit and whether it lowers the held-out error."""
+             record: dict[str, Any]) -> tuple[Any, str | None]:
+    """Both corrections on every measured op, their leave-one-out predictions, and the record's
+    ``ops``, ``fit`` and ``error``; returns the chosen correction's parameters and form
+    (``"power"`` or ``"levels"``), or None where neither lowers the held-out error enough.
+    The criterion is the groups' held-out error where groups were measured (shards are what
+    a plan is made of), else the mean of singles' and groups'; ties go to ``power``."""
     shards = [[task.tables[i] for i in m.op.indices] for m in measured]
     kinds = np.array([m.op.kind for m in measured])
     meas = np.array([[m.fw_ms, m.bw_ms] for m in measured])
@@ -299,17 +324,34 @@ def _fit_all(model: Any, task: Task, measured: Sequence[MeasuredOp],
         keep = np.arange(len(measured)) != i
         s, e = fit_correction(raw[keep], after[keep], meas[keep], _weights(kinds[keep]))
         heldout[i] = _apply(raw[i:i + 1], after[i:i + 1], s, e)[0]
+    ratios, lev_fitted, lev_heldout = _levels(model, task, measured, meas, before)
+    forms = {"power": _errors(heldout, meas, kinds), "levels": _errors(lev_heldout, meas, kinds)}
+    key = (lambda e: e["groups"]) if (kinds == "group").any() else _score
+    base = key(_errors(before, meas, kinds))
+    form = min(forms, key=lambda f: key(forms[f]))
+    form = form if key(forms[form]) < (1.0 - C.TASK_CALIBRATION_MIN_GAIN) * base else None
+    if form == "levels":
+        fitted, heldout = lev_fitted, lev_heldout
     err = {"before": _errors(before, meas, kinds), "after": _errors(fitted, meas, kinds),
-           "heldout": _errors(heldout, meas, kinds), "measure": "median |predicted - measured| / measured of fw+bw ms",
-           "heldout_method": "leave-one-out over the measured ops"}
+           "heldout": _errors(heldout, meas, kinds), "heldout_by_form": forms,
+           "criterion": "groups' held-out error" if (kinds == "group").any() else "mean of singles' and groups'",
+           "measure": "median |predicted - measured| / measured of fw+bw ms",
+           "heldout_method": "leave-one-out over the measured ops (levels: a single's own measurement left out)"}
     record["ops"] = [{"kind": m.op.kind, "tables": [task.tables[i].name for i in m.op.indices],
                       "measured_ms": _r(meas[j]), "predicted_ms": _r(before[j]), "corrected_ms": _r(fitted[j]),
                       "heldout_ms": _r(heldout[j]), "seconds": round(m.seconds, 3)} for j, m in enumerate(measured)]
-    record["fit"] = {"form": FORM, "weights": "singles and groups weigh half each",
-                     "fw": {"scale": float(scale[0]), "exponent": float(exponent[0])},
-                     "bw": {"scale": float(scale[1]), "exponent": float(exponent[1])}}
+    record["fit"] = {"chosen": form, "form": FORM if form != "levels" else LEVELS_FORM,
+                     "power": {"weights": "singles and groups weigh half each",
+                               "fw": {"scale": float(scale[0]), "exponent": float(exponent[0])},
+                               "bw": {"scale": float(scale[1]), "exponent": float(exponent[1])}},
+                     "levels": {"tables": len(ratios), "ratio_fw_median": _median(ratios, 0),
+                                "ratio_bw_median": _median(ratios, 1)}}
     record["error"] = err
-    return (scale, exponent), _score(err["heldout"]) < (1.0 - C.TASK_CALIBRATION_MIN_GAIN) * _score(err["before"])
+    return ((scale, exponent) if form == "power" else ratios), form
+
+
+def _median(ratios: dict, k: int) -> float | None:
+    return float(np.median([v[k] for v in ratios.values()])) if ratios else None
 
 
 def _r(v: np.ndarray) -> list[float]:

@@ -362,6 +362,7 @@ def range_report(compute: Any, comm: Any, shards: Sequence[Sequence[Table]]) -> 
     ``ngpu`` devices outside the compute range) and ``compute_fallback``, and ``comm`` (true: the
     ranks' dim sums lie outside the comm range) and ``comm_fallback``: the fallbacks' labels."""
     out: dict[str, Any] = {}
+    compute = getattr(compute, "range_model", compute)      # a wrapper keeps its model's range
     if isinstance(compute, GuardedCompute):
         n = int((~compute.inside(shards)).sum())
         if n:

@@ -1,67 +1,43 @@
 """NeuroShard's search (docs/methods.md): no hardware in the loop, only a cost model.
 
-Table-wise, greedy grid: for each dim-balance cap s in ``caps`` (11 values in [1.0, 1.5]),
-blocks are sorted by predicted single-block compute cost (descending) and each goes to the
-feasible device (memory fits and dim sum + dim <= s x mean dim sum per device; if no device
-meets the cap, any device where it fits) whose predicted fused compute cost after adding it is
-lowest (ties: less memory, lower id). The cap whose simulated plan cost is lowest wins.
+Steps, each detailed in its own module:
 
-Column-wise, beam search: from each beam state (a set of column splits), the candidates are
-the union of the top-``top_n`` blocks by size and by predicted single cost whose halves stay
-multiples of 4; each is halved, the table-wise search re-run and the plan simulated; the best
-``beam_width`` states are kept for up to ``max_splits`` rounds; the best plan seen is returned.
+1. **Task calibration** (``costmodel/task_calibration.py``; option ``task_calibration``, unset:
+   ``constants.TASK_CALIBRATION``, on): where this machine can measure the profile's hardware,
+   the task's tables are measured (each alone, a few fused groups) and the compute model is
+   corrected to them; everything below costs with the corrected model.
+   ``metadata["task_calibration"]``: what was measured, the fit, its error, or why nothing was.
+2. **Row blocks** (``search/row_wise.py``): tables that fit no device become pinned row blocks
+   in TorchRec's layouts, chosen by the model; ``rowwise_comm`` (None: a block's columns count on
+   its device's all-to-all, the measured-best default, ``studies/row_wise``) costs their collectives.
+3. **Table-wise greedy grid** (``search/greedy_grid.py``): for each dim-balance cap s in ``caps``
+   (11 values in [1.0, 1.5]) blocks go, by descending predicted single cost, to the feasible
+   device (memory fits, dim sum + dim <= s x mean; else any that fits) whose predicted compute
+   is lowest after adding the block (``greedy_rule="after"``) or before (``"before"``, the
+   original authors' code); ties: less memory, lower id. The cheapest simulated cap wins.
+4. **Column-wise beam search** (``columns``): from each of ``beam_width`` states, the top-``top_n``
+   blocks by size and by single cost (halves multiples of 4, not in ``whole``) are halved and
+   the grid re-run, for up to ``max_splits`` rounds; every state of a round shares one grid call.
+   The **split guard** (``search/split_guard.py``, ``split_guard``, ``guard_models``) keeps a split
+   plan only if every judge predicts it faster than the table-wise plan
+   (``metadata["split_guard"]``).
+5. **Portfolio** (``search/portfolio.py``, ``portfolio``; default ``constants.PORTFOLIO_METHODS``):
+   the answer is the cheapest, under the same model, of the search's plan and every
+   baseline's (``metadata["portfolio"]``: each candidate's predicted ms and the winner).
 
-Split guard (``search/split_guard.py``): a model may over-reward splits, so a guarded
-column-wise search returns a split plan only if every judge -- the search's own bundle and
-``guard_models`` (default: the profile's ``constants.SPLIT_GUARD_JUDGES``, the analytic model
-fitted to the same measurements) -- predicts it faster than the table-wise plan with every device holding a split
-charged the judge's split-calibration factor. ``metadata["split_guard"]`` says what happened
-(``overruled``: the unguarded best was set aside); ``split_guard=False`` turns it off.
-
-Shard costs: the compute model must be an
-:class:`~shardlab.costmodel.base.IncrementalComputeModel` (``embed``/``predict_sums``; every
-shipped one is: per-table encodings are summed, so adding a table to a device adds a row). Every
-state of a beam round runs through one lock-step greedy that shares identical histories
-(``search/greedy_grid.py``); the table-wise search is the one-state case of the same call.
-
-Row blocks (``search/row_wise.py``): tables that fit no device become pinned row blocks in
-TorchRec's layouts, the layout chosen by the model. ``rowwise_comm`` (a row-wise comm model;
-``"shipped"``: the profile's, or the bundle's own comm model where it costs row-wise collectives)
-costs each layout's own collectives (:func:`row_aware_comm`); by default (None) a row block's
-columns count on its device's all-to-all. Measured, the row-wise model's plans were never faster
-(inconclusive on one task, slower on another: ``studies/row_wise``), so the default is None.
-A table with only the Task JSON fields gets its row blocks' lookups from the generator fitted to
-its reuse bins (:func:`~shardlab.data.fit_lookups.fit_table_lookups`; ``metadata["row_block_lookups"]``).
-
-Valid range (``costmodel/valid_range.py``): a bundle with one costs every device and all-to-all
-outside its models' training range by its analytic fallback, in search as in evaluation; a plan
-whose own cost came partly from the fallback says how much in ``metadata["valid_range"]``.
-
-Tight tasks: where no cap of the grid and no split places every block within memory, the search's
-plan is the first heuristic plan that does, costed by the model (``metadata["fallback"]``).
-
-Portfolio (``search/portfolio.py``): the answer is the cheapest, under the search's model, of
-its own plan and every ``portfolio`` method's (default ``constants.PORTFOLIO_METHODS``: the five
-heuristics and TorchRec's planner; empty: off); ``metadata["portfolio"]`` gives every
-candidate's predicted ms and the winner. ``greedy_rule``: ``after`` (default) puts a block on
-the device cheapest with it added; ``before``, the original authors' code, on the device
-cheapest before it (``search/greedy_grid.py``).
-
-Options (``neuroshard[key=value,...]``): ``columns`` (column-wise splits; false: table-wise
-only), ``model``, ``split_guard``, ``rowwise_comm``, ``beam_width``, ``max_splits``, ``top_n``,
-``caps``, ``row_wise``, ``host_size``, ``greedy_rule``, ``portfolio``, ``whole`` (tables never split column-wise, e.g. what a
-TorchRec constraint allows only table-wise), ``profile`` (the dataclass fields below). ``profile``
-(default ``constants.PLAN_PROFILE``, h100) picks the shipped models: ``model`` left empty is the
-profile's ``constants.SEARCH_MODELS`` bundle.
-
-Bounds: column-wise search refuses ``ngpu > constants.MAX_NEUROSHARD_GPUS`` and tables x GPUs
-over ``constants.MAX_NEUROSHARD_WORK`` at once (one line);
-table-wise (``neuroshard[columns=false]``) answers up to ``constants.MAX_SEARCH_GPUS``.
+The compute model must be incremental (``embed``/``predict_sums``: a table added to a device adds
+a row). A bundle with a valid range costs what lies outside it by its analytic fallback
+(``costmodel/valid_range.py``; ``metadata["valid_range"]``). Where no cap and no split fits a
+tight task, the search's plan is the first heuristic plan that does (``metadata["fallback"]``).
+``profile`` (default ``constants.PLAN_PROFILE``) picks the shipped models (``model`` empty: the
+profile's ``constants.SEARCH_MODELS`` bundle). Bounds: column-wise search refuses
+``ngpu > constants.MAX_NEUROSHARD_GPUS`` and tables x GPUs over ``constants.MAX_NEUROSHARD_WORK``
+at once; ``columns=false`` answers up to ``constants.MAX_SEARCH_GPUS``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -70,6 +46,7 @@ from shardlab import constants as C
 from shardlab.costmodel.base import Simulated, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.costmodel.neural_base import one_torch_thread
+from shardlab.costmodel.task_calibration import calibrate_to_task
 from shardlab.costmodel.rowwise_comm import load_rowwise_comm
 from shardlab.costmodel.valid_range import range_report
 from shardlab.data.lookups import placed_row_block, row_block_lookups
@@ -131,7 +108,9 @@ class NeuroShardSharder:
     whole: tuple[str, ...] = ()
     greedy_rule: str = "after"
     portfolio: tuple[str, ...] = C.PORTFOLIO_METHODS
+    task_calibration: bool | None = None
     _bundle: CostModelBundle | None = field(default=None, repr=False)
+    _task_bundle: CostModelBundle | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_ranges(f"method '{self.name}'", self, OPTION_RANGES)
@@ -155,7 +134,10 @@ class NeuroShardSharder:
         return C.SPLIT_GUARD_JUDGES.get(self.profile, ())
 
     def bundle(self) -> CostModelBundle:
-        """The cost model (loaded once)."""
+        """The cost model (loaded once); during a search, the task-calibrated one where
+        calibration applied (:meth:`_calibrated`)."""
+        if self._task_bundle is not None:
+            return self._task_bundle
         if self._bundle is None:
             self._bundle = self.model if isinstance(self.model, CostModelBundle) else load_bundle(
                 self.model_name(), self.profile)
@@ -230,24 +212,42 @@ class NeuroShardSharder:
         return out
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
-        """Search a plan and weigh it against the portfolio's (``search/portfolio.py``);
-        deterministic: the seed is recorded and goes to the portfolio's random plan."""
-        ranked, guard, rows = self._search(task)
-        return self._chosen(task, self._plan(task, ranked[0], seed, guard, rows), seed)
+        """Calibrate to the task where on, search a plan and weigh it against the portfolio's
+        (``search/portfolio.py``); the seed is recorded and draws the calibration's groups and
+        the portfolio's random plan (a calibrated search depends on what was measured)."""
+        return self.candidates(task, seed, 1)[0]
 
     def candidates(self, task: Task, seed: int = 0, k: int = 3) -> list[Plan]:
         """The ``k`` best distinct plans: :meth:`shard`'s first (the portfolio's choice), then
         the others this search evaluated (the table-wise plan and every beam state) by guarded
-        cost ascending (the split guard, module docstring)."""
-        ranked, guard, rows = self._search(task)
-        first = self._chosen(task, self._plan(task, ranked[0], seed, guard, rows), seed)
-        out: dict[tuple, Plan] = {_layout(first): first}
-        for state in ranked:
-            if len(out) == k:
-                break
-            plan = self._plan(task, state, seed, guard, rows)
-            out.setdefault(_layout(plan), plan)
-        return list(out.values())
+        cost ascending (the split guard, module docstring); each carries the calibration record."""
+        record = self._calibrate(task, seed)
+        try:
+            ranked, guard, rows = self._search(task)
+            first = self._chosen(task, self._plan(task, ranked[0], seed, guard, rows), seed)
+            out: dict[tuple, Plan] = {_layout(first): first}
+            for state in ranked:
+                if len(out) == k:
+                    break
+                plan = self._plan(task, state, seed, guard, rows)
+                out.setdefault(_layout(plan), plan)
+        finally:
+            self._task_bundle = None
+        if record is None:
+            return list(out.values())
+        return [replace(p, metadata={**p.metadata, "task_calibration": record}) for p in out.values()]
+
+    def _calibrate(self, task: Task, seed: int) -> dict[str, Any] | None:
+        """Task calibration (``costmodel/task_calibration.py``) where ``task_calibration`` is on
+        (unset: ``constants.TASK_CALIBRATION``): the corrected bundle is searched with until the
+        search ends; returns the record for the plans' metadata, or None when off."""
+        on = C.TASK_CALIBRATION if self.task_calibration is None else self.task_calibration
+        if not on:
+            return None
+        self._task_bundle = None
+        corrected, record = calibrate_to_task(self.bundle(), task, self.profile, seed)
+        self._task_bundle = corrected if record.get("applied") else None
+        return record
 
     def _chosen(self, task: Task, own: Plan, seed: int) -> Plan:
         """``own`` or the portfolio's plan the bundle predicts cheaper (``search/portfolio.py``)."""
