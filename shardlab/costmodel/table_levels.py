@@ -49,15 +49,14 @@ def table_ratios(tables: Sequence[Table], measured: np.ndarray, single: np.ndarr
             for k, v in sums.items()}
 
 
-class LevelledCompute:
-    """``model`` re-levelled per table (module docstring) by ``ratios`` (lookup key -> [fw, bw]
-    measured / predicted). Predicts only; ``fit`` and ``save`` refuse (it belongs to one task)."""
+class TaskWrapped:
+    """A compute model corrected for one task (this module's levels, or task calibration's
+    scale and exponent): its learned state (``profile_``, ``provenance_`` ...) and valid range
+    are the model's, its label the model's plus ``label``; it predicts only, and ``fit`` and
+    ``save`` refuse in one line (it belongs to one task and lives in that task's record)."""
 
     target = "compute"
-
-    def __init__(self, model: Any, ratios: Mapping[tuple, Sequence[float]]):
-        self.model = model
-        self.ratios = {k: np.asarray(v, dtype=np.float64).reshape(2) for k, v in ratios.items()}
+    label = "+task-corrected"
 
     def __getattr__(self, name: str) -> Any:
         if name.endswith("_") and not name.startswith("__") and name != "model":
@@ -71,13 +70,32 @@ class LevelledCompute:
 
     @property
     def range_model(self) -> Any:
-        """The model whose valid range the levelled one keeps (``valid_range.range_report``)."""
+        """The model whose valid range this one keeps (``valid_range.range_report``)."""
         return getattr(self.model, "range_model", self.model)
 
     @property
     def source(self) -> str:
-        """The model's label with ``+task-levelled``."""
-        return f"{self.model.source}+task-levelled"
+        """The model's label with :attr:`label`."""
+        return f"{self.model.source}{self.label}"
+
+    def fit(self, samples: Sequence[Any], val_samples: Sequence[Any] | None = None) -> Any:
+        """Refused: made by task calibration."""
+        raise ShardlabError(f"{self.label.lstrip('+')} model: field 'fit' is not supported (calibrate_to_task makes it)")
+
+    def save(self, path: str) -> None:
+        """Refused: not saved (its task's record says what it was)."""
+        raise ShardlabError(f"{self.label.lstrip('+')} model: field 'save' is not supported (keep its record instead)")
+
+
+class LevelledCompute(TaskWrapped):
+    """``model`` re-levelled per table (module docstring) by ``ratios`` (lookup key -> [fw, bw]
+    measured / predicted)."""
+
+    label = "+task-levelled"
+
+    def __init__(self, model: Any, ratios: Mapping[tuple, Sequence[float]]):
+        self.model = model
+        self.ratios = {k: np.asarray(v, dtype=np.float64).reshape(2) for k, v in ratios.items()}
 
     def extra(self, tables: Sequence[Table]) -> np.ndarray:
         """(n, 4) each table's levelled and model single fw/bw ms (module docstring)."""
@@ -99,14 +117,6 @@ class LevelledCompute:
         base = np.asarray(self.model.predict(shards), dtype=np.float64).reshape(len(shards), 2)
         sums = np.stack([self.extra(list(s)).sum(axis=0) for s in shards]) if len(shards) else np.zeros((0, EXTRA))
         return base * self.level(sums)
-
-    def fit(self, samples: Sequence[Any], val_samples: Sequence[Any] | None = None) -> Any:
-        """Refused: a levelled model is made by task calibration."""
-        raise ShardlabError("task-levelled model: field 'fit' is not supported (calibrate_to_task makes it)")
-
-    def save(self, path: str) -> None:
-        """Refused: a levelled model is not saved (its task's record says what it was)."""
-        raise ShardlabError("task-levelled model: field 'save' is not supported (keep its record instead)")
 
 
 class LevelledIncremental(LevelledCompute):

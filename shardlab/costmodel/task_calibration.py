@@ -54,7 +54,7 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.costmodel.base import IncrementalComputeModel, LinearHeadComputeModel
-from shardlab.costmodel.table_levels import levelled, table_ratios
+from shardlab.costmodel.table_levels import TaskWrapped, levelled, table_ratios
 from shardlab.costmodel.valid_range import GuardedCompute, guard_compute
 from shardlab.errors import ShardlabError
 from shardlab.profile.hardware import TIMING_METHODS, HardwareProfile, get_profile, hardware_name
@@ -76,33 +76,16 @@ LEVELS_FORM = "ms = predicted_ms x sum(measured alone) / sum(predicted alone) ov
 
 # ----------------------------------------------------------------------------- the corrected model
 
-class TaskCalibratedCompute:
+class TaskCalibratedCompute(TaskWrapped):
     """A compute model's fw/bw ms corrected to a task's measurements: ``scale`` (2,) and
-    ``exponent`` (2,) per output (module docstring). Predicts only; ``fit`` and ``save`` refuse
-    (the correction belongs to one task and lives in its record). Learned state (``profile_``,
-    ``provenance_`` ...) is the model's."""
+    ``exponent`` (2,) per output (module docstring); a :class:`TaskWrapped` (predicts only)."""
 
-    target = "compute"
+    label = "+task-calibrated"
 
     def __init__(self, model: Any, scale: Sequence[float], exponent: Sequence[float]):
         self.model = model
         self.scale = np.asarray(scale, dtype=np.float64).reshape(2)
         self.exponent = np.asarray(exponent, dtype=np.float64).reshape(2)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.endswith("_") and not name.startswith("__") and name != "model":
-            return getattr(self.model, name)
-        raise AttributeError(name)
-
-    @property
-    def fitted(self) -> bool:
-        """Whether the model is fitted."""
-        return bool(self.model.fitted)
-
-    @property
-    def source(self) -> str:
-        """The model's label with ``+task-calibrated``."""
-        return f"{self.model.source}+task-calibrated"
 
     def correct(self, ms: np.ndarray) -> np.ndarray:
         """(m, 2) corrected fw/bw ms of (m, 2) predicted ms (0 stays 0)."""
@@ -112,14 +95,6 @@ class TaskCalibratedCompute:
     def predict(self, shards: Sequence[Sequence[Table]]) -> np.ndarray:
         """(n, 2) corrected fw/bw ms per shard."""
         return self.correct(self.model.predict(shards))
-
-    def fit(self, samples: Sequence[Any], val_samples: Sequence[Any] | None = None) -> Any:
-        """Refused: a task calibration is fitted by :func:`calibrate_to_task`."""
-        raise ShardlabError("task-calibrated model: field 'fit' is not supported (calibrate_to_task fits it)")
-
-    def save(self, path: str) -> None:
-        """Refused: a task-calibrated model is not saved (its record says what it was)."""
-        raise ShardlabError("task-calibrated model: field 'save' is not supported (keep its record instead)")
 
 
 class TaskCalibratedIncremental(TaskCalibratedCompute):
