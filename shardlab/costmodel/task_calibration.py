@@ -56,7 +56,6 @@ from shardlab import constants as C
 from shardlab.costmodel.base import IncrementalComputeModel, LinearHeadComputeModel
 from shardlab.costmodel.table_levels import TaskWrapped, levelled, table_ratios
 from shardlab.costmodel.valid_range import GuardedCompute, guard_compute
-from shardlab.errors import ShardlabError
 from shardlab.profile.hardware import TIMING_METHODS, HardwareProfile, get_profile, hardware_name
 from shardlab.profile.task_bench import (Measure, MeasuredOp, calibration_profile, measure_ops, task_ops,
                                          unmeasurable_reason)
