@@ -85,3 +85,12 @@ def test_a_calibration_that_applies_changes_what_the_search_costs(monkeypatch):
     comm = sum(d.fw_comm_ms + d.bw_comm_ms for d in plain.per_device) / len(plain.per_device)
     assert got > 2.0 * (plain.cost_ms - comm)
     assert np.isfinite(got)
+
+
+def test_tables_with_only_the_task_json_fields_are_measured_on_fitted_lookups(small_task):
+    from shardlab.costmodel.task_calibration import calibrate_to_task
+    bundle = load_bundle("neuroshard_broad", "cpu")
+    out, rec = calibrate_to_task(bundle, small_task, "cpu", seed=0, budget_s=20.0)
+    measured = {n for op in rec["ops"] if op["kind"] == "table" for n in op["tables"]}
+    assert measured == {t.name for t in small_task.tables}
+    assert all(min(op["measured_ms"]) > 0 for op in rec["ops"]) and (out is not bundle) == rec["applied"]

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from shardlab import constants as C
+from shardlab.data.fit_lookups import fit_table_lookups
 from shardlab.errors import ShardlabError
 from shardlab.profile.compute import DEFAULT_MAX_GB, measure_compute
 from shardlab.profile.hardware import HardwareProfile, fbgemm_version, get_profile, measurable_profile
@@ -132,16 +133,31 @@ def fbgemm_measure(tables: Sequence[Table], profile: HardwareProfile) -> tuple[f
 def measure_ops(task: Task, ops: Sequence[TaskOp], profile: HardwareProfile, budget_s: float,
                 measure: Measure | None = None) -> tuple[list[MeasuredOp], bool]:
     """Time ``ops`` in order under ``profile`` (already the calibration profile); returns the
-    measured ops and whether the budget (s) stopped it before the last op."""
+    measured ops and whether the budget (s) stopped it before the last op. Tables with only the
+    Task JSON fields are timed on lookups fitted to their reuse bins, as the measured evaluator
+    times them (:func:`~shardlab.data.fit_lookups.fit_table_lookups`); an op that cannot be
+    measured (a one-line :class:`ShardlabError`) is left out, so the fit has fewer ops."""
     if not budget_s > 0:
         raise ShardlabError(f"task calibration: field 'budget_s' = {budget_s} must be > 0")
     run = measure or fbgemm_measure
     start = time.monotonic()
+    # tables with only the Task JSON fields are measured on lookups fitted to their reuse bins,
+    # as the measured evaluator measures them (data/fit_lookups.py)
+    tables = list(task.tables)
+    if measure is None:
+        for i, t in enumerate(tables):
+            try:
+                tables[i] = fit_table_lookups(t, task.batch_size)
+            except ShardlabError:          # no lookups can be made for it: its ops fail below, one by one
+                pass
     out: list[MeasuredOp] = []
     for op in ops:
         if time.monotonic() - start >= budget_s:
             return out, True
         t0 = time.monotonic()
-        fw, bw = run([task.tables[i] for i in op.indices], profile)
+        try:
+            fw, bw = run([tables[i] for i in op.indices], profile)
+        except ShardlabError:              # an op that cannot be measured here is left out of the fit
+            continue
         out.append(MeasuredOp(op, float(fw), float(bw), time.monotonic() - t0))
     return out, False
