@@ -87,3 +87,20 @@ def test_row_blocks_join_only_when_asked_and_carry_their_share_of_lookups():
     for t in rows[:5]:
         idx, off = table_lookups(t, 1024, 0)
         assert idx.min(initial=0) >= 0 and idx.max(initial=-1) < t.rows and len(off) == 1025
+
+
+def test_space_from_json_takes_fields_and_names_the_bad_one():
+    import pytest
+
+    from shardlab.errors import ShardlabError
+    from shardlab.profile.broad_campaign import space_from_json
+
+    space = space_from_json('{"pooling": [1, 200], "dims": [4, 512], "one_hot": 0.35}', row_share=0.2)
+    assert space.pooling == (1.0, 200.0) and space.dims == (4, 512) and space.one_hot == 0.35
+    assert space.row_share == 0.2 and space.rows == BroadSpace().rows      # the rest at defaults
+    assert space_from_json("") == BroadSpace()
+    for text, field in (('{"poolng": [1, 2]}', "poolng"), ('{"pooling": [1]}', "pooling"),
+                        ('{"dims": [4, 6]}', "dims"), ('{"one_hot": "a"}', "one_hot"),
+                        ('{"one_hot": 2}', "one_hot"), ('[1, 2]', "--space"), ('{"rows": ', "--space")):
+        with pytest.raises(ShardlabError, match=f"'{field}'"):
+            space_from_json(text)

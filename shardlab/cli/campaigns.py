@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from shardlab.cli import emit
@@ -20,7 +21,7 @@ from shardlab.workflows.plan_campaign import run_plan_campaign
 from shardlab.workflows.rl_args import AutoShardArgs, DreamShardArgs
 from shardlab.workflows.train_autoshard import train_autoshard
 from shardlab.workflows.train_dreamshard import train_dreamshard
-from shardlab.profile.broad_campaign import BroadSpace, run_broad_campaign
+from shardlab.profile.broad_campaign import run_broad_campaign, space_from_json
 from shardlab.profile.campaign import run_comm_campaign, run_compute_campaign, run_single_table_costs
 from shardlab.profile.hardware import profile_with
 from shardlab.profile.store import SampleStore
@@ -35,14 +36,18 @@ def _existing_store(path: str | None) -> None:
 def cmd_profile_compute(args: argparse.Namespace) -> None:
     """Run (or resume) a compute campaign into a sample store."""
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
+    deadline = None if args.minutes is None else time.monotonic() + 60.0 * args.minutes
     if args.pool == "broad":
-        added = run_broad_campaign(args.store, args.samples, prof, space=BroadSpace(row_share=args.row_share),
+        space = space_from_json(args.space, **({"row_share": args.row_share} if args.row_share else {}))
+        added = run_broad_campaign(args.store, args.samples, prof, space=space,
                                    max_tables=args.max_tables, mem_cap_gb=args.mem_gb,
-                                   workers=args.workers, seed=args.seed, progress=not args.no_progress)
+                                   workers=args.workers, seed=args.seed, progress=not args.no_progress,
+                                   deadline=deadline)
     else:
         added = run_compute_campaign(args.store, args.samples, prof, pool=args.pool, split=args.split or "train",
                                      max_tables=args.max_tables, mem_cap_gb=args.mem_gb,
-                                     workers=args.workers, seed=args.seed, progress=not args.no_progress)
+                                     workers=args.workers, seed=args.seed, progress=not args.no_progress,
+                                     deadline=deadline)
     with SampleStore(args.store) as store:
         total = store.count("compute")
     emit(args, f"profile compute ({prof.name}): added {added} samples, {total} compute samples in "

@@ -120,6 +120,10 @@ def check_args(args: argparse.Namespace) -> None:
                             "squares, not trained in epochs)")
     if getattr(args, "row_share", 0) and getattr(args, "pool", None) != "broad":
         raise ShardlabError(f"option '--row-share' = {args.row_share} needs --pool broad")
+    if getattr(args, "space", "") and getattr(args, "pool", None) != "broad":
+        raise ShardlabError(f"option '--space' = {args.space!r} needs --pool broad")
+    if getattr(args, "minutes", None) is not None and args.minutes <= 0:
+        raise ShardlabError(f"option '--minutes' = {args.minutes} must be positive")
     if verb == "train" and args.kind == "autoshard_policy" and getattr(args, "iterations", None) is not None:
         raise ShardlabError(f"option '--iterations' = {args.iterations} does not apply to autoshard_policy: --updates "
                             "counts its learner updates in all and --refit-every the updates between cost-model refits "

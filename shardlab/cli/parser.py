@@ -21,7 +21,7 @@ DESCRIPTION = ("shardlab: embedding-table sharding for DLRM training -- make tas
 SPLITS = ["train", "test", "all"]
 
 BROAD_POOL_HELP = ("table pool; 'broad' draws synthetic tables over rows 1e2..1e8, pooling 1..100 (one-hot and "
-                   "fixed multi-hot included), dims 4..256, skew 0..1.4, with column slices")
+                   "fixed multi-hot included), dims 4..256, skew 0..1.4, with column slices (--space changes them)")
 
 #: Spellings of the RL options from before they were generated from the dataclasses: field -> old flags.
 POLICY_ALIASES = {"dreamshard_policy": {"updates_per_iteration": ["--updates"], "measure_per_iteration": ["--measure"]},
@@ -125,6 +125,11 @@ def _add_profile_verbs(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--split", default=None, choices=SPLITS, help="pool split (default train; not with --pool broad)")
     c.add_argument("--row-share", type=float, default=0.0,
                    help="pool 'broad' only: share of samples with row blocks of their tables")
+    c.add_argument("--space", default="", metavar="JSON",
+                   help="pool 'broad' only: BroadSpace fields as a JSON object, e.g. "
+                        "'{\"pooling\": [1, 200], \"dims\": [4, 64, 512]}' (the rest at their defaults)")
+    c.add_argument("--minutes", type=float, default=None,
+                   help="take no new sample after this many minutes (the rest stay for a rerun)")
     c.add_argument("--max-tables", type=int, default=15)
     c.add_argument("--mem-gb", type=float, default=4.0, help="memory cap of one sample's op, GB")
     c.add_argument("--workers", type=int, default=1)

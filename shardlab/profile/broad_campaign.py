@@ -75,6 +75,38 @@ class BroadSpace:
             raise ShardlabError(f"BroadSpace: field 'dims' must be positive multiples of {C.DIM_MULTIPLE}")
 
 
+def space_from_json(text: str, **overrides: Any) -> BroadSpace:
+    """A :class:`BroadSpace` from a JSON object of some of its fields (``'{"pooling": [1, 200]}'``),
+    the rest at their defaults; ``overrides`` (fields) win over the JSON. One-line errors name the
+    bad field."""
+    import json
+
+    try:
+        given = json.loads(text) if text else {}
+    except json.JSONDecodeError as e:
+        raise ShardlabError(f"BroadSpace: option '--space' is not a JSON object ({e.msg})") from None
+    if not isinstance(given, dict):
+        raise ShardlabError("BroadSpace: option '--space' must be a JSON object of BroadSpace fields")
+    given.update(overrides)
+    fields = set(BroadSpace.__dataclass_fields__)
+    for name, value in given.items():
+        if name not in fields:
+            raise ShardlabError(f"BroadSpace: no field '{name}' (fields: {', '.join(sorted(fields))})")
+        default = getattr(BroadSpace(), name)
+        if isinstance(default, tuple):
+            if not isinstance(value, list) or not value or not all(isinstance(v, (int, float)) for v in value):
+                raise ShardlabError(f"BroadSpace: field '{name}' must be a list of numbers, got {value!r}")
+            given[name] = tuple(int(v) if isinstance(default[0], int) else float(v) for v in value)
+        elif not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ShardlabError(f"BroadSpace: field '{name}' must be a number, got {value!r}")
+        else:
+            given[name] = float(value)
+    for name in ("rows", "pooling", "alpha", "bag_k"):
+        if name in given and len(given[name]) != 2:
+            raise ShardlabError(f"BroadSpace: field '{name}' must be a [low, high] pair, got {list(given[name])}")
+    return BroadSpace(**given)
+
+
 def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
     return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
 
