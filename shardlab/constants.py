@@ -117,6 +117,11 @@ SPLIT_TIE = 0.01
 #: ``equivalent`` to the reference when the 95% interval of their paired ratio plan / reference
 #: contains 1 and lies inside [1/(1+m), 1+m] (``evaluate/stats.py``; ``--margin`` on the command line).
 EQUIVALENCE_MARGIN = 0.05
+#: Ranking-aware training of the neural compute models (``rank_weight`` > 0): pairs of a mini-batch
+#: whose training targets (log(1 + ms / scale) per output) differ by less than this are not ranked
+#: (a 5% gap, the equivalence margin, measured in the target's log units), and the pairwise
+#: logistic loss is softplus(-(difference of predictions) / this) for each pair that is.
+RANK_LOSS_GAP = 0.0488     # log(1.05)
 
 #: Between-sitting spread of a paired ratio per measuring profile (log-sd, dimensionless): how
 #: far the median ratio of the same two plans moves from one sitting to the next beyond what the

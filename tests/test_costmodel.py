@@ -104,6 +104,35 @@ def test_neural_compute_same_seed_same_model(compute_samples):
     assert not np.array_equal(a.predict(probe), c.predict(probe))
 
 
+def test_pair_rank_loss_ranks_only_pairs_a_gap_apart():
+    import torch
+
+    from shardlab import constants as C
+    from shardlab.costmodel.neural import pair_rank_loss
+
+    target = torch.tensor([[0.0], [1.0], [2.0], [2.01]])            # the last two are closer than the gap
+    right, wrong = target.clone(), -target.clone()
+    assert float(pair_rank_loss(right, target)) < 0.01 < 5.0 < float(pair_rank_loss(wrong, target))
+    level = torch.tensor([[0.0], [1.0]])
+    assert float(pair_rank_loss(level + 7.0, level)) == pytest.approx(float(pair_rank_loss(level, level)))
+    tied = torch.tensor([[1.0], [1.0 + C.RANK_LOSS_GAP / 2]], requires_grad=True)
+    out = pair_rank_loss(tied, torch.tensor([[1.0], [1.0 + C.RANK_LOSS_GAP / 2]]))
+    out.backward()                                                   # no pair: 0, still differentiable
+    assert float(out) == 0.0 and tied.grad is not None
+
+
+def test_rank_weight_is_configuration_and_changes_training(compute_samples):
+    plain = NeuroShardCompute(epochs=3, seed=7).fit(compute_samples[:300], compute_samples[300:340])
+    ranked = NeuroShardCompute(epochs=3, seed=7, rank_weight=0.05).fit(compute_samples[:300], compute_samples[300:340])
+    probe = shards_of(compute_samples[400:410])
+    assert ranked.config()["rank_weight"] == 0.05 and plain.config()["rank_weight"] == 0.0
+    assert not np.array_equal(plain.predict(probe), ranked.predict(probe))
+    with pytest.raises(ShardlabError, match="'rank_weight'"):
+        NeuroShardCompute(rank_weight=-1.0)
+    with pytest.raises(ShardlabError, match="'rank_weight'"):
+        train_bundle("analytic", compute_samples[:50], [], rank_weight=0.1)
+
+
 def test_neural_comm_per_device_count(tmp_path, comm_samples):
     parts = split_samples(comm_samples)
     model = NeuroShardComm(epochs=100, seed=0).fit(parts["train"], parts["val"])

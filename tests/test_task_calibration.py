@@ -138,6 +138,9 @@ def test_real_cpu_calibration_of_six_tables_records_its_fit(bundle):
     assert {"scale", "exponent"} <= set(rec["fit"]["power"]["fw"]) and rec["error"]["heldout"]["all"] is not None
     assert (out is not bundle) == rec["applied"]
     assert out.source.endswith(("+task-calibrated", "+task-levelled")) == rec["applied"]
+    assert rec["model_hardware"] and rec["model_hardware"] == sorted(
+        {p["hardware"] for p in bundle.provenance["data_provenance"]})        # where its data were measured
+    assert rec["same_hardware"] == (rec["model_hardware"] == [rec["timing"]["hardware"]])
     json.dumps(rec)
 
 

@@ -111,7 +111,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     bundle = train_bundle(args.kind, compute, comm, seed=args.seed, epochs=args.epochs,
                           progress=not args.no_progress, data_label=label, plan_samples=plans,
                           pretrain_epochs=args.pretrain_epochs, comm_model=topology,
-                          plan_compute_samples=held_out_plans)
+                          plan_compute_samples=held_out_plans, rank_weight=args.rank_weight)
     bundle.save(args.out)
     h = bundle.heldout
     comm_note = f"{len(comm)} comm samples" if topology is None else "the analytic topology comm model"

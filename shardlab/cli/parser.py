@@ -230,6 +230,11 @@ def _add_training_verbs(sub: argparse._SubParsersAction) -> None:
         k.add_argument("--comm", choices=("measured", "topology"), default="measured",
                        help="comm model: fitted to the measured comm samples (default), or 'topology': the "
                             "analytic GPU-cluster model with its cited constants, for data without comm")
+        if kind in ("neuroshard", "autoshard"):
+            k.add_argument("--rank-weight", type=float, default=0.0,
+                           help="weight of the pairwise ranking loss added to the compute model's MSE (default 0)")
+        else:
+            k.set_defaults(rank_weight=0.0)
         if kind == "dreamshard":
             k.add_argument("--pretrain-epochs", type=int, default=0,
                            help="compute-only epochs before the joint training on plans")

@@ -9,7 +9,8 @@
   and a forward model ([G dim sums, G delays] -> G costs), MLPs with hidden 128, 64, 32, 16.
 
 Training follows the seeds: MSE, Adam 1e-3, batch 512, keep the epoch with the best validation
-loss. Targets are divided by a stored scale (ms) and, with ``log_target=True`` (default),
+loss. With ``rank_weight`` > 0 a compute model adds that weight times a pairwise ranking loss
+(:func:`pair_rank_loss`: the shards of a mini-batch ordered by measured cost) to the MSE. Targets are divided by a stored scale (ms) and, with ``log_target=True`` (default),
 trained as log(1 + ms / scale): measured costs span three decades, and plain MSE on ms
 fits the large shards at the expense of relative error on the small ones (a choice the seeds
 leave open; both are available). Same seed -> same weights (CPU, deterministic algorithms).
@@ -35,7 +36,7 @@ from shardlab.errors import ShardlabError
 from shardlab.profile.records import ComputeRecord, as_compute_records
 from shardlab.tables import Table
 
-__all__ = ["AutoShardCompute", "IndexedShards", "NeuroShardCompute", "ShardNet", "mlp", "seeded"]
+__all__ = ["AutoShardCompute", "IndexedShards", "NeuroShardCompute", "ShardNet", "mlp", "pair_rank_loss", "seeded"]
 
 
 class ShardNet(nn.Module):
@@ -60,6 +61,20 @@ class ShardNet(nn.Module):
         encoded once (training batches share tables)."""
         z = self.encoder(unique)[ids]
         return self.head(torch.zeros(n, z.shape[1], dtype=z.dtype).index_add_(0, seg, z))
+
+
+def pair_rank_loss(pred: torch.Tensor, target: torch.Tensor, gap: float = C.RANK_LOSS_GAP) -> torch.Tensor:
+    """Mean pairwise logistic loss of predictions ``pred`` (n, k) against ``target`` (n, k), per
+    output column: over the pairs (i, j) whose targets differ by more than ``gap``,
+    softplus(-(pred_i - pred_j) / gap) where target_i > target_j (so ordering a pair wrong by a
+    gap costs about 1.3, right by one about 0.3). 0 where no pair differs enough. The search
+    compares plans, so the order of shard costs matters beside their level."""
+    d_t = target.unsqueeze(0) - target.unsqueeze(1)            # (n, n, k): target_j - target_i
+    d_p = pred.unsqueeze(0) - pred.unsqueeze(1)
+    ranked = d_t > gap                                         # each unordered pair once, in its order
+    if not bool(ranked.any()):
+        return pred.sum() * 0.0
+    return nn.functional.softplus(-d_p[ranked] / gap).mean()
 
 
 class IndexedShards:
@@ -95,8 +110,11 @@ class NeuroShardCompute(NeuralEstimator):
 
     def __init__(self, epochs: int = 1000, lr: float = 1e-3, batch_size: int = 512, seed: int = 0,
                  log_target: bool = True, hidden: int = 128, encoding: int = 32, head_hidden: int = 64,
-                 progress: bool = False):
+                 progress: bool = False, rank_weight: float = 0.0):
         self.hidden, self.encoding, self.head_hidden = hidden, encoding, head_hidden
+        if not rank_weight >= 0.0:
+            raise ShardlabError(f"{type(self).__name__}: field 'rank_weight' = {rank_weight} must be >= 0")
+        self.rank_weight = float(rank_weight)
         super().__init__(epochs, lr, batch_size, seed, log_target, progress)
 
     def _reset(self) -> None:
@@ -156,12 +174,18 @@ class NeuroShardCompute(NeuralEstimator):
         vids, vseg = val.select(np.arange(val.n))
         net = self.net_
 
+        w = self.rank_weight
+
         def loss(idx: torch.Tensor) -> torch.Tensor:
             ids, seg = train.select(idx.numpy())
-            return ((net.forward_indexed(train.unique, ids, seg, len(idx)) - ty[idx]) ** 2).mean()
+            pred = net.forward_indexed(train.unique, ids, seg, len(idx))
+            mse = ((pred - ty[idx]) ** 2).mean()
+            return mse + w * pair_rank_loss(pred, ty[idx]) if w else mse
 
         def val_loss() -> torch.Tensor:
-            return ((net.forward_indexed(val.unique, vids, vseg, val.n) - vty) ** 2).mean()
+            pred = net.forward_indexed(val.unique, vids, vseg, val.n)
+            mse = ((pred - vty) ** 2).mean()
+            return mse + w * pair_rank_loss(pred, vty) if w else mse
 
         self._train({"net": net}, loss, len(shards), val_loss, f"train {self.name}")
         return self

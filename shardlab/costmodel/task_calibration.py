@@ -218,6 +218,15 @@ def _score(err: dict[str, float | None]) -> float:
 
 # ----------------------------------------------------------------------------- the entry point
 
+def model_hardware(bundle: Any) -> list[str]:
+    """The distinct hardware names (sorted) the bundle's training data were measured on, from its
+    provenance (``data_provenance``); empty where it records none. A model trained on another
+    machine than the one calibrating it is what the calibration corrects; the record says so."""
+    prov = getattr(bundle, "provenance", None) or {}
+    return sorted({str(p["hardware"]) for p in prov.get("data_provenance", ()) if isinstance(p, dict)
+                   and p.get("hardware")})
+
+
 def calibrate_to_task(bundle: Any, task: Task, profile: str | HardwareProfile, seed: int = 0,
                       budget_s: float = C.TASK_CALIBRATION_BUDGET_S, groups: int = C.TASK_CALIBRATION_GROUPS,
                       measure: Measure | None = None) -> tuple[Any, dict[str, Any]]:
@@ -245,11 +254,12 @@ def calibrate_to_task(bundle: Any, task: Task, profile: str | HardwareProfile, s
     cal = calibration_profile(prof)
     ops, skipped = task_ops(task, prof, seed, groups)
     measured, stopped = measure_ops(task, ops, cal, budget_s, measure)
+    here = hardware_name(cal.device) if measure is None else "injected"
     record.update(timing={"compute_timing": TIMING_METHODS[cal.device] if measure is None else "injected",
                           "batch_size": cal.batch_size, "warmup": cal.warmup, "repeats": cal.repeats,
-                          "input_batches": cal.input_batches,
-                          "hardware": hardware_name(cal.device) if measure is None else "injected"},
-                  stopped_by_budget=stopped, skipped=skipped)
+                          "input_batches": cal.input_batches, "hardware": here},
+                  model_hardware=model_hardware(bundle), stopped_by_budget=stopped, skipped=skipped)
+    record["same_hardware"] = record["model_hardware"] == [here]
     if len(measured) < 3:
         return done(bundle, f"only {len(measured)} op(s) measured within budget_s = {budget_s:g} s; "
                             "a fit needs 3")

@@ -121,7 +121,7 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
                  progress: bool = True, data_label: str = "",
                  plan_samples: Sequence[PlanRecord | Mapping[str, Any]] = (),
                  pretrain_epochs: int = 0, comm_model: Any = None,
-                 plan_compute_samples: Sequence[Mapping[str, Any]] = ()) -> CostModelBundle:
+                 plan_compute_samples: Sequence[Mapping[str, Any]] = (), rank_weight: float = 0.0) -> CostModelBundle:
     """Fit a bundle of ``kind`` on the train/val splits (by key) of the records (or rows);
     test errors in ``heldout``. Every model is fitted the same way: ``fit(train, val)``.
     ``pretrain_epochs``: DreamShard's compute-only epochs before its joint training.
@@ -129,11 +129,15 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
     :class:`~shardlab.costmodel.topology_comm.TopologyComm`, where no comm was measured): no comm
     samples needed, none fitted, no comm errors; DreamShard without measured plans then trains
     on plans composed from each split's measured ops (module docstring, :func:`compose_plans`).
+    ``rank_weight``: the neural compute models' ranking-aware loss weight
+    (:func:`~shardlab.costmodel.neural.pair_rank_loss`; 0: MSE alone).
     ``plan_compute_samples``: ``plan_compute:<G>`` rows of held-out tasks, judged, never
     trained on (``heldout["plan_compute_<G>"]``, :func:`plan_compute_errors`). A fitted model's
     bundle gets its valid range and an analytic fallback fitted to the same splits (:func:`with_valid_range`)."""
     if kind not in KINDS:
         raise ShardlabError(f"train: field 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
+    if rank_weight and kind not in ("neuroshard", "autoshard"):
+        raise ShardlabError(f"train: field 'rank_weight' = {rank_weight} applies to neuroshard and autoshard only")
     if not compute_samples or not (comm_samples or comm_model is not None):
         raise ShardlabError("train: needs compute samples, and comm samples or a given comm model")
     compute_records = as_compute_records(compute_samples, "train")
@@ -151,7 +155,7 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
             ps["train"] + cs["train"], (ps["val"] or ps["train"][:1]) + cs["val"])
     else:
         cls = NeuroShardCompute if kind == "neuroshard" else AutoShardCompute
-        compute = cls(**extra).fit(cs["train"], cs["val"])
+        compute = cls(**extra, rank_weight=rank_weight).fit(cs["train"], cs["val"])
         if kind == "neuroshard":
             comm = NeuroShardComm(**extra)
     if comm_model is not None:
@@ -160,7 +164,7 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
         comm.fit(ms["train"], ms["val"])
     calibration = calibrate_if_possible(compute, compute_records, data_label or "given samples")
     env = {k: v for k, v in environment("cpu").items() if k != "compute_timing"}    # this host timed nothing
-    prov = {**env, "kind": kind, "seed": seed, "epochs": epochs,
+    prov = {**env, "kind": kind, "seed": seed, "epochs": epochs, **({"rank_weight": rank_weight} if rank_weight else {}),
             **({"pretrain_epochs": pretrain_epochs} if kind == "dreamshard" else {}), "data": data_label,
             "command": " ".join(sys.argv),
             "data_provenance": data_provenance(compute_records + comm_records)}
