@@ -118,7 +118,7 @@ def test_pair_rank_loss_ranks_only_pairs_a_gap_apart():
     tied = torch.tensor([[1.0], [1.0 + C.RANK_LOSS_GAP / 2]], requires_grad=True)
     out = pair_rank_loss(tied, torch.tensor([[1.0], [1.0 + C.RANK_LOSS_GAP / 2]]))
     out.backward()                                                   # no pair: 0, still differentiable
-    assert float(out) == 0.0 and tied.grad is not None
+    assert float(out.detach()) == 0.0 and tied.grad is not None
 
 
 def test_rank_weight_is_configuration_and_changes_training(compute_samples):

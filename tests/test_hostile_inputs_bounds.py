@@ -72,9 +72,9 @@ CASES = [
     (["train", "analytic", "--out", "{dir}/a.json", "--epochs", "5"], "option '--epochs' = 5 does not apply to analytic"),
     (["profile", "compute", "--store", "{dir}/c.db", "--pool", "broad", "--split", "test"],
      "option '--split' = 'test' does not apply to --pool broad"),
-    (["profile", "compute", "--store", "{dir}/c.db", "--space", '{"pooling": [1, 200]}'],
+    (["profile", "compute", "--store", "{dir}/c.db", "--space", '{{"pooling": [1, 200]}}'],
      "option '--space' = '{\"pooling\": [1, 200]}' needs --pool broad"),
-    (["profile", "compute", "--store", "{dir}/c.db", "--pool", "broad", "--space", '{"poolng": [1, 200]}'],
+    (["profile", "compute", "--store", "{dir}/c.db", "--pool", "broad", "--space", '{{"poolng": [1, 200]}}'],
      "BroadSpace: no field 'poolng'"),
     (["profile", "compute", "--store", "{dir}/c.db", "--minutes", "0"], "option '--minutes' = 0.0 must be positive"),
 ]

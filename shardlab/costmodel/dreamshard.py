@@ -35,7 +35,7 @@ from torch import nn
 from shardlab import constants as C
 from shardlab.costmodel.metrics import split_samples
 from shardlab.costmodel.neural import NeuroShardCompute, ShardNet
-from shardlab.costmodel.neural_base import mlp, seeded
+from shardlab.costmodel.neural_base import NeuralEstimator, mlp, seeded
 from shardlab.data.features import FeatureScaler
 from shardlab.errors import ShardlabError
 from shardlab.profile.records import ComputeRecord, PlanRecord, as_records
@@ -85,7 +85,9 @@ class DreamShardCost(NeuroShardCompute):
         """``pretrain_epochs``: epochs of training the encoder and compute heads on the compute
         samples alone (kept: the best compute validation loss) before the joint training."""
         self.pretrain_epochs = pretrain_epochs
-        super().__init__(epochs, lr, batch_size, seed, log_target, hidden, encoding, head_hidden, progress)
+        self.hidden, self.encoding, self.head_hidden = hidden, encoding, head_hidden
+        # The training settings only: NeuroShard's ranking loss is not part of this model's own fit.
+        NeuralEstimator.__init__(self, epochs, lr, batch_size, seed, log_target, progress)
 
     def _new_net(self) -> DreamShardNet:  # type: ignore[override]
         return DreamShardNet(self.hidden, self.encoding, self.head_hidden)

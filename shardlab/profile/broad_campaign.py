@@ -17,6 +17,7 @@ Keys ``compute:<profile>:broad:train:s<seed>:<i>``; kind ``compute``; a rerun re
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -79,8 +80,6 @@ def space_from_json(text: str, **overrides: Any) -> BroadSpace:
     """A :class:`BroadSpace` from a JSON object of some of its fields (``'{"pooling": [1, 200]}'``),
     the rest at their defaults; ``overrides`` (fields) win over the JSON. One-line errors name the
     bad field."""
-    import json
-
     try:
         given = json.loads(text) if text else {}
     except json.JSONDecodeError as e:
