@@ -238,14 +238,15 @@ def markdown(report: dict[str, Any]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sources", nargs="+", default=list(SOURCES), choices=list(SOURCES))
-    ap.add_argument("--models", nargs="+", default=None, help=f"shipped {PROFILE} bundles (default: all)")
+    ap.add_argument("--models", nargs="+", default=None,
+                    help=f"shipped {PROFILE} bundles or manifest paths of candidates (default: all shipped)")
     ap.add_argument("--max-tasks", type=int, default=None, help="first N tasks of each source (a quick slice)")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     models = args.models or shipped_bundles(PROFILE)
-    unknown = sorted(set(models) - set(shipped_bundles(PROFILE)))
+    unknown = sorted(m for m in set(models) - set(shipped_bundles(PROFILE)) if not Path(m).is_file())
     if unknown:
-        raise ShardlabError(f"ranking: field 'models' names no shipped {PROFILE} bundle: {', '.join(unknown)}")
+        raise ShardlabError(f"ranking: field 'models' names no shipped {PROFILE} bundle or manifest: {', '.join(unknown)}")
     report = run(args.sources, models, args.max_tasks)
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     argv = " ".join(sys.argv[1:])
