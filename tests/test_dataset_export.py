@@ -92,7 +92,11 @@ def test_every_shipped_provenance_md_says_only_what_its_dataset_holds():
     from studies.tools.export_dataset import COMPUTE_KINDS, family, intro
 
     exported = [p for p in datasets_dir().rglob("PROVENANCE.md") if p.read_text().startswith("# Measured dataset")]
-    assert len(exported) == 5
+    measured = {f.parent for pattern in ("compute.jsonl.gz", "comm_*.jsonl.gz", "rowcomm_*.jsonl.gz")
+                for f in datasets_dir().rglob(pattern)}
+    assert {md.parent for md in exported} == measured          # every kernel / collective dataset, each exported
+    assert {"cpu", "cpu/broad", "cpu/rows", "cpu/rowcomm", "h100"} <= {
+        d.relative_to(datasets_dir()).as_posix() for d in measured}
     for md in exported:
         kinds = _shipped_kinds(md.parent)
         timings = {k: v for k, v in kinds.items() if family(k) in COMPUTE_KINDS}

@@ -38,7 +38,7 @@ from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
 from shardlab.profile.store import load_measured  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
-from studies.common.records import read_run  # noqa: E402
+from studies.common.records import read_run, run_name, run_paths  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROFILE = "cpu"
@@ -47,14 +47,15 @@ COMMAND = ".venv/bin/python studies/cost_models/ranking.py"
 #: Targets: median tau over tasks, share of decisive pairs ordered right, median plan-cost error.
 TARGETS = {"kendall_tau_median": 0.8, "decisive_share": 0.9, "plan_cost_error_median": 0.08}
 
-#: Committed records read, by source name: (kind, where), relative to the repository root.
+#: Committed records read, by source name: (kind, where), relative to the repository root; for
+#: ``runs``, ``where`` is a results folder and a run-name prefix (``.jsonl`` or packed ``.jsonl.gz``).
 SOURCES = {
     "cpu_heldout": ("dataset", "cpu_heldout"),
     "cpu_heldout_v2": ("dataset", "cpu_heldout_v2"),
     "cpu_heldout_verify": ("dataset", "cpu_heldout_verify"),
-    "heldout_scale": ("runs", "studies/heldout_scale/results/scale-*.jsonl"),
-    "sealed_1": ("runs", "studies/sealed_test/results/sealed-20261128T002408Z.jsonl"),
-    "oversized": ("runs", "studies/oversized/results/oversized-*.jsonl"),
+    "heldout_scale": ("runs", "studies/heldout_scale/results/scale-"),
+    "sealed_1": ("runs", "studies/sealed_test/results/sealed-20261128T002408"),
+    "oversized": ("runs", "studies/oversized/results/oversized-"),
     "sitting_agreement": ("sittings", "studies/sitting_agreement/results"),
 }
 
@@ -85,11 +86,12 @@ def _from_dataset(source: str, name: str) -> Iterator[Comparison]:
         yield source, f"{s['set']}/{s['index']}", Task.from_dict(s["task"]), plans, evs, ""
 
 
-def _from_runs(source: str, pattern: str) -> Iterator[Comparison]:
-    paths = sorted(ROOT.glob(pattern))
+def _from_runs(source: str, where: str) -> Iterator[Comparison]:
+    folder, _, prefix = where.rpartition("/")
+    paths = run_paths(ROOT / folder, prefix)
     for path in paths:
         header, records = read_run(path)
-        run = header.get("run", path.stem)
+        run = header.get("run", run_name(path))
         for r in records:
             task = Task.from_dict(r["task"])
             plans, evs = _paired(task.name, r["plans"], r["evaluations"])

@@ -3,7 +3,7 @@
 in paired rounds on this machine; run it alone (it times).
 
     .venv/bin/python studies/heldout_scale/run.py [--rounds 6] [--sittings 2] [--sizes 100,115,150,230,460]
-    .venv/bin/python studies/heldout_scale/run.py --report results/scale-<UTC>.jsonl   # measures nothing
+    .venv/bin/python studies/heldout_scale/run.py --report results/scale-<UTC>.jsonl.gz   # measures nothing
 
 1. Builds the study's tasks (:func:`study_tasks`): the tables of the seven held-out-at-scale
    families (``datasets/heldout_scale/``, 115 tables of public configurations no design decision
@@ -18,7 +18,8 @@ in paired rounds on this machine; run it alone (it times).
    reference=None)``: paired interleaved rounds, the best heuristic picked in a separate selection
    sitting and judged on the sittings after it, four verdicts with a 5% equivalence margin.
 4. Appends the task's record to ``results/scale-<UTC>.jsonl`` as soon as it is done and rewrites
-   the ``.md`` beside it; every measurement is journalled as it is made (``.journal.jsonl``). A run
+   the ``.md`` beside it; every measurement is journalled as it is made (``.journal.jsonl``); both are
+   stored gzipped (``.jsonl.gz``, the same lines) once the run has finished. A run
    never writes over an earlier one.
 """
 
@@ -44,7 +45,7 @@ from shardlab.evaluate.values import Evaluation, compare_to_reference  # noqa: E
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import method_list, run_sharder, sharder_for  # noqa: E402
-from studies.common.records import append_record, rewrite_report  # noqa: E402
+from studies.common.records import append_record, pack_run, rewrite_report  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROFILE = "cpu"
@@ -175,7 +176,7 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
 
 def run(rounds: int, sittings: int, out: Path, sizes: Sequence[int] = SIZES, progress: bool = True,
         methods: Sequence[str] = METHODS) -> Path:
-    """Measure the study's tasks (module docstring); returns the run's jsonl path."""
+    """Measure the study's tasks (module docstring); returns the run's packed ``.jsonl.gz`` path."""
     out.mkdir(parents=True, exist_ok=True)
     run_id = "scale-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     jsonl, md = out / f"{run_id}.jsonl", out / f"{run_id}.md"
@@ -194,7 +195,7 @@ def run(rounds: int, sittings: int, out: Path, sizes: Sequence[int] = SIZES, pro
             append_record(f, rec)
             records.append(rec)
             write_text_atomic(md, report(header, records))
-    return jsonl
+    return pack_run(jsonl)
 
 
 def main(argv: list[str] | None = None) -> int:

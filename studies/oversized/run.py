@@ -3,7 +3,7 @@
 measured in paired rounds on this machine; run it alone (it times).
 
     .venv/bin/python studies/oversized/run.py [--per-family 2] [--first-task 0] [--rounds 8] [--sittings 2]
-    .venv/bin/python studies/oversized/run.py --report results/oversized-<UTC>.jsonl   # measures nothing
+    .venv/bin/python studies/oversized/run.py --report results/oversized-<UTC>.jsonl.gz   # measures nothing
     .venv/bin/python studies/oversized/run.py --summary    # reports/oversized.md over every kept run
 
 1. Draws ``--per-family`` tasks of every development family, indices ``--first-task`` on
@@ -17,7 +17,8 @@ measured in paired rounds on this machine; run it alone (it times).
    (:func:`~shardlab.evaluate.values.compare_to_reference`): no choice is made on them.
 4. Appends the task's record (task, plans, skips, both sets of Evaluation JSON) to
    ``results/oversized-<UTC>.jsonl`` as soon as it is done and rewrites the ``.md`` beside it.
-   Every single measurement is journalled as it is made (``.journal.jsonl``). A run never
+   Every single measurement is journalled as it is made (``.journal.jsonl``); both are stored
+   gzipped (``.jsonl.gz``, the same lines) once the run has finished. A run never
    writes over an earlier one.
 
 The targets the report checks: NeuroShard faster than or equivalent to ``torchrec_free`` on >= 90%
@@ -45,7 +46,7 @@ from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
 from shardlab.search.row_wise import oversized  # noqa: E402
-from studies.common.records import append_record, read_run, rewrite_report  # noqa: E402
+from studies.common.records import append_record, pack_run, read_run, rewrite_report, run_name, run_paths  # noqa: E402
 from studies.oversized.tasks import study_tasks  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -146,7 +147,7 @@ def summary(paths: Sequence[Path]) -> str:
     it measured and each target's count."""
     lines = ["# Tables larger than a device: every kept run of `studies/oversized`", "",
              "Regenerate: `.venv/bin/python studies/oversized/run.py --summary` (measures nothing; reads every "
-             "`studies/oversized/results/oversized-*.jsonl`). Each run: 2 tasks of each development family (interface "
+             "`studies/oversized/results/oversized-*.jsonl.gz`). Each run: 2 tasks of each development family (interface "
              "fields only, at least one table larger than a device, 4 GPUs), all sharders at their `cpu` defaults, "
              "8 paired rounds x 2 sittings, four verdicts with a 5% margin. Targets: NeuroShard faster or equivalent "
              "to `torchrec_free` on >= 90% of tasks; DreamShard and AutoShard to the best heuristic on >= 60%. "
@@ -163,13 +164,13 @@ def summary(paths: Sequence[Path]) -> str:
             k = tally(records, m, ref, target)
             cells.append(f"{k['faster']} / {k['equivalent']} / {k['slower']} / {k['inconclusive']} "
                          f"({k['good']}/{k['judged']}, {'met' if k['met'] else 'not met'})")
-        lines.append(f"| `{path.stem}` | {len(records)} ({header['settings'].get('first_task', 0)}) | `{git}` | "
+        lines.append(f"| `{run_name(path)}` | {len(records)} ({header['settings'].get('first_task', 0)}) | `{git}` | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def run(per_family: int, rounds: int, sittings: int, out: Path, progress: bool = True, first: int = 0) -> Path:
-    """Measure the study's tasks (module docstring); returns the run's jsonl path."""
+    """Measure the study's tasks (module docstring); returns the run's packed ``.jsonl.gz`` path."""
     out.mkdir(parents=True, exist_ok=True)
     run_id = "oversized-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     jsonl, md = out / f"{run_id}.jsonl", out / f"{run_id}.md"
@@ -189,7 +190,7 @@ def run(per_family: int, rounds: int, sittings: int, out: Path, progress: bool =
             append_record(f, rec)
             records.append(rec)
             write_text_atomic(md, report(header, records))
-    return jsonl
+    return pack_run(jsonl)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.summary:
         target = Path(__file__).resolve().parents[2] / "reports" / "oversized.md"
-        write_text_atomic(target, summary(sorted(Path(args.out).glob("oversized-*[0-9]Z.jsonl"))))
+        write_text_atomic(target, summary(run_paths(args.out, "oversized-")))
         print(target)
         return 0
     if args.report:

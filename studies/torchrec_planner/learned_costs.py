@@ -5,7 +5,7 @@ planner with its own costs (``torchrec``) and NeuroShard, on held-out tasks. Run
 times).
 
     .venv/bin/python studies/torchrec_planner/learned_costs.py [--per-family 2] [--rounds 8] [--sittings 2]
-    .venv/bin/python studies/torchrec_planner/learned_costs.py --report results/learned_costs-<UTC>.jsonl
+    .venv/bin/python studies/torchrec_planner/learned_costs.py --report results/learned_costs-<UTC>.jsonl.gz
 
 1. Tasks: ``--per-family`` tasks of every development family (``studies.common.heldout``: public
    table sets no cost model trained on), 4 devices of 4 GB, the ``cpu`` profile's batch.
@@ -41,7 +41,7 @@ from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
 from studies.common.heldout import heldout_tasks  # noqa: E402
-from studies.common.records import append_record, rewrite_report  # noqa: E402
+from studies.common.records import append_record, pack_run, rewrite_report  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROFILE = "cpu"
@@ -110,7 +110,7 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
 
 
 def run(per_family: int, rounds: int, sittings: int, out: Path, progress: bool = True) -> Path:
-    """Measure the study's tasks (module docstring); returns the run's jsonl path."""
+    """Measure the study's tasks (module docstring); returns the run's packed ``.jsonl.gz`` path."""
     out.mkdir(parents=True, exist_ok=True)
     run_id = "learned_costs-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     jsonl, md = out / f"{run_id}.jsonl", out / f"{run_id}.md"
@@ -127,7 +127,7 @@ def run(per_family: int, rounds: int, sittings: int, out: Path, progress: bool =
             append_record(f, rec)
             records.append(rec)
             write_text_atomic(md, report(header, records))
-    return jsonl
+    return pack_run(jsonl)
 
 
 def main(argv: list[str] | None = None) -> int:
