@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Any, Sequence
 
-from shardlab.constants import EQUIVALENCE_MARGIN
+from shardlab.constants import EQUIVALENCE_MARGIN, SEARCH_MODELS
 from shardlab.errors import printable
 from shardlab.io import option_value
 
@@ -167,7 +167,8 @@ def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, sea
     how.add_argument("--measure", action="store_true", help="measure on this machine (real kernels, real ranks)")
     how.add_argument("--model", default=None,
                      help="cost model: a manifest JSON path or a shipped name of the profile (neuroshard, ...) "
-                          + ("(default: the profile's NeuroShard model, h100: neuroshard, cpu: neuroshard_broad)"
+                          + ("(default: the profile's NeuroShard model, "
+                             + ", ".join(f"{k}: {v}" for k, v in SEARCH_MODELS.items()) + ")"
                              if search_model else "(default: the profile's analytic model)"))
     p.set_defaults(search_model=search_model)
     how.add_argument("--analytic", action="store_true", help="the shipped analytic model")
