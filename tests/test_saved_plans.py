@@ -105,7 +105,7 @@ def test_every_method_gives_its_saved_plan(name):
 
 @pytest.mark.parametrize("name", list(TASKS))
 def test_one_greedy_path_gives_the_removed_paths_plans(name):
-    got, left = _outcome_of("neuroshard", name)
+    got, left = _outcome_of(METHODS["neuroshard"], name)      # the model the removed path searched with
     if not left:
         assert json.loads(got) == SAVED["plans"][name]["neuroshard@one-by-one"]
 
@@ -113,8 +113,9 @@ def test_one_greedy_path_gives_the_removed_paths_plans(name):
 def test_old_names_are_aliases_of_the_same_sharders(capsys, monkeypatch):
     monkeypatch.setattr(registry, "_WARNED", set())
     task = TASKS["dlrm-synth-test-50x4-seed1000"]
-    for old in ("neuroshard_tw", "neuroshard_unguarded"):
+    spelled = {"neuroshard_tw": "neuroshard[columns=false]", "neuroshard_unguarded": "neuroshard[split_guard=false]"}
+    for old, spec in spelled.items():
         plan = run_sharder(sharder_for(old, "cpu", **_own(old)), task)
         assert plan.method == old
-        assert placements(plan) == json.loads(_outcome_of(METHODS[old], task.name)[0])
+        assert placements(plan) == json.loads(_outcome_of(spec, task.name)[0])
     assert "deprecated; spell it 'neuroshard[columns=false]'" in capsys.readouterr().err

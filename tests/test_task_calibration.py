@@ -26,7 +26,8 @@ SCALE, EXPONENT = np.array([1.8, 0.6]), np.array([1.1, 0.9])
 
 @pytest.fixture(scope="module")
 def bundle():
-    return load_bundle(C.SEARCH_MODELS["cpu"], "cpu")
+    """A guarded neural bundle with a linear head: what the corrections must keep."""
+    return load_bundle("neuroshard_broad", "cpu")
 
 
 @pytest.fixture(scope="module")

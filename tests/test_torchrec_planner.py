@@ -18,6 +18,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
 from torchrec.modules.embedding_modules import EmbeddingBagCollection  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 
+from shardlab import constants as C  # noqa: E402
 from shardlab.cli import main  # noqa: E402
 from shardlab.costmodel.bundle import load_bundle  # noqa: E402
 from shardlab.data.features import reuse_histograms  # noqa: E402
@@ -193,17 +194,17 @@ def test_perf_estimator_fills_torchrecs_shards_with_the_models_costs():
     tw = next(o for o in options if o.sharding_type == "table_wise" and o.compute_kernel == "fused" and o.name == "t1")
     uvm = next(o for o in options if o.sharding_type == "table_wise" and o.compute_kernel == "fused_uvm"
                and o.name == "t1")
-    bundle = load_bundle("neuroshard_broad", "cpu")
+    bundle = load_bundle(C.SEARCH_MODELS["cpu"], "cpu")           # the estimator's default: the profile's
     table = est._table(tw, 512 * 4)
     want = bundle.compute.predict([[table]])[0]
     assert table.pooling_factor == pytest.approx(2.0, rel=0.1) and table.rows == 10000 and table.dim == 128
-    # the same float32 network on a batch of shards: equal up to float32 rounding
+    # the same model on a batch of shards: equal up to float32 rounding
     assert (tw.shards[0].perf.fwd_compute, tw.shards[0].perf.bwd_compute) == pytest.approx(tuple(want), rel=1e-4)
     assert uvm.shards[0].perf.fwd_compute > 10 * tw.shards[0].perf.fwd_compute
     planner = EmbeddingShardingPlanner(topology=topo, batch_size=512, constraints=cons, enumerator=enum)
     plan = planner.plan(model, SHARDERS)
     assert set(plan.plan["ebc"]) == {f"t{i}" for i in range(6)}
-    assert est.source.startswith("model:neuroshard")
+    assert est.source == bundle.source           # the estimator says which model its costs are
 
 
 def _train_on_two_ranks(rank, world, port, out):
