@@ -11,8 +11,6 @@ neural models on these very tasks (:func:`test_the_old_bound_formula_fails_the_s
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -22,6 +20,7 @@ from shardlab.costmodel.rowwise_comm import load_rowwise_comm
 from shardlab.costmodel.topology_comm import TopologyComm
 from shardlab.data.tasks import generate_task, pool_tables
 from shardlab.errors import ShardlabError
+from shardlab.io import read_json
 from shardlab.evaluate.model import ModelEvaluator, estimate_plan, model_bound_ms
 from shardlab.plan import Placement, Plan, validate_plan
 from shardlab.schedule import balanced_dims, lower_bound_ms
@@ -38,7 +37,7 @@ MODELS = [("cpu", m) for m in CPU_MODELS] + [("h100", "analytic")]
 ANALYTIC = {"shardlab.costmodel.analytic.AnalyticCompute", "shardlab.costmodel.analytic.AnalyticComm",
             "shardlab.costmodel.topology_comm.TopologyComm"}
 BOUNDED = {key for key in MODELS
-           if {part["class"] for part in json.loads(resolve_model_path(key[1], key[0]).read_text())["parts"].values()}
+           if {part["class"] for part in read_json(resolve_model_path(key[1], key[0]))["parts"].values()}
            <= ANALYTIC}
 HEURISTICS = ("random", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 #: Float rounding between a bound summed term by term and a plan's cost summed shard by shard.

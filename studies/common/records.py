@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence
 
-from shardlab.io import write_text_atomic
+from shardlab.io import write_bytes_atomic, write_text_atomic
 
 
 def append_record(f: IO[str], record: Mapping[str, Any]) -> None:
@@ -59,16 +59,10 @@ def _pack(plain: Path) -> Path:
     """``plain`` stored as ``plain.gz`` (fixed gzip header, so the same lines give the same bytes),
     read back and compared before the plain file is removed."""
     data = plain.read_bytes()
-    packed = plain.with_name(plain.name + ".gz")
-    tmp = packed.with_name(packed.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(gzip.compress(data, compresslevel=9, mtime=0))
-        f.flush()
-        os.fsync(f.fileno())
-    if gzip.decompress(tmp.read_bytes()) != data:
-        tmp.unlink()
+    packed = write_bytes_atomic(plain.with_name(plain.name + ".gz"), gzip.compress(data, compresslevel=9, mtime=0))
+    if gzip.decompress(packed.read_bytes()) != data:
+        packed.unlink()
         raise OSError(f"packing {plain.name} did not read back the same bytes; left as it was")
-    os.replace(tmp, packed)
     plain.unlink()
     return packed
 
