@@ -84,7 +84,7 @@ def cmd_profile_plans(args: argparse.Namespace) -> None:
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
     added = run_plan_campaign(args.store, args.samples, args.ngpu, prof, pool=args.pool, split=args.split,
                               ntables=(args.min_tables, args.max_tables), mem_cap_gb=args.mem_gb,
-                              seed=args.seed, progress=not args.no_progress)
+                              methods=args.methods, seed=args.seed, progress=not args.no_progress)
     with SampleStore(args.store) as store:
         total = store.count(f"plan:{args.ngpu}")
     emit(args, f"profile plans ({prof.name}, G={args.ngpu}): added {added}, {total} measured plans in "

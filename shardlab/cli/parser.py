@@ -158,6 +158,9 @@ def _add_profile_verbs(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--mem-gb", type=float, default=4.0, help="memory cap per device, GB")
     c.add_argument("--pool", default=C.DEFAULT_POOL, help=BROAD_POOL_HELP)
     c.add_argument("--split", default="train", choices=SPLITS)
+    c.add_argument("--methods", nargs="+", default=list(C.HEURISTIC_METHODS),
+                   help="sharders whose plans are measured, plan i from the (i mod N)-th (default: the "
+                        "five heuristics; model-based ones use the profile's shipped models)")
     _measuring(c)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--no-progress", action="store_true")

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from shardlab import constants as C
 from shardlab.data.tasks import generate_task
+from shardlab.errors import ShardlabError
 from shardlab.evaluate import Evaluation, device_tables, measure_plan
 from shardlab.plan import Plan
 from shardlab.profile.comm import CommBench
@@ -51,6 +52,9 @@ def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = 4, profile: str
     ``plan_for(task, i)`` overrides the methods (DreamShard passes its policy)."""
     prof = measurable_profile(profile)
     prefix = plan_prefix(ngpu, prof, pool, split, seed)
+    if not methods:
+        raise ShardlabError("field 'methods' is empty: name at least one sharder")
+    sharders = [sharder_for(m, prof.name) for m in methods]    # a bad name fails here, before measuring
     provenance = {**environment(prof.device), "profile": prof.to_dict(), "pool": pool, "split": split,
                   "campaign": {"kind": "plan", "seed": seed, "ntables": list(ntables), "ngpu": ngpu,
                                "mem_cap_gb": mem_cap_gb, "methods": list(methods)}}
@@ -70,7 +74,7 @@ def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = 4, profile: str
                 if plan_for is not None:
                     plan = plan_for(task, i)
                 else:
-                    plan = run_sharder(sharder_for(methods[i % len(methods)], prof.name), task, seed=i)
+                    plan = run_sharder(sharders[i % len(sharders)], task, seed=i)
                 ev = measure_plan(task, plan, prof, bench=bench, lower_bound=False)
                 added += store.add(f"plan:{ngpu}", f"{prefix}{i}", plan_record(task, plan, ev, prof), provenance)
     return added
