@@ -92,7 +92,7 @@ def test_every_shipped_provenance_md_says_only_what_its_dataset_holds():
     from studies.tools.export_dataset import COMPUTE_KINDS, family, intro
 
     exported = [p for p in datasets_dir().rglob("PROVENANCE.md") if p.read_text().startswith("# Measured dataset")]
-    measured = {f.parent for pattern in ("compute.jsonl.gz", "comm_*.jsonl.gz", "rowcomm_*.jsonl.gz")
+    measured = {f.parent for pattern in ("compute.jsonl.gz", "comm_*.jsonl.gz", "rowcomm_*.jsonl.gz", "plan_*.jsonl.gz")
                 for f in datasets_dir().rglob(pattern)}
     assert {md.parent for md in exported} == measured          # every kernel / collective dataset, each exported
     assert {"cpu", "cpu/broad", "cpu/rows", "cpu/rowcomm", "h100"} <= {

@@ -121,3 +121,17 @@ def test_union_task_errors_name_the_field():
         union_task((), 8, 4.0, 10, batch_size=BS)
     with pytest.raises(ShardlabError, match="unknown held-out model family set 'nope'"):
         union_task(("nope",), 8, 4.0, 10, batch_size=BS)
+
+
+def test_the_report_judges_every_option_variant_against_its_method_at_defaults():
+    from studies.common.records import read_run
+    from studies.heldout_scale.run import report, variant_pairs
+
+    assert variant_pairs(["lookup_greedy", "dreamshard", "dreamshard[model=a.pt]", "autoshard[model=b.pt]",
+                          "neuroshard", "neuroshard[greedy_rule=before]"]) == [
+        ("dreamshard[model=a.pt]", "dreamshard"), ("neuroshard[greedy_rule=before]", "neuroshard")]
+    # a stored run with the greedy-rule pair: the pair's row counts its verdicts, per task a column
+    header, records = read_run(ROOT / "studies" / "heldout_scale" / "results" / "scale-20261128T101908Z.jsonl.gz")
+    md = report(header, records)
+    assert "| `neuroshard[greedy_rule=before]` vs `neuroshard` | 0 | 1 | 2 | 2 | 0 | - |" in md
+    assert "| `neuroshard[greedy_rule=before]` / `neuroshard` [95%], verdict |" in md

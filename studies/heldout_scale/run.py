@@ -54,8 +54,6 @@ PROFILE = "cpu"
 #: reference) and NeuroShard at its defaults and with the original authors' greedy rule. The first
 #: run (2026-11-27) had the heuristics and NeuroShard only; each run's header names its methods.
 METHODS = C.BASELINE_METHODS + ("neuroshard", "neuroshard[greedy_rule=before]")
-#: The learned methods judged against the best baseline, and the pair judged against each other.
-JUDGED = ("neuroshard", "neuroshard[greedy_rule=before]")
 
 #: Tables per task (the union holds 115; larger tasks add labelled copies), GPUs and GB per GPU.
 SIZES, NGPU, MEM_CAP_GB = (100, 115, 150, 230, 460), 8, 4.0
@@ -64,6 +62,13 @@ SIZES, NGPU, MEM_CAP_GB = (100, 115, 150, 230, 460), 8, 4.0
 STUDY_SEED = 20261127
 
 OUTCOMES = ("faster", "equivalent", "slower", "inconclusive", "skipped")
+
+
+def variant_pairs(methods: Sequence[str]) -> list[tuple[str, str]]:
+    """(variant, default) for every method spec with options (``dreamshard[model=x.pt]``) run
+    beside the same method at its defaults (``dreamshard``): the pairs judged against each other
+    in the same rounds, in the order of ``methods``."""
+    return [(m, m.split("[", 1)[0]) for m in methods if "[" in m and m.split("[", 1)[0] in methods]
 
 
 def study_tasks(sizes: Sequence[int] = SIZES) -> list[tuple[int, Any]]:
@@ -124,8 +129,8 @@ def outside_range(rec: Mapping[str, Any], method: str = "neuroshard") -> str:
 
 
 def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
-    """The run's markdown: each judged method's outcomes against the best baseline (and the two
-    greedy rules against each other, where both ran), then every task."""
+    """The run's markdown: each judged method's outcomes against the best baseline (and each
+    option variant against its method at defaults, :func:`variant_pairs`), then every task."""
     s = header["settings"]
     judged = [m for m in s["methods"] if m not in C.BASELINE_METHODS]
     lines = [f"# NeuroShard on held-out tasks at scale, measured: run `{header['run']}`", "",
@@ -140,15 +145,15 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
     for m in judged:
         said = [verdict(r, m)[0] for r in records]
         lines.append(f"| `{m}` | " + " | ".join(str(said.count(v)) for v in OUTCOMES) + f" | {said.count('reference')} |")
-    pair = all(m in s["methods"] for m in JUDGED)
-    if pair:
-        said = [verdict(r, JUDGED[1], JUDGED[0])[0] for r in records]
-        lines.append(f"| `{JUDGED[1]}` vs `{JUDGED[0]}` | " + " | ".join(str(said.count(v)) for v in OUTCOMES) + " | - |")
+    pairs = variant_pairs(s["methods"])
+    for variant, default in pairs:
+        said = [verdict(r, variant, default)[0] for r in records]
+        lines.append(f"| `{variant}` vs `{default}` | " + " | ".join(str(said.count(v)) for v in OUTCOMES) + " | - |")
     lines += ["", "## Tasks", "",
               "| task | tables | copies | best baseline | " + " | ".join(f"`{m}` / best [95%], verdict" for m in judged)
-              + (" | before / after [95%], verdict" if pair else "") + " | NeuroShard's choice | search s | "
+              + "".join(f" | `{v}` / `{d}` [95%], verdict" for v, d in pairs) + " | NeuroShard's choice | search s | "
               "costed outside the model's valid range |",
-              "| --- | ---: | ---: | --- | " + " | ".join("---" for _ in judged) + (" | ---" if pair else "")
+              "| --- | ---: | ---: | --- | " + " | ".join("---" for _ in judged) + " | ---" * len(pairs)
               + " | --- | ---: | --- |"]
 
     def cell(v: tuple) -> str:
@@ -157,7 +162,7 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
 
     for r in records:
         best = next((e["reference"] for e in r["evaluations"].values() if e.get("reference")), "-")
-        cells = [cell(verdict(r, m)) for m in judged] + ([cell(verdict(r, JUDGED[1], JUDGED[0]))] if pair else [])
+        cells = [cell(verdict(r, m)) for m in judged] + [cell(verdict(r, v, d)) for v, d in pairs]
         meta = r["plans"].get("neuroshard", {}).get("metadata", {})
         choice = meta.get("portfolio", {}).get("chosen", "-")
         cal = meta.get("task_calibration")
