@@ -33,9 +33,10 @@ def test_plan_campaign_takes_its_methods_and_refuses_a_bad_one_before_measuring(
     with pytest.raises(ShardlabError, match="field 'methods'"):
         run_plan_campaign(store, 1, ngpu=2, profile=prof, methods=(), progress=False)
     assert not (tmp_path / "p.db").exists()          # refused before the store was opened
-    assert run_plan_campaign(store, 2, ngpu=2, profile=prof, ntables=(3, 4), methods=("dim_greedy",),
+    # a model-based sharder under overridden timing settings searches with its profile's shipped models
+    assert run_plan_campaign(store, 2, ngpu=2, profile=prof, ntables=(3, 4), methods=("dim_greedy", "neuroshard"),
                              progress=False) == 2
     with SampleStore(store) as s:
         plans = list(s.samples("plan:2"))
-    assert {p["method"] for p in plans} == {"dim_greedy"}
-    assert plans[0]["provenance"]["campaign"]["methods"] == ["dim_greedy"]
+    assert sorted(p["method"] for p in plans) == ["dim_greedy", "neuroshard"]
+    assert plans[0]["provenance"]["campaign"]["methods"] == ["dim_greedy", "neuroshard"]

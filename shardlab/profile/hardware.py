@@ -147,6 +147,13 @@ def profile_with(name: str, batch_size: int | None = None, repeats: int | None =
     return replace(prof, name=f"{prof.name}[{suffix}]", **changes)
 
 
+def base_profile_name(profile: str | HardwareProfile) -> str:
+    """The shipped profile a profile of :func:`profile_with` derives from (``"cpu[batch_size=256]"``
+    -> ``"cpu"``): the one whose shipped models (cost models, policies) its sharders use."""
+    name = profile if isinstance(profile, str) else profile.name
+    return name.split("[", 1)[0]
+
+
 def allowed_cores() -> list[int] | None:
     """The cores this process may run on, sorted (None where the OS has no affinity API)."""
     get = getattr(os, "sched_getaffinity", None)

@@ -21,7 +21,7 @@ from shardlab.errors import ShardlabError
 from shardlab.evaluate import Evaluation, device_tables, measure_plan
 from shardlab.plan import Plan
 from shardlab.profile.comm import CommBench
-from shardlab.profile.hardware import HardwareProfile, get_profile, measurable_profile
+from shardlab.profile.hardware import HardwareProfile, base_profile_name, get_profile, measurable_profile
 from shardlab.profile.hardware import environment
 from shardlab.profile.store import SampleStore
 from shardlab.search import run_sharder, sharder_for
@@ -54,7 +54,7 @@ def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = 4, profile: str
     prefix = plan_prefix(ngpu, prof, pool, split, seed)
     if not methods:
         raise ShardlabError("field 'methods' is empty: name at least one sharder")
-    sharders = [sharder_for(m, prof.name) for m in methods]    # a bad name fails here, before measuring
+    sharders = [sharder_for(m, base_profile_name(prof)) for m in methods]   # a bad name fails before measuring
     provenance = {**environment(prof.device), "profile": prof.to_dict(), "pool": pool, "split": split,
                   "campaign": {"kind": "plan", "seed": seed, "ntables": list(ntables), "ngpu": ngpu,
                                "mem_cap_gb": mem_cap_gb, "methods": list(methods)}}
