@@ -238,3 +238,6 @@ TASK_CALIBRATION_REPEATS = 5
 TASK_CALIBRATION_INPUT_BATCHES = 2
 TASK_CALIBRATION_EXPONENT = (0.5, 1.5)
 TASK_CALIBRATION_MIN_GAIN = 0.05
+#: An uncorrected error (median relative, the criterion's) below this fraction is not corrected:
+#: 0.1%, far below any timing noise, so a gain there is float rounding, not the machine.
+TASK_CALIBRATION_MIN_ERROR = 1e-3

@@ -98,10 +98,22 @@ def test_the_recomputing_study_gives_the_shipped_manifest():
         shipped = read_json(models_dir("h100") / f"{name}.json")["heldout"]
         again = recompute(load_bundle(name, "h100"), name, "h100")
         assert set(again) == set(shipped) and again["computed_by"] == shipped["computed_by"]
-        for key, stated in shipped.items():                 # to float noise: another CPU may sum otherwise
+        for key, stated in shipped.items():
             for field, value in stated.items() if isinstance(stated, dict) else [("", stated)]:
                 got = again[key][field] if field else again[key]
-                assert got == (pytest.approx(value, rel=1e-6) if isinstance(value, float) else value), (key, field)
+                assert got == (pytest.approx(value, **_float_noise(stated, field)) if isinstance(value, float)
+                               else value), (key, field)
+
+
+def _float_noise(stated, field):
+    """How far a recomputed held-out metric may lie from the stated one on another CPU: the
+    models predict in float32 (relative rounding ~1e-7 a prediction, summed differently by
+    another CPU's kernels), which moves an error metric by at most ~1e-5 of itself; and it
+    may flip the order of one pair of near-tied predictions, which moves Kendall's tau by
+    4 / (n (n - 1)) and Spearman's rho by less."""
+    if field in ("kendall", "spearman") and isinstance(stated, dict) and stated.get("n", 0) > 1:
+        return {"abs": 4.0 / (stated["n"] * (stated["n"] - 1)) + 1e-12}
+    return {"rel": 1e-5}
 
 
 def test_dreamshard_h100_labels_its_composed_plans_and_claims_no_measured_plan():

@@ -28,7 +28,8 @@ shard scaled by sum(measured alone) / sum(predicted alone) over its tables, per 
 fit without the op; levels without a single's own measurement, a group from its tables measured
 alone); the form with the lower held-out error -- the groups' median relative error where groups
 were measured, else the mean of the singles' and groups' -- is applied if that error is at least
-``constants.TASK_CALIBRATION_MIN_GAIN`` below the uncorrected one (ties: the power fit);
+``constants.TASK_CALIBRATION_MIN_GAIN`` below the uncorrected one (ties: the power fit) and the
+uncorrected one is at least ``constants.TASK_CALIBRATION_MIN_ERROR`` (below it a gain is rounding);
 otherwise, and where the profile cannot be measured here (e.g. ``h100`` on a CPU-only host) or
 nothing could be measured, the bundle is returned as it is and the record says why.
 
@@ -266,7 +267,8 @@ def calibrate_to_task(bundle: Any, task: Task, profile: str | HardwareProfile, s
     fit, form = _fit_all(bundle.compute, task, measured, record)
     if form is None:
         return done(bundle, f"no correction lowered the held-out (leave-one-out) error by "
-                            f"{C.TASK_CALIBRATION_MIN_GAIN:.0%}")
+                            f"{C.TASK_CALIBRATION_MIN_GAIN:.0%} of an uncorrected error of at least "
+                            f"{C.TASK_CALIBRATION_MIN_ERROR:.1%}")
     out = copy.copy(bundle)                                # comm and its per-G cache as they were
     out.compute = corrected(bundle.compute, *fit) if form == "power" else levelled(bundle.compute, fit)
     record["applied"] = True
@@ -313,7 +315,7 @@ def _fit_all(model: Any, task: Task, measured: Sequence[MeasuredOp],
     key = (lambda e: e["groups"]) if (kinds == "group").any() else _score
     base = key(_errors(before, meas, kinds))
     form = min(forms, key=lambda f: key(forms[f]))
-    form = form if key(forms[form]) < (1.0 - C.TASK_CALIBRATION_MIN_GAIN) * base else None
+    form = form if base >= C.TASK_CALIBRATION_MIN_ERROR and key(forms[form]) < (1.0 - C.TASK_CALIBRATION_MIN_GAIN) * base else None
     if form == "levels":
         fitted, heldout = lev_fitted, lev_heldout
     err = {"before": _errors(before, meas, kinds), "after": _errors(fitted, meas, kinds),
