@@ -315,7 +315,8 @@ def _fit_all(model: Any, task: Task, measured: Sequence[MeasuredOp],
     key = (lambda e: e["groups"]) if (kinds == "group").any() else _score
     base = key(_errors(before, meas, kinds))
     form = min(forms, key=lambda f: key(forms[f]))
-    form = form if base >= C.TASK_CALIBRATION_MIN_ERROR and key(forms[form]) < (1.0 - C.TASK_CALIBRATION_MIN_GAIN) * base else None
+    gained = base >= C.TASK_CALIBRATION_MIN_ERROR and key(forms[form]) < (1.0 - C.TASK_CALIBRATION_MIN_GAIN) * base
+    form = form if gained else None
     if form == "levels":
         fitted, heldout = lev_fitted, lev_heldout
     err = {"before": _errors(before, meas, kinds), "after": _errors(fitted, meas, kinds),
