@@ -12,6 +12,8 @@ import pytest
 
 from shardlab import constants as C
 from shardlab.costmodel.bundle import load_bundle
+from shardlab.costmodel.table_levels import LevelledCompute
+from shardlab.costmodel.task_calibration import TaskCalibratedCompute
 from shardlab.data.tasks import generate_task
 from shardlab.evaluate.model import estimate_plan
 from shardlab.search import get_sharder, run_sharder
@@ -51,15 +53,19 @@ def test_a_cpu_search_measures_the_tasks_tables_and_searches_with_the_correction
     assert measured == {t.name for t in task.tables}
     assert any(op["kind"] == "group" for op in rec["ops"])
     assert set(rec["error"]) >= {"before", "heldout"}
-    # the portfolio costed with the model the search used: corrected where applied
-    base = load_bundle("neuroshard_broad", "cpu")
+    # the portfolio costed with the model the search used: corrected where applied, with the
+    # form the fit chose (which one wins depends on what this machine measured)
+    assert sharder._task_bundle is None          # the correction does not outlive the search
+    base = sharder.bundle()                      # the profile's search model, uncorrected
+    assert base.source == load_bundle(C.SEARCH_MODELS["cpu"], "cpu").source
     own = plan.metadata["portfolio"]["predicted_ms"]["lookup_greedy"]
     plain = estimate_plan(task, run_sharder(get_sharder("lookup_greedy"), task, 4), base, lower_bound=False).cost_ms
+    source = plan.metadata["portfolio"]["source"]
     if rec["applied"]:
-        assert "+task-calibrated" in plan.metadata["portfolio"]["source"] and own != pytest.approx(plain, rel=1e-9)
+        label = {"power": TaskCalibratedCompute.label, "levels": LevelledCompute.label}[rec["fit"]["chosen"]]
+        assert source == base.source + label and own != pytest.approx(plain, rel=1e-9)
     else:
-        assert own == pytest.approx(plain, rel=1e-9)
-    assert sharder._task_bundle is None          # the correction does not outlive the search
+        assert source == base.source and own == pytest.approx(plain, rel=1e-9)
 
 
 def test_a_calibration_that_applies_changes_what_the_search_costs(monkeypatch):
