@@ -240,4 +240,11 @@ def _is_collective_failure(e: BaseException) -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # The group is torn down and every output written and flushed by now; leave without the
+    # interpreter's teardown, where a non-master gloo rank was seen to abort in a C++ destructor
+    # ("terminate called without an active exception", SIGABRT) after finishing its work, which
+    # left the other node's launcher waiting on its exit barrier.
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
