@@ -2,7 +2,10 @@
 # Set up .venv (scripts/setup.sh) and Debian's chromium (scripts/setup_browser.sh), then run
 # every test in one pytest session: the unit and integration tests in tests/ (browser tests
 # included), and every notebook in notebooks/ as executed by papermill with
-# the small parameters of notebooks/ci/<name>.yaml, validated by nbval (--nbval-lax).
+# the small parameters of notebooks/ci/<name>.yaml and interactive = True (the widgets built
+# headless; tests/test_notebooks_interactive.py checks these executions, named by
+# SHARDLAB_PAPERMILLED, instead of running each notebook a third time), validated by nbval
+# (--nbval-lax).
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -x -k plan`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,10 +16,10 @@ build="$PWD/build/notebooks"
 rm -rf "$build" && mkdir -p "$build"
 for nb in notebooks/*.ipynb; do
   name=$(basename "$nb" .ipynb)
-  params=(-p out_dir "$PWD/build/runs/$name")
+  params=(-p out_dir "$PWD/build/runs/$name" -p interactive True)
   [ -f "notebooks/ci/$name.yaml" ] && params+=(-f "notebooks/ci/$name.yaml")
   echo "papermill $nb (${params[*]})"
-  papermill --no-progress-bar --execution-timeout 600 --cwd "$build" "${params[@]}" \
+  papermill --no-progress-bar --execution-timeout 180 --cwd "$build" "${params[@]}" \
     "$nb" "$build/$name.ipynb"
 done
-python -m pytest tests "$build" --nbval-lax --nbval-current-env -p no:cacheprovider "$@"
+SHARDLAB_PAPERMILLED="$build" python -m pytest tests "$build" --nbval-lax --nbval-current-env -p no:cacheprovider "$@"

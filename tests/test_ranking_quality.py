@@ -130,3 +130,28 @@ def test_study_driver_writes_the_report_on_a_slice_of_committed_records(tmp_path
     subprocess.run(cmd[:-1] + [str(again)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
     first, second = (json.loads((p / "ranking.json").read_text()) for p in (tmp_path, again))
     assert first["summary"] == second["summary"] and first["tasks"] == second["tasks"]   # deterministic
+
+
+def test_the_measurement_split_in_halves_pairs_sittings_or_rounds_and_ranks_one_against_the_other():
+    from dataclasses import replace
+
+    sys.path.insert(0, str(ROOT))
+    from studies.cost_models.ranking import self_row, split_halves
+
+    evs = measured(COSTS, rounds=8)
+    a, b, how = split_halves(evs)
+    assert how == "rounds"
+    for k, e in evs.items():             # even-numbered rounds against odd-numbered ones, medians
+        assert a[k] == pytest.approx(np.median(e.rounds_ms[0::2])) and b[k] == pytest.approx(np.median(e.rounds_ms[1::2]))
+    by_sitting = {k: replace(e, sittings_ms=(e.rounds_ms[:3], e.rounds_ms[3:5], e.rounds_ms[5:])) for k, e in evs.items()}
+    a, b, how = split_halves(by_sitting)
+    assert how == "sittings"             # sittings 0 and 2 against sitting 1
+    for k, e in evs.items():
+        assert a[k] == pytest.approx(np.median(e.rounds_ms[:3] + e.rounds_ms[5:]))
+        assert b[k] == pytest.approx(np.median(e.rounds_ms[3:5]))
+    assert split_halves(measured(COSTS, rounds=3)) is None          # a half of 1 round: no split
+    row = self_row(evs, pair_verdicts(evs), 0)      # well-separated plans, little noise: it agrees with itself
+    assert row["kendall_tau"] == pytest.approx(1.0) and row["decisive_right"] == row["decisive_pairs"] > 0
+    assert row["plan_cost_error_median"] < 0.02
+    noisy = measured({k: 10.0 for k in COSTS}, rounds=8, noise=0.2, seed=3)   # equal plans, noise alone
+    assert self_row(noisy, pair_verdicts(noisy), 0)["kendall_tau"] < 0.8

@@ -154,6 +154,48 @@ def _finite(x: float) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
+#: The row of the measurement against itself (:func:`split_halves`), beside the models' rows.
+SELF = "measurement, split in halves"
+
+
+def split_halves(evs: dict[str, Evaluation]) -> tuple[dict[str, float], dict[str, float], str] | None:
+    """Each plan's measured cost (ms, median) in two halves of the task's rounds -- by sitting
+    (even-numbered against odd-numbered sittings) where every plan has the same two or more
+    sittings, else even-numbered against odd-numbered rounds -- and which split was used; None
+    below 2 rounds a half. The halves are paired: a round index is the same round for every plan."""
+    sittings = {k: e.sittings for k, e in evs.items()}
+    counts = {len(v) for v in sittings.values()}
+    if counts == {c for c in counts if c >= 2} and len(counts) == 1:
+        halves = [{k: [x for i, sit in enumerate(v) if i % 2 == h for x in sit] for k, v in sittings.items()}
+                  for h in (0, 1)]
+        how = "sittings"
+    else:
+        halves = [{k: list(e.rounds_ms or ())[h::2] for k, e in evs.items()} for h in (0, 1)]
+        how = "rounds"
+    if any(len(r) < 2 for half in halves for r in half.values()):
+        return None
+    a, b = ({k: float(np.median(r)) for k, r in half.items()} for half in halves)
+    return a, b, how
+
+
+def self_row(evs: dict[str, Evaluation], verdicts: dict, seed: int) -> dict[str, Any] | None:
+    """The measurement's agreement with itself, in a model row's fields: one half's costs
+    (:func:`split_halves`) ranked against the other half's as if they were a model's prediction
+    -- tau, decisive pairs (verdicts from all rounds) -- and each plan's relative difference
+    between the halves as its cost error. None where the rounds do not split."""
+    split = split_halves(evs)
+    if split is None:
+        return None
+    a, b, how = split
+    halves = {k: replace(e, rounds_ms=(b[k],), sittings_ms=None) for k, e in evs.items()}
+    q = ranking_quality(a, halves, verdicts, seed)
+    errs = [abs(a[k] - b[k]) / b[k] for k in evs if b[k] > 0]
+    return {"n_plans": q["n_plans"], "kendall_tau": _finite(q["kendall_tau"]),
+            "decisive_pairs": q["decisive_pairs"], "decisive_right": q["decisive_right"],
+            "decisive_share": _finite(q["decisive_share"]),
+            "plan_cost_error_median": _median(errs), "plan_errors": errs, "split": how}
+
+
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-task rows of one model (and source) summed up: tasks, plans, median tau, decisive
     pairs pooled and their median share per task, median plan-cost error over plans (None where
@@ -175,7 +217,7 @@ def run(sources: list[str], models: list[str], max_tasks: int | None = None, see
     bundles = {m: load_bundle(m, PROFILE) for m in models}
     evaluators = {m: ModelEvaluator(b, PROFILE, lower_bound=False) for m, b in bundles.items()}
     model_batch = {m: (getattr(b.compute, "profile_", None) or {}).get("batch_size") for m, b in bundles.items()}
-    tasks, rows = [], {m: {s: [] for s in sources} for m in models}
+    tasks, rows = [], {m: {s: [] for s in sources} for m in [*models, SELF]}
     for source, task_id, task, plans, evs, note in comparisons(sources, max_tasks):
         verdicts = pair_verdicts(evs, seed)
         measured_batch = _batch(next(iter(evs.values())).source)
@@ -195,10 +237,16 @@ def run(sources: list[str], models: list[str], max_tasks: int | None = None, see
                    "plan_errors": errs}
             rows[m][source].append(row)
             entry["models"][m] = {k: v for k, v in row.items() if k != "plan_errors"}
+        own = self_row(evs, verdicts, seed)
+        if own is not None:
+            rows[SELF][source].append(own)
+            entry["models"][SELF] = {k: v for k, v in own.items() if k != "plan_errors"}
         tasks.append(entry)
     summary = {m: {**{s: summarize(r) for s, r in by.items() if r},
                    "all": summarize([x for r in by.values() for x in r])} for m, by in rows.items()}
-    return {"profile": PROFILE, "models": {m: b.source for m, b in bundles.items()}, "model_batch": model_batch,
+    return {"profile": PROFILE, "models": {**{m: b.source for m, b in bundles.items()},
+                                           SELF: "each task's measured rounds: one half against the other"},
+            "model_batch": model_batch,
             "sources": {s: SOURCES[s][1] for s in sources}, "skipped": SKIPPED, "targets": TARGETS,
             "margin_from": "shardlab.constants.EQUIVALENCE_MARGIN", "seed": seed, "max_tasks": max_tasks,
             "summary": summary, "tasks": tasks}
@@ -230,7 +278,14 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "`all`: every task of every source (plan-cost error over the plans whose measurement ran at the "
               "model's batch size). `-` / `*`: sitting_agreement was measured at batch 1024 and the models predict "
               "at the batch they were trained at (4096), so its plan-cost error is not comparable and left out; its "
-              "ranking is kept.", "", "Sources: " + "; ".join(f"`{s}`: `{w}`" for s, w in report["sources"].items())
+              "ranking is kept.", "",
+              f"`{SELF}`: no model. Each task's rounds split in two paired halves (even- against odd-numbered "
+              "sittings where the plans were measured in two or more, else even- against odd-numbered rounds); one "
+              "half's median costs are ranked against the other half's like a prediction (decisive pairs: the "
+              "verdicts from all rounds), and a plan's cost error is the halves' relative difference. It gauges "
+              "how far the measurement agrees with itself when repeated: a model's tau against a measurement "
+              "this noisy cannot be expected to reach 1, and a half holds half the rounds, so the gauge is, if "
+              "anything, pessimistic for the whole measurement.", "", "Sources: " + "; ".join(f"`{s}`: `{w}`" for s, w in report["sources"].items())
               + ". Every plan cost comes from the Evaluation's per-round plan costs (the rounds the `.journal.jsonl` "
               "files hold per device, summed per round).", "", "Not ranked:", ""]
     lines += [f"- `{k}`: {v}." for k, v in report["skipped"].items()]
