@@ -155,3 +155,22 @@ def test_the_measurement_split_in_halves_pairs_sittings_or_rounds_and_ranks_one_
     assert row["plan_cost_error_median"] < 0.02
     noisy = measured({k: 10.0 for k in COSTS}, rounds=8, noise=0.2, seed=3)   # equal plans, noise alone
     assert self_row(noisy, pair_verdicts(noisy), 0)["kendall_tau"] < 0.8
+
+
+def test_study_driver_recosts_the_search_model_with_the_calibration_a_plan_recorded(tmp_path):
+    cmd = [sys.executable, "studies/cost_models/ranking.py", "--sources", "heldout_scale", "--models", "analytic",
+           "--max-tasks", "6", "--calibrated", "analytic_broad80", "--out", str(tmp_path)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "ranking.json").read_text())
+    cal, same = "analytic_broad80 + task calibration", "analytic_broad80 on those tasks, uncalibrated"
+    with_record = [t for t in report["tasks"] if cal in t["models"]]
+    # the first run's five tasks predate task calibration; the sixth task's NeuroShard plan recorded one
+    assert len(report["tasks"]) == 6 and len(with_record) == 1
+    row, plain = with_record[0]["models"][cal], with_record[0]["models"][same]
+    assert row["applied"] is True and row["n_plans"] == plain["n_plans"]
+    assert row["plan_cost_error_median"] != pytest.approx(plain["plan_cost_error_median"], rel=1e-6)
+    assert report["summary"][cal]["all"]["tasks"] == report["summary"][same]["all"]["tasks"] == 1
+    bad = subprocess.run(cmd[:-4] + ["--calibrated", "no_such_model", "--out", str(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "field 'calibrated'" in bad.stderr and bad.stderr.count("\n") == 1

@@ -187,3 +187,31 @@ def test_levelled_model_stays_incremental_and_carries_slices(bundle, task):
     assert np.allclose(model.predict_head(pre, counts), model.predict_sums(sums, counts), rtol=1e-9)
     other = task.tables[0].with_dim(8, name="x")
     assert np.allclose(levelled(bundle.compute, {}).predict([[other]]), bundle.compute.predict([[other]]))
+
+
+@pytest.mark.parametrize("form", ["power", "levels"])
+def test_a_plans_record_replays_to_the_model_its_search_used(bundle, task, form):
+    from shardlab.costmodel.task_calibration import replay_calibration
+    factors = np.where(np.arange(len(task.tables)) % 2 == 0, 3.0, 0.5)
+    measure = synthetic(bundle) if form == "power" else per_table(bundle, task, factors)
+    out, rec = calibrate_to_task(bundle, task, "cpu", seed=1, measure=measure)
+    assert rec["applied"] and rec["fit"]["chosen"] == form
+    again, rec2 = replay_calibration(bundle, task, json.loads(json.dumps(rec)))
+    assert rec2["applied"] and rec2["fit"]["chosen"] == form and again.source == out.source
+    assert rec2["replayed_from"]["model"] == rec["model"] and len(rec2["ops"]) == len(rec["ops"])
+    shards = [[task.tables[i] for i in idx] for idx in ([0, 1, 2], [3], [4, 5, 6, 7, 8], list(range(12)))]
+    # the record keeps measured ms to 0.1 us, so the replayed fit differs from the original by rounding only
+    assert np.allclose(again.compute.predict(shards), out.compute.predict(shards), rtol=2e-3)
+    assert not np.allclose(bundle.compute.predict(shards), out.compute.predict(shards), rtol=0.05)
+
+
+def test_a_record_that_cannot_be_replayed_says_why(bundle, task):
+    from shardlab.costmodel.task_calibration import replay_calibration
+    _, rec = calibrate_to_task(bundle, task, "cpu", seed=1, measure=synthetic(bundle))
+    same, short = replay_calibration(bundle, task, {**rec, "ops": rec["ops"][:2]})
+    assert same is bundle and short["applied"] is False and "needs 3" in short["reason"]
+    bad = {**rec, "ops": [{**rec["ops"][0], "tables": ["no_such_table"]}, *rec["ops"][1:]]}
+    with pytest.raises(ShardlabError, match="field 'ops' names table 'no_such_table'"):
+        replay_calibration(bundle, task, bad)
+    nothing, none = replay_calibration(bundle, task, {"applied": False, "reason": "h100 cannot be measured here"})
+    assert nothing is bundle and none["applied"] is False and "0 measured op" in none["reason"]

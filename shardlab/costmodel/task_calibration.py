@@ -6,6 +6,8 @@ Entry point::
     calibrate_to_task(bundle, task, profile, seed=0, budget_s=constants.TASK_CALIBRATION_BUDGET_S,
                       groups=constants.TASK_CALIBRATION_GROUPS, measure=None)
         -> (corrected bundle, record)
+    replay_calibration(bundle, task, record)       # the same fit from a plan's record; nothing timed
+        -> (corrected bundle, record)
 
 **Measured** (:mod:`shardlab.profile.task_bench`): each table alone and ``groups`` fused groups
 of about ``len(tables) / ngpu`` of them (drawn from ``seed``), under the profile's light
@@ -57,8 +59,9 @@ from shardlab import constants as C
 from shardlab.costmodel.base import IncrementalComputeModel, LinearHeadComputeModel
 from shardlab.costmodel.table_levels import TaskWrapped, levelled, table_ratios
 from shardlab.costmodel.valid_range import GuardedCompute, guard_compute
+from shardlab.errors import ShardlabError
 from shardlab.profile.hardware import TIMING_METHODS, HardwareProfile, get_profile, hardware_name
-from shardlab.profile.task_bench import (Measure, MeasuredOp, calibration_profile, measure_ops, task_ops,
+from shardlab.profile.task_bench import (Measure, MeasuredOp, TaskOp, calibration_profile, measure_ops, task_ops,
                                          unmeasurable_reason)
 from shardlab.tables import Table, Task
 
@@ -264,15 +267,54 @@ def calibrate_to_task(bundle: Any, task: Task, profile: str | HardwareProfile, s
     if len(measured) < 3:
         return done(bundle, f"only {len(measured)} op(s) measured within budget_s = {budget_s:g} s; "
                             "a fit needs 3")
+    return done(*_correct(bundle, task, measured, record))
+
+
+def _correct(bundle: Any, task: Task, measured: Sequence[MeasuredOp],
+             record: dict[str, Any]) -> tuple[Any, str | None]:
+    """Fit both corrections to ``measured`` (>= 3 ops) and apply the chosen one (module
+    docstring, "Applied or not"); fills ``record``; returns (bundle or its corrected copy, the
+    reason where none applied)."""
     fit, form = _fit_all(bundle.compute, task, measured, record)
     if form is None:
-        return done(bundle, f"no correction lowered the held-out (leave-one-out) error by "
-                            f"{C.TASK_CALIBRATION_MIN_GAIN:.0%} of an uncorrected error of at least "
-                            f"{C.TASK_CALIBRATION_MIN_ERROR:.1%}")
+        return bundle, (f"no correction lowered the held-out (leave-one-out) error by "
+                        f"{C.TASK_CALIBRATION_MIN_GAIN:.0%} of an uncorrected error of at least "
+                        f"{C.TASK_CALIBRATION_MIN_ERROR:.1%}")
     out = copy.copy(bundle)                                # comm and its per-G cache as they were
     out.compute = corrected(bundle.compute, *fit) if form == "power" else levelled(bundle.compute, fit)
     record["applied"] = True
-    return done(out)
+    return out, None
+
+
+def replay_calibration(bundle: Any, task: Task, record: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The correction of ``bundle`` that :func:`calibrate_to_task` would make from the
+    measurements a plan's ``metadata.task_calibration`` ``record`` holds (its ``ops``:
+    ``kind``, ``tables``, ``measured_ms`` [fw, bw] ms); nothing is timed. Returns ``(bundle,
+    record)`` as :func:`calibrate_to_task` does, the new record naming where its measurements
+    came from (``replayed_from``: the original record's model, profile and timing). With the
+    record's own model it gives the model the plan's search costed with (up to the record's
+    0.1 us rounding); with another, that model corrected on the same measurements. A one-line
+    error for an op naming a table the task lacks."""
+    at = {t.name: i for i, t in enumerate(task.tables)}
+    measured = []
+    for op in record.get("ops") or ():
+        missing = [n for n in op["tables"] if n not in at]
+        if missing:
+            raise ShardlabError(f"task calibration replay: field 'ops' names table '{missing[0]}' that task "
+                                f"'{task.name}' lacks")
+        fw, bw = (float(x) for x in op["measured_ms"])
+        measured.append(MeasuredOp(TaskOp(op["kind"], tuple(sorted(at[n] for n in op["tables"]))), fw, bw, 0.0))
+    out: dict[str, Any] = {"applied": False, "profile": record.get("profile"), "model": bundle.source,
+                           "task": {"name": task.name, "tables": len(task.tables), "ngpu": task.ngpu,
+                                    "batch_size": task.batch_size},
+                           "replayed_from": {k: record.get(k) for k in ("model", "profile", "timing", "seed")}}
+    if len(measured) < 3:
+        out["reason"] = f"the record holds {len(measured)} measured op(s); a fit needs 3"
+        return bundle, out
+    corrected_bundle, why = _correct(bundle, task, measured, out)
+    if why is not None:
+        out["reason"] = why
+    return corrected_bundle, out
 
 
 def _levels(model: Any, task: Task, measured: Sequence[MeasuredOp], meas: np.ndarray,

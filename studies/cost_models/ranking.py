@@ -30,7 +30,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from shardlab import constants as C  # noqa: E402
 from shardlab.costmodel.bundle import load_bundle, shipped_bundles  # noqa: E402
+from shardlab.costmodel.task_calibration import replay_calibration  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate import Evaluation, ModelEvaluator  # noqa: E402
 from shardlab.evaluate.ranking import pair_verdicts, ranking_quality  # noqa: E402
@@ -212,12 +214,46 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "plan_errors_comparable": all(r["plan_errors"] is not None for r in rows)}
 
 
-def run(sources: list[str], models: list[str], max_tasks: int | None = None, seed: int = 0) -> dict[str, Any]:
-    """Rank every source's measured plans with every model; the report's JSON (module docstring)."""
-    bundles = {m: load_bundle(m, PROFILE) for m in models}
-    evaluators = {m: ModelEvaluator(b, PROFILE, lower_bound=False) for m, b in bundles.items()}
+#: Row-name suffixes of a model re-costed with the task calibration a plan of the task recorded
+#: (:func:`~shardlab.costmodel.task_calibration.replay_calibration`), and of the same model,
+#: uncalibrated, on the same tasks.
+CALIBRATED, SAME_TASKS = " + task calibration", " on those tasks, uncalibrated"
+
+
+def calibration_record(plans: dict[str, Plan]) -> dict[str, Any] | None:
+    """The first ``metadata.task_calibration`` record with measured ops among ``plans`` (the
+    measurements NeuroShard made of the task's tables before its search), or None."""
+    for p in plans.values():
+        rec = (p.metadata or {}).get("task_calibration")
+        if isinstance(rec, dict) and rec.get("ops"):
+            return rec
+    return None
+
+
+def score(ev: ModelEvaluator, task: Task, plans: dict[str, Plan], evs: dict[str, Evaluation], verdicts: dict,
+          seed: int, comparable: bool) -> dict[str, Any]:
+    """One model's row for one task: ranking quality and each plan's cost error (None where the
+    measurement ran at another batch than the model's)."""
+    pred = {k: e.cost_ms for k, e in ev.evaluate(task, plans).items()}
+    q = ranking_quality(pred, evs, verdicts, seed)
+    errs = [abs(pred[k] - e.cost_ms) / e.cost_ms for k, e in evs.items()] if comparable else None
+    return {"n_plans": q["n_plans"], "kendall_tau": _finite(q["kendall_tau"]),
+            "decisive_pairs": q["decisive_pairs"], "decisive_right": q["decisive_right"],
+            "decisive_share": _finite(q["decisive_share"]),
+            "plan_cost_error_median": _finite(q["plan_cost_error_median"]) if comparable else None,
+            "plan_errors": errs}
+
+
+def run(sources: list[str], models: list[str], max_tasks: int | None = None, seed: int = 0,
+        calibrated: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Rank every source's measured plans with every model, and each model of ``calibrated``
+    also re-costed with the task calibration a plan of the task recorded; the report's JSON
+    (module docstring)."""
+    bundles = {m: load_bundle(m, PROFILE) for m in dict.fromkeys([*models, *calibrated])}
+    evaluators = {m: ModelEvaluator(bundles[m], PROFILE, lower_bound=False) for m in models}
     model_batch = {m: (getattr(b.compute, "profile_", None) or {}).get("batch_size") for m, b in bundles.items()}
-    tasks, rows = [], {m: {s: [] for s in sources} for m in [*models, SELF]}
+    names = [*models, *(m + x for m in calibrated for x in (CALIBRATED, SAME_TASKS)), SELF]
+    tasks, rows = [], {m: {s: [] for s in sources} for m in names}
     for source, task_id, task, plans, evs, note in comparisons(sources, max_tasks):
         verdicts = pair_verdicts(evs, seed)
         measured_batch = _batch(next(iter(evs.values())).source)
@@ -225,31 +261,35 @@ def run(sources: list[str], models: list[str], max_tasks: int | None = None, see
                  "plans": list(evs), "note": note, "measured_batch": measured_batch,
                  "verdicts": {v or "none": list(verdicts.values()).count(v) for v in dict.fromkeys(verdicts.values())},
                  "models": {}}
+        got = {}
         for m, ev in evaluators.items():
-            pred = {k: e.cost_ms for k, e in ev.evaluate(task, plans).items()}
-            q = ranking_quality(pred, evs, verdicts, seed)
-            comparable = measured_batch is None or measured_batch == model_batch[m]
-            errs = [abs(pred[k] - e.cost_ms) / e.cost_ms for k, e in evs.items()] if comparable else None
-            row = {"n_plans": q["n_plans"], "kendall_tau": _finite(q["kendall_tau"]),
-                   "decisive_pairs": q["decisive_pairs"], "decisive_right": q["decisive_right"],
-                   "decisive_share": _finite(q["decisive_share"]),
-                   "plan_cost_error_median": _finite(q["plan_cost_error_median"]) if comparable else None,
-                   "plan_errors": errs}
-            rows[m][source].append(row)
-            entry["models"][m] = {k: v for k, v in row.items() if k != "plan_errors"}
+            got[m] = score(ev, task, plans, evs, verdicts, seed, measured_batch in (None, model_batch[m]))
+        record = calibration_record(plans)
+        for m in calibrated if record is not None else ():
+            fitted, rec = replay_calibration(bundles[m], task, record)
+            comparable = measured_batch in (None, model_batch[m])
+            got[m + CALIBRATED] = {**score(ModelEvaluator(fitted, PROFILE, lower_bound=False), task, plans, evs,
+                                          verdicts, seed, comparable), "applied": rec["applied"]}
+            got[m + SAME_TASKS] = got.get(m) or score(ModelEvaluator(bundles[m], PROFILE, lower_bound=False), task,
+                                                      plans, evs, verdicts, seed, comparable)
         own = self_row(evs, verdicts, seed)
         if own is not None:
-            rows[SELF][source].append(own)
-            entry["models"][SELF] = {k: v for k, v in own.items() if k != "plan_errors"}
+            got[SELF] = own
+        for m, row in got.items():
+            rows[m][source].append(row)
+            entry["models"][m] = {k: v for k, v in row.items() if k != "plan_errors"}
         tasks.append(entry)
     summary = {m: {**{s: summarize(r) for s, r in by.items() if r},
                    "all": summarize([x for r in by.values() for x in r])} for m, by in rows.items()}
-    return {"profile": PROFILE, "models": {**{m: b.source for m, b in bundles.items()},
+    return {"profile": PROFILE, "models": {**{m: bundles[m].source for m in models},
+                                           **{m + CALIBRATED: bundles[m].source + ", corrected on the task's own "
+                                              "measured tables (the record of the task's NeuroShard plan)"
+                                              for m in calibrated},
                                            SELF: "each task's measured rounds: one half against the other"},
             "model_batch": model_batch,
             "sources": {s: SOURCES[s][1] for s in sources}, "skipped": SKIPPED, "targets": TARGETS,
             "margin_from": "shardlab.constants.EQUIVALENCE_MARGIN", "seed": seed, "max_tasks": max_tasks,
-            "summary": summary, "tasks": tasks}
+            "calibrated": list(calibrated), "summary": summary, "tasks": tasks}
 
 
 def _f(x: float | None, spec: str = ".3f") -> str:
@@ -279,6 +319,11 @@ def markdown(report: dict[str, Any]) -> str:
               "model's batch size). `-` / `*`: sitting_agreement was measured at batch 1024 and the models predict "
               "at the batch they were trained at (4096), so its plan-cost error is not comparable and left out; its "
               "ranking is kept.", "",
+              f"`<model>{CALIBRATED}`: the model as NeuroShard's search uses it, corrected to the task's own "
+              "tables: the task calibration is fitted again (nothing timed) to the measurements the task's "
+              "NeuroShard plan recorded under `metadata.task_calibration`, with the same rule that decides whether "
+              "a correction applies; only tasks with such a record. "
+              f"`<model>{SAME_TASKS}`: the same model uncorrected on those same tasks, for the comparison.", "",
               f"`{SELF}`: no model. Each task's rounds split in two paired halves (even- against odd-numbered "
               "sittings where the plans were measured in two or more, else even- against odd-numbered rounds); one "
               "half's median costs are ranked against the other half's like a prediction (decisive pairs: the "
@@ -298,13 +343,19 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", default=None,
                     help=f"shipped {PROFILE} bundles or manifest paths of candidates (default: all shipped)")
     ap.add_argument("--max-tasks", type=int, default=None, help="first N tasks of each source (a quick slice)")
+    ap.add_argument("--calibrated", nargs="*", default=[C.SEARCH_MODELS[PROFILE]],
+                    help="models also re-costed with the task calibration a plan of the task recorded "
+                         f"(default: the {PROFILE} search model, {C.SEARCH_MODELS[PROFILE]})")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     models = args.models or shipped_bundles(PROFILE)
     unknown = sorted(m for m in set(models) - set(shipped_bundles(PROFILE)) if not Path(m).is_file())
     if unknown:
         raise ShardlabError(f"ranking: field 'models' names no shipped {PROFILE} bundle or manifest: {', '.join(unknown)}")
-    report = run(args.sources, models, args.max_tasks)
+    unknown = sorted(set(args.calibrated) - set(shipped_bundles(PROFILE)))
+    if unknown:
+        raise ShardlabError(f"ranking: field 'calibrated' names no shipped {PROFILE} bundle: {', '.join(unknown)}")
+    report = run(args.sources, models, args.max_tasks, calibrated=tuple(args.calibrated))
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     argv = " ".join(sys.argv[1:])
     report = {"made": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": git or "?",
@@ -318,4 +369,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except ShardlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
