@@ -123,7 +123,9 @@ def min_makespan(load: Any, mem: Any, cap: float, ngpu: int, time_limit_s: float
     """The assignment of n items to ``ngpu`` devices with the smallest largest load (module
     docstring). ``load``: (n,) or (n, G) per item (per device); ``mem``: (n,) bytes per item;
     ``cap``: bytes per device; ``time_limit_s`` > 0; ``rel_gap`` in [0, 1); ``seed`` fixes the
-    solver's choices (one thread), so the same input gives the same assignment."""
+    solver's choices (one thread), so the same input gives the same assignment whenever the
+    solve ends ``"optimal"``; one stopped by ``time_limit_s`` returns what the solver had by
+    then, which depends on the machine's speed (its ``status`` says so)."""
     if not (isinstance(ngpu, (int, np.integer)) and ngpu >= 1):
         raise field_error("exact assignment", "ngpu", ngpu, "must be an integer >= 1")
     if not (isinstance(time_limit_s, (int, float)) and math.isfinite(time_limit_s) and time_limit_s > 0):
