@@ -260,3 +260,11 @@ def test_driver_writes_its_records_on_a_tiny_manifest(tiny, tmp_path):
     text = md.read_text()
     assert "| `random` |" in text and "| `size_greedy` |" in text and "1 of 1 tasks done" in text
     assert sorted(p.name for p in run.RESULTS.iterdir()) == repo_results  # the repository's results/ untouched
+
+
+def test_a_development_rerun_is_named_and_titled_apart_from_the_sealed_runs(tiny, tmp_path):
+    jsonl, md = run.run(tiny, tmp_path, "cpu", methods=("random",), rounds=3, progress=False, prefix="set1")
+    assert jsonl.name.startswith("set1-") and json.loads(jsonl.read_text().splitlines()[0])["run"] == jsonl.stem
+    assert md.read_text().startswith("# Sealed set tasks again, as development data: run `set1-")
+    from studies.set1_development import run as dev
+    assert dev.SET == "1" and dev.RESULTS.name == "results" and dev.RESULTS.parent.name == "set1_development"

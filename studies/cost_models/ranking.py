@@ -57,7 +57,7 @@ SOURCES = {
     "cpu_heldout_verify": ("dataset", "cpu_heldout_verify"),
     "heldout_scale": ("runs", "studies/heldout_scale/results/scale-"),
     "sealed_1": ("runs", "studies/sealed_test/results/sealed-20261128T002408"),
-    "sealed_1_again": ("runs", "studies/sealed_test/results/sealed-20261129T095052"),
+    "sealed_1_again": ("runs", "studies/set1_development/results/set1-"),
     "oversized": ("runs", "studies/oversized/results/oversized-"),
     "sitting_agreement": ("sittings", "studies/sitting_agreement/results"),
 }

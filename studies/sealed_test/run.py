@@ -108,7 +108,8 @@ def counts(records: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> dict
 def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
     """The run's markdown: settings, the per-method counts, and each task's verdicts."""
     s = header["settings"]
-    lines = [f"# Sealed test run `{header['run']}`", "",
+    sealed = str(header["run"]).startswith("sealed-")
+    lines = [f"# {'Sealed test run' if sealed else 'Sealed set tasks again, as development data: run'} `{header['run']}`", "",
              f"Manifest `{header['manifest']['name']}` (seed {header['manifest']['seed']}, sha256 "
              f"`{header['manifest']['sha256'][:16]}...`), profile `{header['profile']['name']}`, "
              f"{len(records)} of {header['manifest']['tasks']} tasks done. Every task's plans measured together: "
@@ -136,9 +137,9 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
 
 def run(manifest_file: str | Path | None = None, out: str | Path = RESULTS, profile: str | None = None,
         methods: Sequence[str] = METHODS, rounds: int = ROUNDS, sittings: int = SITTINGS,
-        progress: bool = True, sealed_set: str = NEWEST) -> tuple[Path, Path]:
+        progress: bool = True, sealed_set: str = NEWEST, prefix: str = "sealed") -> tuple[Path, Path]:
     """The sealed test (module docstring) of set ``sealed_set``'s manifest, or of ``manifest_file``
-    when given; returns the run's (jsonl, md) paths. One-line ShardlabError before anything is
+    when given; returns the run's (jsonl, md) paths, named ``<prefix>-<UTC time>``. One-line ShardlabError before anything is
     planned for a bad manifest or a changed family file."""
     manifest_file = Path(manifest_file) if manifest_file is not None else manifest_path(sealed_set)
     manifest = load_manifest(manifest_file)
@@ -147,7 +148,7 @@ def run(manifest_file: str | Path | None = None, out: str | Path = RESULTS, prof
     plan_profile = get_profile(name).name
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    run_id = "sealed-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    run_id = f"{prefix}-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     jsonl, md = out / f"{run_id}.jsonl", out / f"{run_id}.md"
     if jsonl.exists() or md.exists():
         raise ShardlabError(f"sealed test: run '{run_id}' exists already in {out.name}/: wait a second and run again")

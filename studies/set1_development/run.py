@@ -1,0 +1,47 @@
+#!/usr/bin/env python
+"""Sealed set 1's twelve tasks measured again as development data (results/set1-<UTC>.*).
+
+Set 1 has been run once as the judge and seen, so its tasks are development data; reruns go
+here, never into ``studies/sealed_test/results/``, which holds the sealed runs as their judge
+made them. The measurement is the sealed driver's (``studies/sealed_test/run.py``: every method
+at its defaults, 8 paired rounds x 2 sittings, verdicts against the best baseline); only set 1
+can be named, so a sealed set not yet run cannot be run from here. A finished run's ``.jsonl``
+is stored gzipped.
+
+    .venv/bin/python studies/set1_development/run.py [--profile NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from shardlab.errors import ShardlabError  # noqa: E402
+from studies.common.records import pack_run  # noqa: E402
+from studies.sealed_test.run import run  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+#: The one set this study reruns: run and seen, development data since.
+SET = "1"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default=None, help="hardware profile (default: cpu when no GPU is visible)")
+    ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
+    args = ap.parse_args(argv)
+    try:
+        jsonl, md = run(out=args.out, profile=args.profile, sealed_set=SET, prefix="set1")
+    except ShardlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"set 1 again: {pack_run(jsonl)} and {md}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
