@@ -242,9 +242,7 @@ def calibrate_to_task(bundle: Any, task: Task, profile: str | HardwareProfile, s
     start = time.monotonic()
     prof = get_profile(profile)
     record: dict[str, Any] = {"applied": False, "profile": prof.name, "model": bundle.source,
-                              "task": {"name": task.name, "tables": len(task.tables), "ngpu": task.ngpu,
-                                       "batch_size": task.batch_size},
-                              "seed": int(seed), "budget_s": float(budget_s)}
+                              "task": _task_fields(task), "seed": int(seed), "budget_s": float(budget_s)}
 
     def done(out: Any, reason: str | None = None) -> tuple[Any, dict[str, Any]]:
         if reason is not None:
@@ -268,6 +266,11 @@ def calibrate_to_task(bundle: Any, task: Task, profile: str | HardwareProfile, s
         return done(bundle, f"only {len(measured)} op(s) measured within budget_s = {budget_s:g} s; "
                             "a fit needs 3")
     return done(*_correct(bundle, task, measured, record))
+
+
+def _task_fields(task: Task) -> dict[str, Any]:
+    """The record's ``task``: name, tables, ngpu, batch_size."""
+    return {"name": task.name, "tables": len(task.tables), "ngpu": task.ngpu, "batch_size": task.batch_size}
 
 
 def _correct(bundle: Any, task: Task, measured: Sequence[MeasuredOp],
@@ -305,8 +308,7 @@ def replay_calibration(bundle: Any, task: Task, record: dict[str, Any]) -> tuple
         fw, bw = (float(x) for x in op["measured_ms"])
         measured.append(MeasuredOp(TaskOp(op["kind"], tuple(sorted(at[n] for n in op["tables"]))), fw, bw, 0.0))
     out: dict[str, Any] = {"applied": False, "profile": record.get("profile"), "model": bundle.source,
-                           "task": {"name": task.name, "tables": len(task.tables), "ngpu": task.ngpu,
-                                    "batch_size": task.batch_size},
+                           "task": _task_fields(task),
                            "replayed_from": {k: record.get(k) for k in ("model", "profile", "timing", "seed")}}
     if len(measured) < 3:
         out["reason"] = f"the record holds {len(measured)} measured op(s); a fit needs 3"
