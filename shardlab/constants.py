@@ -178,6 +178,14 @@ MAX_NEUROSHARD_GPUS = 256
 #: rather than searched for hours; neuroshard[columns=false] has no such bound.
 MAX_NEUROSHARD_WORK = 256_000
 
+#: The exact planner (``optimal``): up to this many item x device pairs it solves the integer
+#: program (with its time limit); up to ``MAX_RELAXED_PAIRS`` it solves the program's LP
+#: relaxation for the bound and answers with its greedy start; beyond, the bound is the
+#: relaxation averaged over devices (closed form, linear in the tables) -- see
+#: ``search/optimal.py``. An item is a whole table or a column half.
+MAX_EXACT_PAIRS = 200_000
+MAX_RELAXED_PAIRS = 2_000_000
+
 #: Bound on ``ngpu`` for TorchRec's planner: it fails above 128 ranks on one host topology
 #: ("Invalid device string: 'cuda:-57'" at 256); ``torchrec``/``torchrec_free`` refuse more at once.
 MAX_TORCHREC_GPUS = 128

@@ -8,6 +8,7 @@ once (``docs/methods.md`` lists every method's options).
 
 from shardlab.search import heuristics  # noqa: F401  (registers the heuristics)
 from shardlab.search import neuroshard  # noqa: F401  (registers neuroshard)
+from shardlab.search import optimal  # noqa: F401  (registers the exact planner)
 from shardlab.search.registry import (ALIASES, CandidateSharder, Sharder, get_sharder, method_list, parse_method,
                                       register_sharder, run_sharder, run_sharders, sharder_for, sharder_names,
                                       sharder_options)

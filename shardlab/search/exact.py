@@ -1,34 +1,42 @@
-"""Exact table-wise assignment: the placement of items on devices that minimises the largest
-device load, solved as a mixed-integer program by HiGHS, with the solver's proven bound.
+"""Exact placement of items on devices under a cost that is linear per device plus three
+global maxima, as a mixed-integer program solved by HiGHS, with the solver's proven bound.
 
-The problem (loads in any additive unit; ms under an additive cost model)::
+The program (:class:`Program`; every time in ms). Items i (whole tables, column halves)
+belong to groups (a table); a group with several alternatives (whole, or two halves) takes
+exactly one, and every item of the taken alternative goes to one device::
 
-    minimise   M
-    subject to sum_g x[i, g] = 1                       every item on one device
-               sum_i load[i, g] x[i, g] <= M           every device g
-               sum_i mem[i] x[i, g] <= cap             every device g (bytes)
-               x[i, g] in {0, 1}
+    x[i, g] in {0, 1}, z[t, a] in {0, 1}:  sum_g x[i, g] = z[t(i), a(i)],  sum_a z[t, a] = 1
+    u[g] = 1 if device g holds an item (or a fixed block), else 0
+    c[g] = op_ms u[g] + fixed_ms[g] + sum_i load[i, g] x[i, g]          compute (fw + bw)
+    d[g] = fixed_dim[g] + sum_i dim[i] x[i, g]                          all-to-all columns
+    sum_i mem[i] x[i, g] <= cap[g]                                      bytes
+    D >= d[g];   T >= link_const[j] + link_own[j] d[r(j)] + link_host[j] S[h(j)],  S[h] = sum_{g in h} d[g]
+    bw[g] = bw0[g] + send_bw d[g] + max_bw D + link_bw T                backward all-to-all
+    fw[g] = fw0[g] + send_fw d[g] + max_fw D + link_fw T + wait (R - c[g] - bw[g])
+    R >= c[g] + bw[g]
+    minimise M >= c[g] + bw[g] + fw[g]  for every g
 
-``load`` is (n,) for identical devices or (n, G) for devices that differ. With identical
-devices, the ``G`` largest items are confined to devices ``0 .. k`` (the k-th largest to the
-first k + 1): any plan can be relabelled to meet this, so it cuts the G! copies of each plan
-without losing one.
+This is the plan cost of :mod:`shardlab.schedule` (compute, backward comm, forward comm that
+waits for the last rank to be ready) whenever compute is affine in the items a device holds
+and comm is affine in the device's columns, the largest device's columns and a slowest-link
+time ``T`` (the analytic models: :mod:`shardlab.search.optimal` builds the program from them).
+D, T and R only ever raise M (every coefficient is >= 0 and each shifts all devices alike), so
+at the optimum they sit at max d, the slowest link and max ready: the program's optimum is the
+plan cost's. With identical devices and no fixed blocks, the largest single-alternative items
+are confined to devices ``0 .. k`` (the k-th largest to the first k + 1): any plan can be
+relabelled to meet this, so it cuts the G! copies of each plan without losing one.
 
 Why HiGHS (``highspy``): an open-source (MIT) LP and MIP solver in a single wheel of a few MB
 that needs only numpy, so CPU-only machines and CI install it in seconds; its LP relaxation
 also gives bounds where the integer problem is too large. The alternative, OR-Tools' CP-SAT,
-pulls in pandas and protobuf beside torch. On random additive loads (this module's author's
-trial, 2-core CPU, one thread) the two agreed on small problems and both stopped at their time
-limit within 0.1% of the bound on 30-100 items x 8 devices, where a perfect partition is
-nearly possible and optimality is hard to prove for any solver.
+pulls in pandas and protobuf beside torch.
 
-**What is proven.** ``bound`` is HiGHS's dual bound: no assignment has a largest load below
-it. ``cost`` is the largest load of the returned assignment, recomputed here in float64
-(not the solver's value). ``gap = (cost - bound) / cost``; ``status`` is ``"optimal"`` when
-the solver closed the gap to its relative tolerance ``rel_gap`` (so "optimal" means within
-``rel_gap`` of the optimum, never more), ``"time_limit"`` when it stopped at ``time_limit_s``
-with a feasible assignment. ``None`` when no assignment meets the memory caps (proven
-infeasible) or none was found within the time limit.
+**What is proven.** ``bound`` is HiGHS's dual bound: no placement has a cost below it.
+``cost`` is the returned placement's cost recomputed here in float64 (:meth:`Program.cost`,
+not the solver's value); ``gap = (cost - bound) / cost``; ``status`` is ``"optimal"`` when
+the solver closed the gap to its relative tolerance ``rel_gap`` (within ``rel_gap`` of the
+optimum, never more), ``"time_limit"`` when it stopped at ``time_limit_s``. None when no
+placement meets the memory caps (proven) or none was found in time.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import highspy
@@ -49,15 +57,90 @@ from shardlab.errors import ShardlabError, field_error
 REL_GAP = 1e-4
 #: Default time limit of one solve (s).
 TIME_LIMIT_S = 10.0
+#: Above this many item x device pairs, "device is used" is tied to the items by one row per
+#: device (n u[g] >= sum_i x[i, g]) instead of one per pair: a smaller program, a weaker LP.
+PAIR_ROWS_MAX = 20_000
+
+
+@dataclass(frozen=True)
+class Program:
+    """The program of the module docstring: ``load`` (n, G) ms, ``dim`` (n,) columns, ``mem``
+    (n,) bytes, ``cap`` (G,) bytes, ``group`` / ``alt`` (n,) each item's table and alternative;
+    the rest are the docstring's constants (arrays (G,) or (m,) for the link rows, ``host``
+    (G,) host of each device). A program without comm (one device) leaves them at 0.
+    ``identical``: every relabelling of the devices leaves every placement's cost unchanged
+    (then the symmetry cut of the module docstring applies; never set it for devices in hosts
+    of differing links)."""
+
+    load: np.ndarray
+    dim: np.ndarray
+    mem: np.ndarray
+    cap: np.ndarray
+    group: np.ndarray
+    alt: np.ndarray
+    op_ms: float = 0.0
+    fixed_ms: np.ndarray | None = None
+    fixed_dim: np.ndarray | None = None
+    busy: np.ndarray | None = None
+    bw0: np.ndarray | None = None
+    fw0: np.ndarray | None = None
+    send_bw: float = 0.0
+    send_fw: float = 0.0
+    max_bw: float = 0.0
+    max_fw: float = 0.0
+    wait: float = 0.0
+    link_bw: float = 0.0
+    link_fw: float = 0.0
+    host: np.ndarray | None = None
+    link_const: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    link_rank: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    link_own: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    link_host: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    identical: bool = False
+
+    @property
+    def ngpu(self) -> int:
+        return int(self.load.shape[1])
+
+    def _g(self, value: np.ndarray | None) -> np.ndarray:
+        return np.zeros(self.ngpu) if value is None else np.asarray(value, dtype=float)
+
+    def state(self, device: np.ndarray) -> dict[str, Any]:
+        """The program's variables at a placement (item i on ``device[i]``, -1: not taken):
+        ``u``, ``c``, ``d``, ``S`` (G,) or (hosts,), ``D``, ``T``, ``R`` floats, ``total``
+        (G,) each device's c + bw + fw (ms)."""
+        n, g = self.load.shape
+        device = np.asarray(device, dtype=int)
+        on = device >= 0
+        used = (np.bincount(device[on], minlength=g) > 0) | self._g(self.busy).astype(bool)
+        c = self._g(self.fixed_ms) + self.op_ms * used + np.bincount(
+            device[on], weights=self.load[np.arange(n)[on], device[on]], minlength=g)
+        d = self._g(self.fixed_dim) + np.bincount(device[on], weights=self.dim[on], minlength=g)
+        s, t = np.zeros(0), 0.0
+        if len(self.link_const):
+            s = np.bincount(self.host, weights=d)
+            t = float(np.max(self.link_const + self.link_own * d[self.link_rank]
+                             + self.link_host * s[self.host[self.link_rank]]))
+        big_d = float(d.max())
+        bw = self._g(self.bw0) + self.send_bw * d + self.max_bw * big_d + self.link_bw * t
+        ready = c + bw
+        fw = (self._g(self.fw0) + self.send_fw * d + self.max_fw * big_d + self.link_fw * t
+              + self.wait * (ready.max() - ready))
+        return {"u": used.astype(float), "c": c, "d": d, "S": s, "D": big_d, "T": t, "R": float(ready.max()),
+                "total": c + bw + fw}
+
+    def cost(self, device: np.ndarray) -> float:
+        """The largest device cost (ms) of a placement (:meth:`state`)."""
+        return float(self.state(device)["total"].max())
 
 
 @dataclass(frozen=True)
 class Assignment:
-    """An assignment and what is proven about it: ``device`` (n,) device of each item;
-    ``cost`` its largest device load; ``bound`` the proven lower bound on every assignment's
-    largest load (same unit as the loads); ``gap`` (cost - bound) / cost (0 where cost is 0);
-    ``status`` ``"optimal"`` (gap closed to ``rel_gap``) or ``"time_limit"``; ``seconds`` the
-    solve's wall time (s); ``rel_gap`` the tolerance it ran with."""
+    """A placement and what is proven about it: ``device`` (n,) device of each item (-1: its
+    alternative not taken); ``cost`` its cost; ``bound`` the proven lower bound on every
+    placement's cost (same unit); ``gap`` (cost - bound) / cost (0 where cost is 0); ``status``
+    ``"optimal"`` (gap closed to ``rel_gap``) or ``"time_limit"``; ``seconds`` the solve's wall
+    time (s); ``rel_gap`` the tolerance it ran with."""
 
     device: tuple[int, ...]
     cost: float
@@ -118,20 +201,22 @@ def _loads(load: Any, ngpu: int) -> tuple[np.ndarray, bool]:
     return arr, same
 
 
-def min_makespan(load: Any, mem: Any, cap: float, ngpu: int, time_limit_s: float = TIME_LIMIT_S,
-                 rel_gap: float = REL_GAP, seed: int = 0) -> Assignment | None:
-    """The assignment of n items to ``ngpu`` devices with the smallest largest load (module
-    docstring). ``load``: (n,) or (n, G) per item (per device); ``mem``: (n,) bytes per item;
-    ``cap``: bytes per device; ``time_limit_s`` > 0; ``rel_gap`` in [0, 1); ``seed`` fixes the
-    solver's choices (one thread), so the same input gives the same assignment whenever the
-    solve ends ``"optimal"``; one stopped by ``time_limit_s`` returns what the solver had by
-    then, which depends on the machine's speed (its ``status`` says so)."""
-    if not (isinstance(ngpu, (int, np.integer)) and ngpu >= 1):
-        raise field_error("exact assignment", "ngpu", ngpu, "must be an integer >= 1")
+def check_limits(time_limit_s: Any, rel_gap: Any) -> None:
+    """One-line errors for a time limit that is not > 0 or a gap outside [0, 1)."""
     if not (isinstance(time_limit_s, (int, float)) and math.isfinite(time_limit_s) and time_limit_s > 0):
         raise field_error("exact assignment", "time_limit_s", time_limit_s, "must be a number > 0")
     if not (isinstance(rel_gap, (int, float)) and 0 <= rel_gap < 1):
         raise field_error("exact assignment", "rel_gap", rel_gap, "must be in [0, 1)")
+
+
+def min_makespan(load: Any, mem: Any, cap: float, ngpu: int, time_limit_s: float = TIME_LIMIT_S,
+                 rel_gap: float = REL_GAP, seed: int = 0) -> Assignment | None:
+    """The assignment of n items to ``ngpu`` devices with the smallest largest load: the
+    program without comm, op cost or alternatives. ``load``: (n,) or (n, G) per item (per
+    device); ``mem``: (n,) bytes per item; ``cap``: bytes per device."""
+    if not (isinstance(ngpu, (int, np.integer)) and ngpu >= 1):
+        raise field_error("exact assignment", "ngpu", ngpu, "must be an integer >= 1")
+    check_limits(time_limit_s, rel_gap)
     loads, same = _loads(load, int(ngpu))
     n, g = loads.shape
     need = np.asarray(mem, dtype=np.float64).reshape(-1)
@@ -139,57 +224,230 @@ def min_makespan(load: Any, mem: Any, cap: float, ngpu: int, time_limit_s: float
         raise field_error("exact assignment", "mem", f"shape {need.shape}", f"must be (n,) = ({n},), finite, >= 0")
     if not (math.isfinite(cap) and cap >= 0):
         raise field_error("exact assignment", "cap", cap, "must be a number >= 0")
+    program = Program(loads, np.zeros(n), need, np.full(g, float(cap)), np.arange(n), np.zeros(n, dtype=int),
+                      identical=same)
+    return solve(program, time_limit_s, rel_gap, seed)
+
+
+def solve(program: Program, time_limit_s: float = TIME_LIMIT_S, rel_gap: float = REL_GAP, seed: int = 0,
+          start: np.ndarray | None = None, relax: bool = False) -> Assignment | None:
+    """The cheapest placement of ``program`` (module docstring) within ``time_limit_s``;
+    ``seed`` fixes the solver's choices (one thread), so the same input gives the same
+    placement whenever the solve ends ``"optimal"`` (one stopped by the clock depends on the
+    machine's speed: its status says so). ``start``: a placement (n,) to start from (the
+    solver's first incumbent where it is feasible). ``relax``: solve the LP relaxation only;
+    the Assignment then carries the bound and the start's cost (``status`` ``"relaxation"``;
+    None without a start)."""
+    check_limits(time_limit_s, rel_gap)
+    n, g = program.load.shape
     if n == 0:
-        return Assignment((), 0.0, 0.0, 0.0, "optimal", 0.0, float(rel_gap))
-    if (need > cap).any():
-        return None
-    start = time.monotonic()
-    h = _program(loads, need, float(cap), same, time_limit_s, rel_gap, seed)
+        return Assignment((), program.cost(np.zeros(0, dtype=int)), program.cost(np.zeros(0, dtype=int)), 0.0,
+                          "optimal", 0.0, float(rel_gap))
+    multi, _ = _groups(program)
+    if (~(program.mem[:, None] <= program.cap[None] * (1 + 1e-12)).any(axis=1) & ~multi).any():
+        return None                              # an item with no alternative fits no device
+    began = time.monotonic()
+    h, layout = _model(program, time_limit_s, rel_gap, seed, relax)
+    if start is not None:
+        start = _relabelled(program, np.asarray(start, dtype=int))
+        sol = highspy.HighsSolution()
+        sol.col_value = list(_column_values(program, layout, np.asarray(start)))
+        h.setSolution(sol)
     h.run()
-    seconds = time.monotonic() - start
+    seconds = time.monotonic() - began
+    status = h.getModelStatus()
+    if relax:
+        if start is None or status != highspy.HighsModelStatus.kOptimal:
+            return None
+        cost = program.cost(np.asarray(start))
+        bound = min(float(h.getInfo().objective_function_value), cost)
+        return Assignment(tuple(int(d) for d in start), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
+                          "relaxation", seconds, float(rel_gap))
     sol = h.getSolution()
     if not getattr(sol, "value_valid", True) or len(sol.col_value) < n * g:
         return None
     x = np.asarray(sol.col_value[:n * g]).reshape(n, g)
-    device = x.argmax(axis=1)
-    if not np.allclose(x.sum(axis=1), 1.0, atol=1e-6) or (x.max(axis=1) < 0.5).any():
-        return None
-    per_device = np.zeros(g)
-    np.add.at(per_device, device, loads[np.arange(n), device])
-    used = np.zeros(g)
-    np.add.at(used, device, need)
-    if (used > cap * (1 + 1e-9)).any():
-        raise ShardlabError("exact assignment: the solver returned an assignment over field 'cap'")
-    cost = float(per_device.max())
+    device = np.where(x.max(axis=1) > 0.5, x.argmax(axis=1), -1)
+    used = np.bincount(device[device >= 0], weights=program.mem[device >= 0], minlength=g)
+    if (used > program.cap * (1 + 1e-9)).any():
+        raise ShardlabError("exact assignment: the solver returned a placement over field 'cap'")
+    cost = program.cost(device)
+    if start is not None and program.cost(start) < cost:         # the solver kept a worse incumbent
+        device, cost = start, program.cost(start)
     bound = min(float(h.getInfo().mip_dual_bound), cost)
-    status = "optimal" if h.getModelStatus() == highspy.HighsModelStatus.kOptimal else "time_limit"
-    gap = (cost - bound) / cost if cost > 0 else 0.0
-    return Assignment(tuple(int(d) for d in device), cost, bound, gap, status, seconds, float(rel_gap))
+    said = "optimal" if status == highspy.HighsModelStatus.kOptimal else "time_limit"
+    return Assignment(tuple(int(d) for d in device), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
+                      said, seconds, float(rel_gap))
 
 
-def _program(loads: np.ndarray, need: np.ndarray, cap: float, same: bool, time_limit_s: float,
-             rel_gap: float, seed: int) -> Any:
-    """The HiGHS model of the module docstring: columns x[i, g] (row-major) then M."""
-    n, g = loads.shape
+def _sure_order(program: Program) -> np.ndarray:
+    """The items the symmetry cut confines (at most G), largest first: the k-th only on
+    devices 0 .. k."""
+    multi, _ = _groups(program)
+    sure = np.flatnonzero(~multi)
+    return sure[np.argsort(-program.load[sure, 0], kind="stable")][:program.ngpu]
+
+
+def _relabelled(program: Program, device: np.ndarray) -> np.ndarray:
+    """``device`` with the devices renamed so it meets the symmetry cut (same cost, since the
+    devices are identical); unchanged where the cut does not apply."""
+    if not program.identical or program._g(program.busy).any():
+        return device
+    names: dict[int, int] = {}
+    for i in _sure_order(program):
+        if device[i] >= 0 and int(device[i]) not in names:
+            names[int(device[i])] = len(names)
+    for d in range(program.ngpu):
+        if d not in names:
+            names[d] = len(names)
+    return np.array([names[int(d)] if d >= 0 else -1 for d in device])
+
+
+def _groups(program: Program) -> tuple[np.ndarray, dict[tuple[int, int], int]]:
+    """Whether each item's group has several alternatives, and the z column of each (group, alt)."""
+    pairs = sorted({(int(t), int(a)) for t, a in zip(program.group, program.alt)})
+    count: dict[int, int] = {}
+    for t, _ in pairs:
+        count[t] = count.get(t, 0) + 1
+    multi = np.array([count[int(t)] > 1 for t in program.group], dtype=bool)
+    z = {p: k for k, p in enumerate(p for p in pairs if count[p[0]] > 1)}
+    return multi, z
+
+
+def _layout(program: Program) -> dict[str, int]:
+    """First column of each variable block (x, z, u, c, d, S, D, T, R, M) and the count."""
+    n, g = program.load.shape
+    _, z = _groups(program)
+    hosts = int(program.host.max()) + 1 if len(program.link_const) else 0
+    sizes = [("x", n * g), ("z", len(z)), ("u", g), ("c", g), ("d", g), ("S", hosts), ("D", 1), ("T", 1),
+             ("R", 1), ("M", 1)]
+    out, at = {}, 0
+    for name, size in sizes:
+        out[name] = at
+        at += size
+    out["n"] = at
+    return out
+
+
+def _column_values(program: Program, layout: dict[str, int], device: np.ndarray) -> np.ndarray:
+    """Every column's value at placement ``device`` (a start for the solver)."""
+    n, g = program.load.shape
+    v = np.zeros(layout["n"])
+    on = device >= 0
+    v[layout["x"] + np.arange(n)[on] * g + device[on]] = 1.0
+    _, z = _groups(program)
+    for i in np.arange(n)[on]:
+        k = z.get((int(program.group[i]), int(program.alt[i])))
+        if k is not None:
+            v[layout["z"] + k] = 1.0
+    st = program.state(device)
+    for name in ("u", "c", "d", "S"):
+        v[layout[name]:layout[name] + len(st[name])] = st[name]
+    for name in ("D", "T", "R"):
+        v[layout[name]] = st[name]
+    v[layout["M"]] = st["total"].max()
+    return v
+
+
+class _Rows:
+    """Rows of a sparse program, gathered then handed to HiGHS in one call (CSR)."""
+
+    def __init__(self) -> None:
+        self.idx: list[np.ndarray] = []
+        self.val: list[np.ndarray] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+
+    def add(self, idx: Any, val: Any, lo: float, hi: float) -> None:
+        self.idx.append(np.asarray(idx, dtype=np.int32).reshape(-1))
+        self.val.append(np.asarray(val, dtype=np.float64).reshape(-1))
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+
+def _model(program: Program, time_limit_s: float, rel_gap: float, seed: int, relax: bool) -> tuple[Any, dict[str, int]]:
+    """The HiGHS model of ``program`` (module docstring) and its column layout."""
+    n, g = program.load.shape
     inf = highspy.kHighsInf
+    lay = _layout(program)
+    multi, zcol = _groups(program)
+    busy = program._g(program.busy).astype(bool)
+    lower, upper = np.zeros(lay["n"]), np.full(lay["n"], inf)
+    upper[lay["x"]:lay["x"] + n * g] = 1.0
+    upper[lay["z"]:lay["u"]] = 1.0
+    upper[lay["u"]:lay["u"] + g] = 1.0
+    lower[lay["u"]:lay["u"] + g] = busy
+    fits = program.mem[:, None] <= program.cap[None] * (1 + 1e-12)
+    upper[lay["x"]:lay["x"] + n * g] = fits.reshape(-1)
+    if program.identical and not busy.any():     # the k-th largest sure item only on devices 0 .. k
+        for k, i in enumerate(_sure_order(program)):
+            upper[lay["x"] + i * g + k + 1:lay["x"] + (i + 1) * g] = 0.0
+    x = lambda i, d: lay["x"] + i * g + d   # noqa: E731
+    rows = _Rows()
+    for i in range(n):
+        k = zcol.get((int(program.group[i]), int(program.alt[i])))
+        cols = [x(i, d) for d in range(g)]
+        if k is None:
+            rows.add(cols, np.ones(g), 1.0, 1.0)
+        else:
+            rows.add(cols + [lay["z"] + k], np.append(np.ones(g), -1.0), 0.0, 0.0)
+    by_group: dict[int, list[int]] = {}
+    for (t, _), k in zcol.items():
+        by_group.setdefault(t, []).append(lay["z"] + k)
+    for cols in by_group.values():
+        rows.add(cols, np.ones(len(cols)), 1.0, 1.0)
+    items = np.arange(n)
+    pair_rows = n * g <= PAIR_ROWS_MAX
+    for d in range(g):
+        xs = lay["x"] + items * g + d
+        u, c, dd = lay["u"] + d, lay["c"] + d, lay["d"] + d
+        if not busy[d]:
+            rows.add(np.append(xs, u), np.append(-np.ones(n), 1.0), -inf, 0.0)          # u <= sum x
+            if pair_rows:
+                for xi in xs:
+                    rows.add([u, xi], [1.0, -1.0], 0.0, inf)                          # u >= x
+            else:
+                rows.add(np.append(xs, u), np.append(-np.ones(n), float(n)), 0.0, inf)  # n u >= sum x
+        rows.add(np.concatenate([[c, u], xs]), np.concatenate([[1.0, -program.op_ms], -program.load[:, d]]),
+                 program._g(program.fixed_ms)[d], program._g(program.fixed_ms)[d])
+        rows.add(np.append(dd, xs), np.append(1.0, -program.dim), program._g(program.fixed_dim)[d],
+                 program._g(program.fixed_dim)[d])
+        rows.add(xs, program.mem, -inf, float(program.cap[d]))
+        rows.add([lay["D"], dd], [1.0, -1.0], 0.0, inf)
+    if len(program.link_const):
+        for h in range(int(program.host.max()) + 1):
+            members = np.flatnonzero(program.host == h)
+            rows.add(np.append(lay["S"] + h, lay["d"] + members), np.append(1.0, -np.ones(len(members))), 0.0, 0.0)
+        for j, r in enumerate(program.link_rank):
+            rows.add([lay["T"], lay["d"] + r, lay["S"] + program.host[r]],
+                     [1.0, -program.link_own[j], -program.link_host[j]], float(program.link_const[j]), inf)
+    k = program.wait
+    bw0, fw0 = program._g(program.bw0), program._g(program.fw0)
+    for d in range(g):
+        c, dd = lay["c"] + d, lay["d"] + d
+        rows.add([lay["R"], c, dd, lay["D"], lay["T"]],
+                 [1.0, -1.0, -program.send_bw, -program.max_bw, -program.link_bw], float(bw0[d]), inf)
+        rows.add([lay["M"], c, dd, lay["D"], lay["T"], lay["R"]],
+                 [1.0, -(1 - k), -((1 - k) * program.send_bw + program.send_fw),
+                  -((1 - k) * program.max_bw + program.max_fw), -((1 - k) * program.link_bw + program.link_fw), -k],
+                 float((1 - k) * bw0[d] + fw0[d]), inf)
     h = _highs()
     for key, value in (("time_limit", float(time_limit_s)), ("mip_rel_gap", float(rel_gap)),
                        ("threads", 1), ("random_seed", int(seed) % 2_147_483_647)):
         h.setOptionValue(key, value)
-    nx = n * g
-    upper = np.ones(nx + 1)
-    upper[-1] = inf
-    if same:                                  # the k-th largest item only on devices 0 .. k
-        for k, i in enumerate(np.argsort(-loads[:, 0], kind="stable")[:g]):
-            upper[i * g + k + 1:(i + 1) * g] = 0.0
-    h.addVars(nx + 1, np.zeros(nx + 1), upper)
-    cols = np.arange(nx, dtype=np.int32)
-    h.changeColsIntegrality(nx, cols, np.array([highspy.HighsVarType.kInteger] * nx))
-    h.changeColsCost(1, np.array([nx], dtype=np.int32), np.array([1.0]))
-    for i in range(n):
-        h.addRow(1.0, 1.0, g, np.arange(i * g, (i + 1) * g, dtype=np.int32), np.ones(g))
-    for d in range(g):
-        idx = np.arange(d, nx, g, dtype=np.int32)
-        h.addRow(-inf, 0.0, n + 1, np.append(idx, np.int32(nx)), np.append(loads[:, d], -1.0))
-        h.addRow(-inf, cap, n, idx, need)
-    return h
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = lay["n"], len(rows.lo)
+    cost = np.zeros(lay["n"])
+    cost[lay["M"]] = 1.0
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, lower, upper
+    lp.row_lower_, lp.row_upper_ = np.array(rows.lo), np.array(rows.hi)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.concatenate([[0], np.cumsum([len(i) for i in rows.idx])]).astype(np.int32)
+    lp.a_matrix_.index_ = np.concatenate(rows.idx)
+    lp.a_matrix_.value_ = np.concatenate(rows.val)
+    if not relax:
+        kinds = np.full(lay["n"], highspy.HighsVarType.kContinuous)
+        kinds[lay["x"]:lay["u"] + g] = highspy.HighsVarType.kInteger
+        lp.integrality_ = list(kinds)
+    h.passModel(lp)
+    return h, lay

@@ -1,0 +1,269 @@
+"""A task and a cost-model bundle as the exact program of :mod:`shardlab.search.exact`.
+
+**The plan space** (what the program's optimum and bound are over): every table that fits a
+device whole is placed whole, or -- with ``columns`` -- as two column halves (each on any
+device; only where half the dim is a multiple of ``constants.DIM_MULTIPLE``); a table that
+fits no device whole is laid out row-wise over the first k devices, k = min(G, rows) equal row
+blocks (TorchRec's row-wise layout over every device; it is not searched). Memory caps hold.
+
+**Exact under the analytic models.** :class:`~shardlab.costmodel.analytic.AnalyticCompute`
+is affine in the items a device holds (a per-op cost once a device holds anything, plus each
+(sub)table's terms), so each item's load is the model's prediction for it alone less the
+per-op cost. :class:`~shardlab.costmodel.analytic.AnalyticComm` is affine in the device's
+columns, all columns (a constant here: every plan moves them all) and the largest device's
+columns, plus waiting; its constants are read off the model by three probes.
+:class:`~shardlab.costmodel.topology_comm.TopologyComm` is the slowest rank's time over four
+linear byte counts per rank (sent and received, inside and between hosts), i.e. link rows.
+Row-wise collectives of the fixed row blocks add a constant per rank
+(:meth:`~shardlab.costmodel.rowwise_comm.RowWiseComm.increment`). :func:`build` checks the
+program against the model on the plan it returns (:func:`check`).
+
+**Linearised otherwise.** For a compute model that is not additive (a learned one), each item's
+load is fitted by non-negative least squares to the model's predictions on random shards of the
+task's items (relative error), and the comm of a learned bundle is its profile's analytic comm
+model; the label says so. The program's bound is then a bound of the linearisation only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardlab import constants as C
+from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute, nnls_relative
+from shardlab.costmodel.bundle import _plain, load_bundle
+from shardlab.costmodel.topology_comm import TopologyComm
+from shardlab.evaluate.values import comm_pattern
+from shardlab.data.lookups import device_tables
+from shardlab.plan import Placement, Plan
+from shardlab.search.exact import Program
+from shardlab.search.row_split import equal_row_ranges
+from shardlab.tables import Table, Task
+
+#: Random shards the linearisation of a non-additive compute model is fitted on, per item.
+FIT_SHARDS_PER_ITEM = 6
+
+
+@dataclass(frozen=True)
+class Item:
+    """One block the program may place: table ``table`` (index in the task), alternative
+    ``alt`` (0 whole, 1 halves), columns ``[col_offset, col_offset + cols)``, as the
+    (sub)table ``sub`` a device holding it would cost."""
+
+    table: int
+    alt: int
+    col_offset: int
+    cols: int
+    sub: Table
+
+
+@dataclass(frozen=True)
+class Built:
+    """A task's program: ``program``, its ``items``, the ``fixed`` placements (row blocks),
+    whether it is ``exact`` under the bundle (else a linearisation), ``label`` (what it rests
+    on, one line) and ``space`` (the plan space, one line)."""
+
+    program: Program
+    items: tuple[Item, ...]
+    fixed: tuple[Placement, ...]
+    exact: bool
+    label: str
+    space: str
+
+
+def plan_space(columns: bool) -> str:
+    """The plan space in one line (module docstring)."""
+    return ("table-wise" + (" or two column halves per table" if columns else "")
+            + "; a table that fits no device row-wise over every device")
+
+
+def in_space(task: Task, plan: Plan, columns: bool = True) -> bool:
+    """Whether ``plan`` lies in the plan space (module docstring): the optimum and bound of the
+    program are over these plans only."""
+    items, fixed = _items(task, columns)
+    blocks: dict[str, set[tuple[int, int, int, int]]] = {}
+    for p in plan.placements:
+        blocks.setdefault(p.table, set()).add((p.col_offset, p.cols, p.row_offset, p.rows))
+    want_fixed: dict[str, set[tuple[int, int, int, int]]] = {}
+    for p in fixed:
+        want_fixed.setdefault(p.table, set()).add((p.col_offset, p.cols, p.row_offset, p.rows))
+    if any({(b.col_offset, b.cols, b.row_offset, b.rows, b.device) for b in plan.placements if b.table == name}
+           != {(f.col_offset, f.cols, f.row_offset, f.rows, f.device) for f in fixed if f.table == name}
+           for name in want_fixed):
+        return False
+    shapes: dict[str, set[frozenset[tuple[int, int, int, int]]]] = {}
+    for it in items:
+        t = task.tables[it.table]
+        shapes.setdefault(t.name, set())
+    for name in shapes:
+        t = task.table(name)
+        half = t.dim // 2
+        ok = {frozenset({(0, t.dim, 0, t.rows)})}
+        if any(it.alt == 1 for it in items if task.tables[it.table].name == name):
+            ok.add(frozenset({(0, half, 0, t.rows), (half, half, 0, t.rows)}))
+        if frozenset(blocks.get(name, set())) not in ok:
+            return False
+    return True
+
+
+def _items(task: Task, columns: bool) -> tuple[list[Item], list[Placement]]:
+    """The task's items and its fixed row blocks (module docstring)."""
+    items: list[Item] = []
+    fixed: list[Placement] = []
+    cap = task.mem_cap_bytes
+    for k, t in enumerate(task.tables):
+        if task.table_bytes(t) > cap:
+            ranges = equal_row_ranges(t.rows, min(task.ngpu, t.rows))
+            fixed += [Placement(t.name, 0, t.dim, off, n, g) for g, (off, n) in enumerate(ranges)]
+            continue
+        items.append(Item(k, 0, 0, t.dim, t))
+        half = t.dim // 2
+        if columns and task.ngpu > 1 and half % C.DIM_MULTIPLE == 0 and half > 0:
+            items += [Item(k, 1, off, half, t.with_dim(half, name=f"{t.name}[{off}:{off + half}]"))
+                      for off in (0, half)]
+    return items, fixed
+
+
+def _compute_loads(compute: Any, items: list[Item], fixed_shards: list[list[Table]], ngpu: int, seed: int
+                   ) -> tuple[float, np.ndarray, np.ndarray, bool]:
+    """(per-op ms, item loads (n,) ms, fixed loads (G,) ms, exact): fw + bw compute."""
+    subs = [it.sub for it in items]
+    if isinstance(_plain(compute), AnalyticCompute) and compute is _plain(compute):
+        op = float(compute.predict_sums(np.zeros((1, compute.embed_dim)), np.array([1])).sum())
+        def alone(tables: list[Table]) -> np.ndarray:
+            return np.asarray(compute.predict([[t] for t in tables]), dtype=float).sum(axis=1) - op
+        load = alone(subs) if subs else np.zeros(0)
+        fixed = np.array([alone(s).sum() if s else 0.0 for s in fixed_shards])
+        return op, load, fixed, True
+    rng = np.random.default_rng(seed)
+    n = len(items)
+    shards, rows = [], []
+    per = max(1, n // max(ngpu, 1))
+    for _ in range(min(4000, FIT_SHARDS_PER_ITEM * max(n, 1))):
+        pick = rng.choice(n, size=min(n, max(1, rng.integers(1, 2 * per + 1))), replace=False)
+        shards.append([subs[i] for i in pick])
+        row = np.zeros(n + 1)
+        row[0], row[1 + pick] = 1.0, 1.0
+        rows.append(row)
+    y = np.asarray(compute.predict(shards), dtype=float).sum(axis=1)
+    coef = nnls_relative(np.array(rows), np.maximum(y, 1e-6))
+    pred = np.asarray(compute.predict([s for s in fixed_shards if s]), dtype=float).sum(axis=1) if any(fixed_shards) else []
+    fixed = np.zeros(ngpu)
+    fixed[[g for g, s in enumerate(fixed_shards) if s]] = np.asarray(pred) - coef[0]
+    return float(coef[0]), coef[1:], fixed, False
+
+
+def _affine_comm(comm: Any, ngpu: int, total_dim: float) -> dict[str, Any]:
+    """An all-to-all model affine in (own columns, all columns, largest columns) plus waiting,
+    read off by probes at ``total_dim`` columns in all (module docstring)."""
+    g, s = ngpu, float(total_dim)
+    lump = np.zeros((1, g))
+    lump[0, 0] = s
+    even = np.full((1, g), s / g)
+    a, b = (np.asarray(comm.predict(d, None), dtype=float)[0] for d in (lump, even))
+    delays = np.zeros((1, g))
+    delays[0, 0] = 1.0
+    waited = np.asarray(comm.predict(even, delays), dtype=float)[0]
+    out: dict[str, Any] = {"wait": float(waited[1, 0] - b[1, 0])}
+    for j, key in ((1, "bw"), (0, "fw")):
+        send = (a[0, j] - a[1, j]) / s
+        big = (a[1, j] - b[1, j] + send * s / g) / (s - s / g)
+        out["send_" + key], out["max_" + key] = float(send), float(big)
+        out[key + "0"] = np.full(g, a[1, j] - big * s)
+    return out
+
+
+def _topology_links(comm: TopologyComm, ngpu: int, total_dim: float) -> dict[str, Any]:
+    """The slowest-rank time of the topology model as link rows (module docstring)."""
+    g = ngpu
+    host = np.arange(g) // max(1, comm.gpus_per_host)
+    size = np.bincount(host)[host].astype(float)
+    per_col = 1e3 * comm.batch_size / g * comm.bytes_per_value
+    ki, ke = per_col / (comm.intra_gbps * 1e9), per_col / (comm.inter_gbps * 1e9)
+    lat = comm.latency_us * 1e-3
+    rank = np.concatenate([np.arange(g)] * 4)
+    const = np.concatenate([np.full(g, lat)] * 3 + [lat + ke * float(total_dim) * np.ones(g)])
+    own = np.concatenate([ki * (size - 1), -ki * np.ones(g), ke * (g - size), np.zeros(g)])
+    on_host = np.concatenate([np.zeros(g), ki * np.ones(g), np.zeros(g), -ke * np.ones(g)])
+    return {"host": host, "link_const": const, "link_rank": rank, "link_own": own, "link_host": on_host,
+            "link_bw": 1.0, "link_fw": 1.0, "wait": 1.0}
+
+
+def build(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = True, seed: int = 0) -> Built:
+    """The program of ``task`` under ``bundle`` (and ``rowwise_comm`` for the fixed row blocks,
+    as :func:`~shardlab.evaluate.model.estimate_plan` costs them)."""
+    g = task.ngpu
+    items, fixed = _items(task, columns)
+    partial = Plan(task.name, "optimal", g, tuple(fixed))
+    fixed_shards = device_tables(task, partial) if fixed else [[] for _ in range(g)]
+    op, load, fixed_ms, exact = _compute_loads(bundle.compute, items, fixed_shards, g, seed)
+    label = bundle.source if exact else f"a linearisation fitted to {bundle.source} around the task"
+    shard_dims = np.array([sum(t.dim for t in s) for s in fixed_shards], dtype=float)
+    fixed_dim, inc = shard_dims, np.zeros((g, 2))
+    if fixed and rowwise_comm is not None and g > 1:
+        dims, rw = comm_pattern(task, partial, int(rowwise_comm.setting("batch_size")))
+        fixed_dim = np.asarray(dims, dtype=float)
+        if not rw.empty:
+            inc = np.asarray(rowwise_comm.increment(g, rw.to_dict()), dtype=float)
+            label += "+" + rowwise_comm.source
+    total = float(fixed_dim.sum() + sum(task.tables[k].dim for k in {it.table for it in items}))
+    comm: dict[str, Any] = {}
+    if g > 1:
+        model, comm_label = bundle.comm_for(g)
+        plain = _plain(model)
+        if isinstance(plain, TopologyComm):
+            comm = _topology_links(plain, g, total)
+        else:
+            if not isinstance(plain, AnalyticComm) or plain is not model:
+                model = load_bundle("analytic", getattr(bundle.compute, "profile_", {}).get("name", "cpu")).comm
+                exact, comm_label = False, f"+comm linearised as {model.source}"
+            comm = _affine_comm(model, g, total)
+        label += comm_label
+        comm["bw0"] = comm.get("bw0", np.zeros(g)) + inc[:, 1]
+        comm["fw0"] = comm.get("fw0", np.zeros(g)) + inc[:, 0]
+    used = np.zeros(g)
+    for p in fixed:
+        used[p.device] += task.block_bytes(p.rows, p.cols)
+    program = Program(np.repeat(load[:, None], g, axis=1), np.array([it.cols for it in items], dtype=float),
+                      np.array([task.block_bytes(it.sub.rows, it.cols) for it in items], dtype=float),
+                      task.mem_cap_bytes - used, np.array([it.table for it in items], dtype=int),
+                      np.array([it.alt for it in items], dtype=int), op_ms=op, fixed_ms=fixed_ms,
+                      fixed_dim=fixed_dim, busy=np.array([bool(s) for s in fixed_shards]),
+                      identical=not fixed and len(set(np.asarray(comm.get("host", [0])).tolist())) == 1, **comm)
+    return Built(program, tuple(items), tuple(fixed), exact, label, plan_space(columns))
+
+
+def to_plan(task: Task, built: Built, device: Any, method: str, seed: int = 0) -> Plan:
+    """The plan of a placement of ``built``'s items (-1: not taken) plus its fixed blocks."""
+    out = list(built.fixed)
+    for it, d in zip(built.items, device):
+        if d >= 0:
+            t = task.tables[it.table]
+            out.append(Placement(t.name, it.col_offset, it.cols, 0, t.rows, int(d)))
+    return Plan(task.name, method, task.ngpu, tuple(out), seed)
+
+
+def greedy_start(built: Built) -> np.ndarray | None:
+    """A placement to start the solver from: whole tables, heaviest first, each on the device
+    whose program cost it raises least among those it fits (ties: the lower id); None if one
+    fits nowhere. (n,) device per item, -1 for the halves."""
+    p = built.program
+    n, g = p.load.shape
+    device = np.full(n, -1)
+    free = p.cap.astype(float).copy()
+    whole = [i for i in range(n) if built.items[i].alt == 0]
+    c = p._g(p.fixed_ms) + p.op_ms * p._g(p.busy)
+    d = p._g(p.fixed_dim).copy()
+    for i in sorted(whole, key=lambda i: -(p.load[i, 0] + p.send_bw * p.dim[i])):
+        ok = np.flatnonzero(p.mem[i] <= free)
+        if not len(ok):
+            return None
+        add = p.load[i, ok] + p.op_ms * (c[ok] == 0) + (p.send_bw + p.send_fw) * p.dim[i]
+        best = ok[np.argmin(c[ok] + (p.send_bw + p.send_fw) * d[ok] + add)]
+        device[i] = best
+        free[best] -= p.mem[i]
+        c[best] += p.load[i, best] + (p.op_ms if c[best] == 0 else 0.0)
+        d[best] += p.dim[i]
+    return device
