@@ -16,10 +16,17 @@ def task():
     return generate_task(ntables=24, ngpu=4, mem_cap_gb=4.0, batch_size=4096, seed=21)
 
 
+#: Options that make a method's answer independent of the machine's speed: the exact planner
+#: stopped by its clock returns what it had by then, so here it is given time to prove its plan
+#: (to 1%) and the test asks for the same plan of a completed solve.
+TO_COMPLETION = {"optimal": "optimal[time_limit_s=600,rel_gap=0.01]"}
+
+
 @pytest.mark.parametrize("method", sharder_names())
 def test_same_seed_same_plan(method, task):
-    a = run_sharder(get_sharder(method), task, seed=3)
-    b = run_sharder(get_sharder(method), task, seed=3)
+    spec = TO_COMPLETION.get(method, method)
+    a = run_sharder(get_sharder(spec), task, seed=3)
+    b = run_sharder(get_sharder(spec), task, seed=3)
     assert a.placements == b.placements and a.seed == b.seed == 3
 
 

@@ -163,7 +163,7 @@ class CostModelBundle:
         if not isinstance(name, str) or not name:
             raise ShardlabError("cost model: field 'valid_range.fallback' must name an analytic bundle")
         beside = None if self.folder is None else self.folder / f"{name}.json"
-        profile = _plain(self.compute).profile_.get("name", "cpu")
+        profile = plain_model(self.compute).profile_.get("name", "cpu")
         out = load_bundle(beside if beside is not None and beside.is_file() else name, profile)
         if out.valid_range:
             raise ShardlabError(f"cost model: field 'valid_range.fallback' = {name!r} has a valid range of its own; "
@@ -193,7 +193,7 @@ class CostModelBundle:
 
     def unguarded(self) -> "CostModelBundle":
         """The same models without their valid range: what they predict everywhere, alone."""
-        return CostModelBundle(_plain(self.compute), _plain(self.comm), self.provenance, self.heldout, self.calibration)
+        return CostModelBundle(plain_model(self.compute), plain_model(self.comm), self.provenance, self.heldout, self.calibration)
 
     def split_calibration(self) -> SplitCalibration | None:
         """The compute model's split calibration, or None when the bundle has none."""
@@ -213,7 +213,7 @@ class CostModelBundle:
         if self.fallback_bundle is not None:
             self.valid_range = {**self.valid_range, "fallback": _save_fallback(self.fallback_bundle, p)}
         parts = {}
-        for role, model in (("compute", _plain(self.compute)), ("comm", _plain(self.comm))):
+        for role, model in (("compute", plain_model(self.compute)), ("comm", plain_model(self.comm))):
             name = _part_name(p, role, model)
             model.save(str(p.parent / name))
             parts[role] = {"file": name, "class": f"{type(model).__module__}.{type(model).__name__}"}
@@ -229,7 +229,7 @@ class CostModelBundle:
         p = Path(path)
         out = [] if self.fallback_bundle is None else \
             self.fallback_bundle.output_files(p.parent / f"{p.stem}.fallback.json")
-        out += [p.parent / _part_name(p, role, _plain(m)) for role, m in (("compute", self.compute), ("comm", self.comm))]
+        out += [p.parent / _part_name(p, role, plain_model(m)) for role, m in (("compute", self.compute), ("comm", self.comm))]
         return out + [p]
 
 
@@ -239,7 +239,7 @@ def _part_name(manifest: Path, role: str, model: Any) -> str:
     return f"{manifest.stem}.{role}.{ext}"
 
 
-def _plain(model: Any) -> Any:
+def plain_model(model: Any) -> Any:
     """The model a guard wraps (the model itself where none does)."""
     return model.model if isinstance(model, (GuardedCompute, GuardedComm)) else model
 

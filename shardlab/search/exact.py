@@ -54,7 +54,7 @@ import numpy as np
 from shardlab.errors import ShardlabError, field_error
 
 #: The solver's relative gap tolerance: "optimal" means within this fraction of the optimum.
-REL_GAP = 1e-4
+REL_GAP = 1e-3
 #: Default time limit of one solve (s).
 TIME_LIMIT_S = 10.0
 #: Above this many item x device pairs, "device is used" is tied to the items by one row per
@@ -70,7 +70,8 @@ class Program:
     (G,) host of each device). A program without comm (one device) leaves them at 0.
     ``identical``: every relabelling of the devices leaves every placement's cost unchanged
     (then the symmetry cut of the module docstring applies; never set it for devices in hosts
-    of differing links)."""
+    of differing links). ``floor_ms``: a bound the builder proved on every placement's cost
+    (ms; the bound returned is never below it)."""
 
     load: np.ndarray
     dim: np.ndarray
@@ -97,12 +98,15 @@ class Program:
     link_own: np.ndarray = field(default_factory=lambda: np.zeros(0))
     link_host: np.ndarray = field(default_factory=lambda: np.zeros(0))
     identical: bool = False
+    floor_ms: float = 0.0
 
     @property
     def ngpu(self) -> int:
+        """G, the number of devices."""
         return int(self.load.shape[1])
 
-    def _g(self, value: np.ndarray | None) -> np.ndarray:
+    def device_array(self, value: np.ndarray | None) -> np.ndarray:
+        """(G,) float64 of a per-device field (zeros where it is None)."""
         return np.zeros(self.ngpu) if value is None else np.asarray(value, dtype=float)
 
     def state(self, device: np.ndarray) -> dict[str, Any]:
@@ -112,19 +116,19 @@ class Program:
         n, g = self.load.shape
         device = np.asarray(device, dtype=int)
         on = device >= 0
-        used = (np.bincount(device[on], minlength=g) > 0) | self._g(self.busy).astype(bool)
-        c = self._g(self.fixed_ms) + self.op_ms * used + np.bincount(
+        used = (np.bincount(device[on], minlength=g) > 0) | self.device_array(self.busy).astype(bool)
+        c = self.device_array(self.fixed_ms) + self.op_ms * used + np.bincount(
             device[on], weights=self.load[np.arange(n)[on], device[on]], minlength=g)
-        d = self._g(self.fixed_dim) + np.bincount(device[on], weights=self.dim[on], minlength=g)
+        d = self.device_array(self.fixed_dim) + np.bincount(device[on], weights=self.dim[on], minlength=g)
         s, t = np.zeros(0), 0.0
         if len(self.link_const):
             s = np.bincount(self.host, weights=d)
             t = float(np.max(self.link_const + self.link_own * d[self.link_rank]
                              + self.link_host * s[self.host[self.link_rank]]))
         big_d = float(d.max())
-        bw = self._g(self.bw0) + self.send_bw * d + self.max_bw * big_d + self.link_bw * t
+        bw = self.device_array(self.bw0) + self.send_bw * d + self.max_bw * big_d + self.link_bw * t
         ready = c + bw
-        fw = (self._g(self.fw0) + self.send_fw * d + self.max_fw * big_d + self.link_fw * t
+        fw = (self.device_array(self.fw0) + self.send_fw * d + self.max_fw * big_d + self.link_fw * t
               + self.wait * (ready.max() - ready))
         return {"u": used.astype(float), "c": c, "d": d, "S": s, "D": big_d, "T": t, "R": float(ready.max()),
                 "total": c + bw + fw}
@@ -260,7 +264,7 @@ def solve(program: Program, time_limit_s: float = TIME_LIMIT_S, rel_gap: float =
         if start is None or status != highspy.HighsModelStatus.kOptimal:
             return None
         cost = program.cost(np.asarray(start))
-        bound = min(float(h.getInfo().objective_function_value), cost)
+        bound = min(max(float(h.getInfo().objective_function_value), program.floor_ms), cost)
         return Assignment(tuple(int(d) for d in start), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
                           "relaxation", seconds, float(rel_gap))
     sol = h.getSolution()
@@ -274,7 +278,7 @@ def solve(program: Program, time_limit_s: float = TIME_LIMIT_S, rel_gap: float =
     cost = program.cost(device)
     if start is not None and program.cost(start) < cost:         # the solver kept a worse incumbent
         device, cost = start, program.cost(start)
-    bound = min(float(h.getInfo().mip_dual_bound), cost)
+    bound = min(max(float(h.getInfo().mip_dual_bound), program.floor_ms), cost)
     said = "optimal" if status == highspy.HighsModelStatus.kOptimal else "time_limit"
     return Assignment(tuple(int(d) for d in device), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
                       said, seconds, float(rel_gap))
@@ -291,7 +295,7 @@ def _sure_order(program: Program) -> np.ndarray:
 def _relabelled(program: Program, device: np.ndarray) -> np.ndarray:
     """``device`` with the devices renamed so it meets the symmetry cut (same cost, since the
     devices are identical); unchanged where the cut does not apply."""
-    if not program.identical or program._g(program.busy).any():
+    if not program.identical or program.device_array(program.busy).any():
         return device
     names: dict[int, int] = {}
     for i in _sure_order(program):
@@ -371,7 +375,7 @@ def _model(program: Program, time_limit_s: float, rel_gap: float, seed: int, rel
     inf = highspy.kHighsInf
     lay = _layout(program)
     multi, zcol = _groups(program)
-    busy = program._g(program.busy).astype(bool)
+    busy = program.device_array(program.busy).astype(bool)
     lower, upper = np.zeros(lay["n"]), np.full(lay["n"], inf)
     upper[lay["x"]:lay["x"] + n * g] = 1.0
     upper[lay["z"]:lay["u"]] = 1.0
@@ -409,9 +413,9 @@ def _model(program: Program, time_limit_s: float, rel_gap: float, seed: int, rel
             else:
                 rows.add(np.append(xs, u), np.append(-np.ones(n), float(n)), 0.0, inf)  # n u >= sum x
         rows.add(np.concatenate([[c, u], xs]), np.concatenate([[1.0, -program.op_ms], -program.load[:, d]]),
-                 program._g(program.fixed_ms)[d], program._g(program.fixed_ms)[d])
-        rows.add(np.append(dd, xs), np.append(1.0, -program.dim), program._g(program.fixed_dim)[d],
-                 program._g(program.fixed_dim)[d])
+                 program.device_array(program.fixed_ms)[d], program.device_array(program.fixed_ms)[d])
+        rows.add(np.append(dd, xs), np.append(1.0, -program.dim), program.device_array(program.fixed_dim)[d],
+                 program.device_array(program.fixed_dim)[d])
         rows.add(xs, program.mem, -inf, float(program.cap[d]))
         rows.add([lay["D"], dd], [1.0, -1.0], 0.0, inf)
     if len(program.link_const):
@@ -422,7 +426,7 @@ def _model(program: Program, time_limit_s: float, rel_gap: float, seed: int, rel
             rows.add([lay["T"], lay["d"] + r, lay["S"] + program.host[r]],
                      [1.0, -program.link_own[j], -program.link_host[j]], float(program.link_const[j]), inf)
     k = program.wait
-    bw0, fw0 = program._g(program.bw0), program._g(program.fw0)
+    bw0, fw0 = program.device_array(program.bw0), program.device_array(program.fw0)
     for d in range(g):
         c, dd = lay["c"] + d, lay["d"] + d
         rows.add([lay["R"], c, dd, lay["D"], lay["T"]],

@@ -11,14 +11,11 @@ solved by :mod:`shardlab.search.exact` from a greedy start, by size (item x devi
 - large: the bound is the program averaged over devices (status ``averaged``, below), the
   greedy start is the plan.
 
-**The averaged bound.** Every placement's cost is at least the mean over devices of the
-per-device costs, and each term of that mean has a floor that holds for every placement in the
-space: compute sums to the items' loads (each table its cheaper alternative) plus the fixed
-blocks and at least one per-op cost, the columns to all columns (so the largest device's are at
-least the mean), and waiting is >= 0. It needs no solver and is linear in the tables.
+**The averaged bound** (:func:`~shardlab.search.optimal_program.averaged_bound`) needs no
+solver and is linear in the tables; the integer program and its relaxation start from it.
 
 A plan's ``metadata["optimality"]``: ``model`` (what the cost, bound and gap are under),
-``space`` (the plan space the bound is over), ``exact`` (False: the program is a linearisation
+``space`` (the plan space the bound is over; ``columns`` whether it holds column halves), ``exact`` (False: the program is a linearisation
 of a learned model, and the bound is the linearisation's, not the model's), ``cost_ms`` (the
 program's cost of the plan), ``bound_ms``, ``gap`` ((cost - bound) / cost), ``status``,
 ``seconds``, ``time_limit_s``, ``rel_gap``, ``solver``, ``pairs`` (item x device pairs) and
@@ -47,35 +44,6 @@ from shardlab.search.registry import register_sharder
 from shardlab.tables import Task
 
 
-def averaged_bound(built: Built) -> float | None:
-    """The averaged bound (ms, module docstring) of ``built``'s space; None where a comm
-    coefficient is negative (then the averaging proves nothing)."""
-    p = built.program
-    n, g = p.load.shape
-    coefs = (p.send_bw, p.send_fw, p.max_bw, p.max_fw, p.wait, p.link_bw, p.link_fw)
-    if min(coefs) < 0:
-        return None
-    by_table: dict[int, dict[int, float]] = {}
-    for it, load in zip(built.items, p.load[:, 0]):
-        alts = by_table.setdefault(it.table, {})
-        alts[it.alt] = alts.get(it.alt, 0.0) + float(load)
-    compute = sum(min(a.values()) for a in by_table.values()) + float(p._g(p.fixed_ms).sum())
-    ops = max(int(p._g(p.busy).sum()), 1 if n else 0)
-    total = float(p._g(p.fixed_dim).sum() + sum(max(it.cols, 0) for it in built.items if it.alt == 0))
-    t = 0.0
-    if len(p.link_const):                        # T >= each link row, so >= its mean over ranks
-        size = np.bincount(p.host)[p.host]
-        for j in range(len(p.link_const) // g):
-            rows = slice(j * g, (j + 1) * g)
-            on_host = float(p.link_host[rows][0])
-            hosts = (size.min() if on_host >= 0 else size.max()) * total     # >= or <= sum_r S_host(r)
-            t = max(t, float(p.link_const[rows].mean()) + (float(p.link_own[rows].min()) * total + on_host * hosts) / g)
-    per_col = total / g
-    bw = float(p._g(p.bw0).mean()) + p.send_bw * per_col + p.max_bw * per_col + p.link_bw * t
-    fw = float(p._g(p.fw0).mean()) + p.send_fw * per_col + p.max_fw * per_col + p.link_fw * t
-    return (compute + p.op_ms * ops) / g + (bw + fw if g > 1 else 0.0)
-
-
 def solve_task(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = True,
                time_limit_s: float = TIME_LIMIT_S, rel_gap: float = REL_GAP, seed: int = 0
                ) -> tuple[Built, Assignment]:
@@ -102,8 +70,7 @@ def solve_task(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool 
         answer = solve(p, time_limit_s, rel_gap, seed, start=start, relax=True)
     else:
         cost = p.cost(start)
-        bound = averaged_bound(built)
-        bound = 0.0 if bound is None else min(bound, cost)
+        bound = min(p.floor_ms, cost)
         answer = Assignment(tuple(int(d) for d in start), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
                             "averaged", 0.0, float(rel_gap))
     if answer is None:
@@ -151,7 +118,7 @@ class OptimalSharder:
             raise ShardlabError(f"method '{self.name}': the program's cost {answer.cost:.6g} ms differs from the "
                                 f"model's {model_cost:.6g} ms on its own plan (field 'model' is not the analytic "
                                 "form the program assumes)")
-        record = {"model": built.label, "space": built.space, "exact": built.exact, "cost_ms": answer.cost,
+        record = {"model": built.label, "space": built.space, "columns": self.columns, "exact": built.exact, "cost_ms": answer.cost,
                   "bound_ms": answer.bound, "gap": answer.gap, "status": answer.status,
                   "seconds": round(answer.seconds, 3), "time_limit_s": self.time_limit_s, "rel_gap": self.rel_gap,
                   "solver": solver_name(), "pairs": int(built.program.load.size), "model_cost_ms": model_cost}
@@ -163,7 +130,7 @@ def plan_bound(task: Task, plan: Plan, optimality: dict[str, Any], bundle: Any, 
     """The bound (ms) to quote beside ``plan`` and what it rests on: the exact planner's
     (``optimality`` of its plan's metadata) when ``plan`` lies in its space and the program was
     exact, else the model's floor over every plan (None where the model has none)."""
-    if optimality.get("exact") and in_space(task, plan, columns=True):
+    if optimality.get("exact") and in_space(task, plan, columns=bool(optimality.get("columns"))):
         return float(optimality["bound_ms"]), f"exact planner's bound ({optimality['status']}) under {optimality['model']}"
     floor = model_bound_ms(task, bundle, rowwise_comm)
     return floor, f"the model's floor over every plan under {bundle.source}"

@@ -26,14 +26,14 @@ model; the label says so. The program's bound is then a bound of the linearisati
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from shardlab import constants as C
 from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute, nnls_relative
-from shardlab.costmodel.bundle import _plain, load_bundle
+from shardlab.costmodel.bundle import plain_model, load_bundle
 from shardlab.costmodel.topology_comm import TopologyComm
 from shardlab.evaluate.values import comm_pattern
 from shardlab.data.lookups import device_tables
@@ -130,7 +130,7 @@ def _compute_loads(compute: Any, items: list[Item], fixed_shards: list[list[Tabl
                    ) -> tuple[float, np.ndarray, np.ndarray, bool]:
     """(per-op ms, item loads (n,) ms, fixed loads (G,) ms, exact): fw + bw compute."""
     subs = [it.sub for it in items]
-    if isinstance(_plain(compute), AnalyticCompute) and compute is _plain(compute):
+    if isinstance(plain_model(compute), AnalyticCompute) and compute is plain_model(compute):
         op = float(compute.predict_sums(np.zeros((1, compute.embed_dim)), np.array([1])).sum())
         def alone(tables: list[Table]) -> np.ndarray:
             return np.asarray(compute.predict([[t] for t in tables]), dtype=float).sum(axis=1) - op
@@ -212,7 +212,7 @@ def build(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = Tru
     comm: dict[str, Any] = {}
     if g > 1:
         model, comm_label = bundle.comm_for(g)
-        plain = _plain(model)
+        plain = plain_model(model)
         if isinstance(plain, TopologyComm):
             comm = _topology_links(plain, g, total)
         else:
@@ -232,6 +232,9 @@ def build(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = Tru
                       np.array([it.alt for it in items], dtype=int), op_ms=op, fixed_ms=fixed_ms,
                       fixed_dim=fixed_dim, busy=np.array([bool(s) for s in fixed_shards]),
                       identical=not fixed and len(set(np.asarray(comm.get("host", [0])).tolist())) == 1, **comm)
+    floor = averaged_bound(program, items)
+    if floor is not None:
+        program = replace(program, floor_ms=floor)
     return Built(program, tuple(items), tuple(fixed), exact, label, plan_space(columns))
 
 
@@ -254,8 +257,8 @@ def greedy_start(built: Built) -> np.ndarray | None:
     device = np.full(n, -1)
     free = p.cap.astype(float).copy()
     whole = [i for i in range(n) if built.items[i].alt == 0]
-    c = p._g(p.fixed_ms) + p.op_ms * p._g(p.busy)
-    d = p._g(p.fixed_dim).copy()
+    c = p.device_array(p.fixed_ms) + p.op_ms * p.device_array(p.busy)
+    d = p.device_array(p.fixed_dim).copy()
     for i in sorted(whole, key=lambda i: -(p.load[i, 0] + p.send_bw * p.dim[i])):
         ok = np.flatnonzero(p.mem[i] <= free)
         if not len(ok):
@@ -267,3 +270,40 @@ def greedy_start(built: Built) -> np.ndarray | None:
         c[best] += p.load[i, best] + (p.op_ms if c[best] == 0 else 0.0)
         d[best] += p.dim[i]
     return device
+
+
+def averaged_bound(program: Program, items: tuple[Item, ...] | list[Item]) -> float | None:
+    """A bound (ms) on every placement of the program's space, with no solver: a plan's cost is
+    at least the mean over the k devices it uses of their costs, and each term of that mean has
+    a floor -- compute: one per-op cost plus (fixed blocks + the items' loads, each table its
+    cheaper alternative) / k >= the same / G; columns: all columns / k >= / G on the mean device
+    and the largest; the slowest link T: each link row's mean over ranks; waiting >= 0; the
+    per-rank constants their smallest. None where a comm coefficient is negative (the
+    averaging then proves nothing). Linear in the tables."""
+    p = program
+    g = p.ngpu
+    coefs = np.array([p.send_bw, p.send_fw, p.max_bw, p.max_fw, p.wait, p.link_bw, p.link_fw])
+    if (coefs < -1e-12 * max(1.0, float(np.abs(coefs).max()))).any():
+        return None
+    send_bw, send_fw, max_bw, max_fw, _, link_bw, link_fw = np.maximum(coefs, 0.0)
+    by_table: dict[int, dict[int, float]] = {}
+    for it, load in zip(items, p.load.min(axis=1)):
+        alts = by_table.setdefault(it.table, {})
+        alts[it.alt] = alts.get(it.alt, 0.0) + float(load)
+    if not by_table and not p.device_array(p.busy).any():
+        return 0.0
+    compute = p.op_ms + (sum(min(a.values()) for a in by_table.values()) + float(p.device_array(p.fixed_ms).sum())) / g
+    if g == 1:
+        return compute
+    total = float(p.device_array(p.fixed_dim).sum() + sum(it.cols for it in items if it.alt == 0))
+    t = 0.0
+    if len(p.link_const):
+        size = np.bincount(p.host)[p.host]
+        for j in range(len(p.link_const) // g):
+            rows = slice(j * g, (j + 1) * g)
+            on_host = float(p.link_host[rows][0])
+            hosts = (size.min() if on_host >= 0 else size.max()) * total     # <= or >= sum_r S_host(r)
+            t = max(t, float(p.link_const[rows].mean()) + (float(p.link_own[rows].min()) * total + on_host * hosts) / g)
+    per_col = total / g
+    return float(compute + p.device_array(p.bw0).min() + p.device_array(p.fw0).min() + (send_bw + send_fw + max_bw + max_fw) * per_col
+                 + (link_bw + link_fw) * t)
