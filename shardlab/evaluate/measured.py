@@ -50,6 +50,8 @@ from shardlab.schedule import balanced_dims, forward_delays, lower_bound_ms
 from shardlab.tables import Table, Task
 
 #: The lower bound's name among a round's items.
+#: What a measured lower bound rests on (:func:`measure_bound`), in one line.
+MEASURED_BOUND = "measured: every table in one fused op / G, plus a balanced all-to-all (not proven)"
 BOUND = "<lower bound>"
 
 Shards = Sequence[Sequence[Table]]
@@ -161,7 +163,8 @@ def _evaluation(task: Task, plan: Plan, source: str, sittings: Sequence[Sequence
     mem = [b / C.GB for b in device_memory_bytes(task, plan)]
     devices = tuple(DeviceCost(g, *(float(x) for x in med[g]), mem[g]) for g in range(plan.ngpu))
     return Evaluation(task.name, plan.method, source, devices, bound, tuple(x for c in costs for x in c),
-                      hierarchical_median_ci(costs, seed=seed)[1], sittings_ms=tuple(costs) if len(costs) > 1 else None)
+                      hierarchical_median_ci(costs, seed=seed)[1], sittings_ms=tuple(costs) if len(costs) > 1 else None,
+                      bound_source=MEASURED_BOUND if bound is not None else None)
 
 
 #: The fields of one journal line (one measurement).
@@ -380,7 +383,8 @@ def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",
     bound = measure_bound(task, profile, bench) if lower_bound else None
     mem = [b / C.GB for b in device_memory_bytes(task, plan)]
     devices = tuple(DeviceCost(g, *(float(x) for x in m[g]), mem[g]) for g in range(plan.ngpu))
-    return Evaluation(task.name, plan.method, f"measured:{profile.name}{note}", devices, bound)
+    return Evaluation(task.name, plan.method, f"measured:{profile.name}{note}", devices, bound,
+                      bound_source=MEASURED_BOUND if bound is not None else None)
 
 
 def measure_plans(task: Task, plans: Mapping[str, Plan], profile: str | HardwareProfile = "cpu",

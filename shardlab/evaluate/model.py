@@ -105,7 +105,13 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True, 
                                float(sim.bw_comm[g]), mem[g]) for g in range(plan.ngpu))
     bound = model_bound_ms(task, model, rowwise_comm) if lower_bound else None
     note = row_lookup_note(task, {plan.method: plan})
-    return Evaluation(task.name, plan.method, model.source + comm_label + note, devices, bound)
+    return Evaluation(task.name, plan.method, model.source + comm_label + note, devices, bound,
+                      bound_source=floor_label(model) if bound is not None else None)
+
+
+def floor_label(model: Any) -> str:
+    """What :func:`model_bound_ms` rests on, in one line."""
+    return f"the floor over every plan under {model.source}"
 
 
 class ModelEvaluator:
@@ -153,5 +159,6 @@ class ModelEvaluator:
         out = {}
         for k, p in plans.items():
             e = estimate_plan(task, p, model, lower_bound=False, rowwise_comm=rowwise)
-            out[k] = Evaluation(e.task, e.method, e.source, e.per_device, bound)
+            out[k] = Evaluation(e.task, e.method, e.source, e.per_device, bound,
+                                bound_source=floor_label(model) if bound is not None else None)
         return compare_to_reference(out, self.reference)

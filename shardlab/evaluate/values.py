@@ -95,7 +95,8 @@ class Evaluation:
     ``cost_ms``). ``comparison``: against the reference plan, when one was named.
     ``sittings_ms``: the rounds grouped by sitting when there were several (``rounds_ms`` is
     then all of them, sitting after sitting, and ``ci95_ms`` comes from the hierarchical
-    bootstrap over sittings); None for one sitting."""
+    bootstrap over sittings); None for one sitting. ``bound_source``: what ``lower_bound_ms``
+    rests on, in one line (the model and the plans it bounds), or None."""
 
     task: str
     method: str
@@ -106,6 +107,7 @@ class Evaluation:
     ci95_ms: tuple[float, float] | None = None
     comparison: Comparison | None = field(default=None)
     sittings_ms: tuple[tuple[float, ...], ...] | None = None
+    bound_source: str | None = None
 
     @property
     def sittings(self) -> tuple[tuple[float, ...], ...]:
@@ -142,6 +144,8 @@ class Evaluation:
             out["ci95_ms"] = list(self.ci95_ms)
         if self.sittings_ms is not None and len(self.sittings_ms) > 1:
             out["sittings_ms"] = [list(x) for x in self.sittings_ms]
+        if self.bound_source is not None:
+            out["bound_source"] = self.bound_source
         c = self.comparison
         if c is not None:
             out["reference"] = c.reference
@@ -166,7 +170,7 @@ class Evaluation:
         owner = check_fields(d, "evaluation", "method", ("task", "method", "source", "per_device"),
                              ("task", "method", "source", "cost_ms", "lower_bound_ms", "per_device", "rounds_ms",
                               "ci95_ms", "reference", "ratio_to_reference", "ratio_ci95", "verdict",
-                              "equivalence_margin", "reference_chosen", "sittings_ms"))
+                              "equivalence_margin", "reference_chosen", "sittings_ms", "bound_source"))
         pair = lambda k: tuple(float(x) for x in d[k]) if d.get(k) is not None else None  # noqa: E731
         comparison = None
         if d.get("reference") is not None:
@@ -190,7 +194,8 @@ class Evaluation:
         bound = d.get("lower_bound_ms")
         return cls(str(d["task"]), str(d["method"]), str(d["source"]),
                    tuple(DeviceCost.from_dict(x) for x in d["per_device"]),
-                   None if bound is None else float(bound), rounds, pair("ci95_ms"), comparison, sittings)
+                   None if bound is None else float(bound), rounds, pair("ci95_ms"), comparison, sittings,
+                   None if d.get("bound_source") is None else str(d["bound_source"]))
 
 
 @runtime_checkable

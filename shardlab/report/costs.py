@@ -134,7 +134,8 @@ def _figure_note(evaluations: Mapping[str, Evaluation], ref: str | None) -> str:
 def cost_summary_rows(evaluations: Mapping[str, Evaluation]) -> list[dict[str, object]]:
     """One row per method: plan cost (ms; median over rounds when measured in rounds), with
     ``cost 95% CI (ms)`` and ``rounds`` when any plan was measured in rounds, ratio to the lower
-    bound, ratio to the reference plan (``ratio vs <ref> [95% CI]`` when any ratio has an
+    bound and to the best plan found (``bound rests on``: what each bound is, where an evaluation
+    says), ratio to the reference plan (``ratio vs <ref> [95% CI]`` when any ratio has an
     interval, else ``ratio vs <ref>``) and ``verdict`` (``reference`` on the reference's row;
     :data:`NO_UNCERTAINTY` for predictions), max/mean of per-GPU compute (1 = even; totals are
     near-even by construction, since the forward all-to-all includes waiting for the
@@ -144,6 +145,8 @@ def cost_summary_rows(evaluations: Mapping[str, Evaluation]) -> list[dict[str, o
     ref = reference_of(evaluations)
     ratio_key = f"ratio vs {ref}" + (" [95% CI]" if any(e.comparison and e.comparison.ratio_ci95 for e in evs) else "")
     rows = []
+    best = min(e.cost_ms for e in evs) if evaluations else 0.0
+    said = any(e.bound_source for e in evs)
     for m, ev in evaluations.items():
         compute = [d.fw_compute_ms + d.bw_compute_ms for d in ev.per_device]
         mean = sum(compute) / len(compute)
@@ -151,6 +154,9 @@ def cost_summary_rows(evaluations: Mapping[str, Evaluation]) -> list[dict[str, o
         if rounds:
             row.update({"cost 95% CI (ms)": ci_text(ev), "rounds": len(ev.rounds_ms or ()) or None})
         row["cost / lower bound"] = round(ev.cost_ms / ev.lower_bound_ms, 3) if ev.lower_bound_ms else None
+        row["cost / best found"] = round(ev.cost_ms / best, 3) if best > 0 else None
+        if said:
+            row["bound rests on"] = ev.bound_source
         if ref is not None:
             row.update({ratio_key: ratio_text(m, ev), "verdict": verdict_text(m, ev)})
         row.update({"compute max / mean": round(max(compute) / mean, 3) if mean > 0 else None, "source": ev.source})

@@ -45,7 +45,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import highspy
@@ -136,6 +136,14 @@ class Program:
     def cost(self, device: np.ndarray) -> float:
         """The largest device cost (ms) of a placement (:meth:`state`)."""
         return float(self.state(device)["total"].max())
+
+
+def restricted(program: Program, keep: np.ndarray) -> Program:
+    """``program`` over the items where ``keep`` (n,) is True (the others never taken); its
+    ``floor_ms`` stays valid (fewer placements cost no less)."""
+    k = np.asarray(keep, dtype=bool)
+    return replace(program, load=program.load[k], dim=program.dim[k], mem=program.mem[k], group=program.group[k],
+                   alt=program.alt[k])
 
 
 @dataclass(frozen=True)
@@ -272,16 +280,33 @@ def solve(program: Program, time_limit_s: float = TIME_LIMIT_S, rel_gap: float =
         return None
     x = np.asarray(sol.col_value[:n * g]).reshape(n, g)
     device = np.where(x.max(axis=1) > 0.5, x.argmax(axis=1), -1)
-    used = np.bincount(device[device >= 0], weights=program.mem[device >= 0], minlength=g)
-    if (used > program.cap * (1 + 1e-9)).any():
-        raise ShardlabError("exact assignment: the solver returned a placement over field 'cap'")
+    found = complete(program, device)
+    if found:
+        used = np.bincount(device[device >= 0], weights=program.mem[device >= 0], minlength=g)
+        if (used > program.cap * (1 + 1e-9)).any():
+            raise ShardlabError("exact assignment: the solver returned a placement over field 'cap'")
+    if start is not None and complete(program, start) and (not found or program.cost(start) < program.cost(device)):
+        device, found = start, True                              # the solver found none better in time
+    if not found:
+        return None
     cost = program.cost(device)
-    if start is not None and program.cost(start) < cost:         # the solver kept a worse incumbent
-        device, cost = start, program.cost(start)
     bound = min(max(float(h.getInfo().mip_dual_bound), program.floor_ms), cost)
     said = "optimal" if status == highspy.HighsModelStatus.kOptimal else "time_limit"
     return Assignment(tuple(int(d) for d in device), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
                       said, seconds, float(rel_gap))
+
+
+def complete(program: Program, device: np.ndarray) -> bool:
+    """Whether ``device`` takes exactly one alternative of every group, every item of it placed."""
+    taken: dict[int, set[int]] = {}
+    partial = False
+    for t, a, d in zip(program.group, program.alt, device):
+        if d >= 0:
+            taken.setdefault(int(t), set()).add(int(a))
+    for t, a, d in zip(program.group, program.alt, device):
+        if int(a) in taken.get(int(t), set()) and d < 0:
+            partial = True
+    return not partial and len(taken) == len(set(program.group.tolist())) and all(len(v) == 1 for v in taken.values())
 
 
 def _sure_order(program: Program) -> np.ndarray:

@@ -19,7 +19,7 @@ A plan's ``metadata["optimality"]``: ``model`` (what the cost, bound and gap are
 of a learned model, and the bound is the linearisation's, not the model's), ``cost_ms`` (the
 program's cost of the plan), ``bound_ms``, ``gap`` ((cost - bound) / cost), ``status``,
 ``seconds``, ``time_limit_s``, ``rel_gap``, ``solver``, ``pairs`` (item x device pairs) and
-``model_cost_ms`` (the bundle's own estimate of the plan; equal to ``cost_ms`` where exact,
+``bundle`` (the cost model's own label) and ``model_cost_ms`` (the bundle's own estimate of the plan; equal to ``cost_ms`` where exact,
 checked to 1e-6). The bound is over the space only: a plan outside it (quarter columns, row
 blocks of a table that fits) is bounded by the model's floor
 (:func:`~shardlab.evaluate.model.model_bound_ms`), which :func:`plan_bound` returns for it.
@@ -27,8 +27,9 @@ blocks of a table that fits) is bounded by the model's floor
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -36,10 +37,11 @@ from shardlab import constants as C
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.costmodel.rowwise_comm import load_rowwise_comm
 from shardlab.errors import InfeasibleError, ShardlabError
-from shardlab.evaluate.model import estimate_plan, model_bound_ms
+from shardlab.evaluate.model import estimate_plan, floor_label, model_bound_ms
+from shardlab.evaluate.values import Evaluation
 from shardlab.plan import Plan
-from shardlab.search.exact import REL_GAP, TIME_LIMIT_S, Assignment, check_limits, solve, solver_name
-from shardlab.search.optimal_program import Built, build, greedy_start, in_space, to_plan
+from shardlab.search.exact import REL_GAP, TIME_LIMIT_S, Assignment, check_limits, restricted, solve, solver_name
+from shardlab.search.optimal_program import Built, build, greedy_start, in_space, plan_items, to_plan
 from shardlab.search.registry import register_sharder
 from shardlab.tables import Task
 
@@ -47,27 +49,33 @@ from shardlab.tables import Task
 def solve_task(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = True,
                time_limit_s: float = TIME_LIMIT_S, rel_gap: float = REL_GAP, seed: int = 0
                ) -> tuple[Built, Assignment]:
-    """The program of ``task`` and its answer by size (module docstring). Raises
-    :class:`InfeasibleError` when no placement in the space meets the memory caps."""
+    """The program of ``task`` and its answer by size (module docstring), all within
+    ``time_limit_s`` of the call (building the program included). With column halves, the
+    table-wise program is solved first in half the time left, and the cheaper of its answer and
+    the greedy start starts the full one. Raises :class:`InfeasibleError` when no placement in
+    the space meets the memory caps."""
     check_limits(time_limit_s, rel_gap)
+    deadline = time.monotonic() + time_limit_s
     built = build(task, bundle, rowwise_comm, columns, seed)
     p = built.program
     pairs = p.load.size
     start = greedy_start(built)
-    if columns and pairs <= C.MAX_EXACT_PAIRS and any(it.alt for it in built.items):
-        whole, first = solve_task(task, bundle, rowwise_comm, False, time_limit_s / 2, rel_gap, seed)
-        time_limit_s /= 2                        # the table-wise optimum starts the search with halves
-        start = np.full(len(built.items), -1)
-        at = {it.table: k for k, it in enumerate(built.items) if it.alt == 0}
-        for it, d in zip(whole.items, first.device):
-            start[at[it.table]] = d
+    left = lambda share=1.0: max(0.05, (deadline - time.monotonic()) * share)   # noqa: E731
+    whole = np.array([it.alt == 0 for it in built.items])
+    if pairs <= C.MAX_EXACT_PAIRS and not whole.all():
+        first = solve(restricted(p, whole), left(0.5), rel_gap, seed,
+                      start=None if start is None else np.where(whole, start, -1)[whole])
+        if first is not None:
+            mapped = np.full(len(whole), -1)
+            mapped[whole] = first.device
+            start = mapped if start is None or p.cost(mapped) < p.cost(start) else start
     answer: Assignment | None
     if pairs <= C.MAX_EXACT_PAIRS:
-        answer = solve(p, time_limit_s, rel_gap, seed, start=start)
+        answer = solve(p, left(), rel_gap, seed, start=start)
     elif start is None:
         answer = None
     elif pairs <= C.MAX_RELAXED_PAIRS:
-        answer = solve(p, time_limit_s, rel_gap, seed, start=start, relax=True)
+        answer = solve(p, left(), rel_gap, seed, start=start, relax=True)
     else:
         cost = p.cost(start)
         bound = min(p.floor_ms, cost)
@@ -111,29 +119,76 @@ class OptimalSharder:
         """The best plan found, with ``metadata["optimality"]`` (module docstring)."""
         bundle = self.bundle()
         rowwise = load_rowwise_comm(self.rowwise_comm, self.profile, bundle.comm)
+        began = time.monotonic()
         built, answer = solve_task(task, bundle, rowwise, self.columns, self.time_limit_s, self.rel_gap, seed)
+        seconds = time.monotonic() - began
         plan = to_plan(task, built, answer.device, self.name, seed)
         model_cost = estimate_plan(task, plan, bundle, lower_bound=False, rowwise_comm=rowwise).cost_ms
         if built.exact and abs(model_cost - answer.cost) > 1e-6 * max(1.0, abs(model_cost)):
             raise ShardlabError(f"method '{self.name}': the program's cost {answer.cost:.6g} ms differs from the "
                                 f"model's {model_cost:.6g} ms on its own plan (field 'model' is not the analytic "
                                 "form the program assumes)")
-        record = {"model": built.label, "space": built.space, "columns": self.columns, "exact": built.exact, "cost_ms": answer.cost,
+        record = {"model": built.label, "bundle": bundle.source, "space": built.space, "columns": self.columns, "exact": built.exact, "cost_ms": answer.cost,
                   "bound_ms": answer.bound, "gap": answer.gap, "status": answer.status,
-                  "seconds": round(answer.seconds, 3), "time_limit_s": self.time_limit_s, "rel_gap": self.rel_gap,
+                  "seconds": round(seconds, 3), "time_limit_s": self.time_limit_s, "rel_gap": self.rel_gap,
                   "solver": solver_name(), "pairs": int(built.program.load.size), "model_cost_ms": model_cost}
         return replace(plan, metadata={"optimality": record})
 
 
 def plan_bound(task: Task, plan: Plan, optimality: dict[str, Any], bundle: Any, rowwise_comm: Any = None
                ) -> tuple[float | None, str]:
-    """The bound (ms) to quote beside ``plan`` and what it rests on: the exact planner's
-    (``optimality`` of its plan's metadata) when ``plan`` lies in its space and the program was
-    exact, else the model's floor over every plan (None where the model has none)."""
-    if optimality.get("exact") and in_space(task, plan, columns=bool(optimality.get("columns"))):
-        return float(optimality["bound_ms"]), f"exact planner's bound ({optimality['status']}) under {optimality['model']}"
+    """The bound (ms) to quote beside ``plan`` and what it rests on: the larger of the model's
+    floor over every plan and, when ``plan`` lies in the exact planner's space and its program
+    was exact under this same model (``optimality`` of its plan's metadata), its bound; the floor
+    alone otherwise (None where the model has none)."""
     floor = model_bound_ms(task, bundle, rowwise_comm)
-    return floor, f"the model's floor over every plan under {bundle.source}"
+    said = floor_label(bundle)
+    if (optimality.get("exact") and optimality.get("bundle") == bundle.source
+            and in_space(task, plan, columns=bool(optimality.get("columns")))):
+        exact = float(optimality["bound_ms"])
+        if floor is None or exact >= floor:
+            return exact, (f"the exact planner's bound ({optimality['status']}) over its space "
+                           f"({optimality['space']}) under {bundle.source}")
+    return floor, said
+
+
+def exact_record(plans: Mapping[str, Plan]) -> dict[str, Any]:
+    """The ``optimality`` record of the first exact planner's plan among ``plans`` ({} if none)."""
+    return next((dict(p.metadata["optimality"]) for p in plans.values() if "optimality" in p.metadata), {})
+
+
+def quoted_bounds(task: Task, plans: Mapping[str, Plan], evaluations: Mapping[str, Evaluation], bundle: Any,
+                  rowwise_comm: Any = None) -> dict[str, Evaluation]:
+    """``evaluations`` of ``plans`` by ``bundle`` (the model evaluator's) with each plan's own
+    bound (:func:`plan_bound`, using the exact planner's plan among ``plans`` where there is
+    one) and what it rests on. Measured evaluations keep their bound and gain, where the exact
+    planner's plan is there and exact, its bound beside them labelled as a bound under the model
+    it was solved with (``bound_source``), not a measurement."""
+    record = exact_record(plans)
+    out = {}
+    for k, e in evaluations.items():
+        if e.rounds_ms:
+            if record.get("exact"):
+                e = replace(e, bound_source=(e.bound_source or "no measured bound") + "; under the model "
+                            f"{record['bundle']} the exact planner's bound is {record['bound_ms']:.4g} ms "
+                            f"({record['status']}; a model's bound, not measured)")
+            out[k] = e
+            continue
+        bound, said = plan_bound(task, plans[k], record, bundle, rowwise_comm)
+        if bound is None:
+            said = f"none: {bundle.source} proves no bound (a learned model is not additive)"
+        out[k] = replace(e, lower_bound_ms=bound, bound_source=said)
+    return out
+
+
+def skip_reason(task: Task, columns: bool = True) -> str | None:
+    """One line saying why the main job leaves the exact planner out of ``task`` (its integer
+    program over ``constants.MAX_EXACT_PAIRS`` item x device pairs), or None."""
+    pairs = len(plan_items(task, columns)[0]) * task.ngpu
+    if pairs <= C.MAX_EXACT_PAIRS:
+        return None
+    return (f"optimal: skipped: {pairs:,} item x device pairs, over the integer program's {C.MAX_EXACT_PAIRS:,} "
+            "(constants.MAX_EXACT_PAIRS); run it alone for its bound and greedy plan")
 
 
 register_sharder("optimal", OptimalSharder)

@@ -82,7 +82,7 @@ def plan_space(columns: bool) -> str:
 def in_space(task: Task, plan: Plan, columns: bool = True) -> bool:
     """Whether ``plan`` lies in the plan space (module docstring): the optimum and bound of the
     program are over these plans only."""
-    items, fixed = _items(task, columns)
+    items, fixed = plan_items(task, columns)
     blocks: dict[str, set[tuple[int, int, int, int]]] = {}
     for p in plan.placements:
         blocks.setdefault(p.table, set()).add((p.col_offset, p.cols, p.row_offset, p.rows))
@@ -108,8 +108,9 @@ def in_space(task: Task, plan: Plan, columns: bool = True) -> bool:
     return True
 
 
-def _items(task: Task, columns: bool) -> tuple[list[Item], list[Placement]]:
-    """The task's items and its fixed row blocks (module docstring)."""
+def plan_items(task: Task, columns: bool) -> tuple[list[Item], list[Placement]]:
+    """The task's items (whole tables and column halves) and its fixed row blocks (module
+    docstring)."""
     items: list[Item] = []
     fixed: list[Placement] = []
     cap = task.mem_cap_bytes
@@ -195,7 +196,7 @@ def build(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = Tru
     """The program of ``task`` under ``bundle`` (and ``rowwise_comm`` for the fixed row blocks,
     as :func:`~shardlab.evaluate.model.estimate_plan` costs them)."""
     g = task.ngpu
-    items, fixed = _items(task, columns)
+    items, fixed = plan_items(task, columns)
     partial = Plan(task.name, "optimal", g, tuple(fixed))
     fixed_shards = device_tables(task, partial) if fixed else [[] for _ in range(g)]
     op, load, fixed_ms, exact = _compute_loads(bundle.compute, items, fixed_shards, g, seed)
@@ -249,26 +250,56 @@ def to_plan(task: Task, built: Built, device: Any, method: str, seed: int = 0) -
 
 
 def greedy_start(built: Built) -> np.ndarray | None:
-    """A placement to start the solver from: whole tables, heaviest first, each on the device
-    whose program cost it raises least among those it fits (ties: the lower id); None if one
-    fits nowhere. (n,) device per item, -1 for the halves."""
+    """The cheaper (program cost; ties: the first) of :func:`greedy_placement` with and without
+    column halves, or None where neither places every table."""
+    found = [d for d in (greedy_placement(built, False), greedy_placement(built, True)) if d is not None]
+    return min(found, key=built.program.cost) if found else None
+
+
+def greedy_placement(built: Built, whole_only: bool) -> np.ndarray | None:
+    """A placement to start the solver from: tables heaviest first (compute plus columns at
+    ``w`` ms each), each whole or in its halves -- whichever leaves the smaller largest compute
+    + ``w`` x the largest columns (ties: whole; ``whole_only``: whole always) -- every piece on the device that leaves that
+    least among those it fits (ties: the least compute + ``w`` x columns there, then the lower
+    id); ``w`` the program's ms per column on the busiest device. None if a table fits nowhere.
+    (n,) device per item, -1 for items not taken."""
     p = built.program
     n, g = p.load.shape
     device = np.full(n, -1)
     free = p.cap.astype(float).copy()
-    whole = [i for i in range(n) if built.items[i].alt == 0]
     c = p.device_array(p.fixed_ms) + p.op_ms * p.device_array(p.busy)
     d = p.device_array(p.fixed_dim).copy()
-    for i in sorted(whole, key=lambda i: -(p.load[i, 0] + p.send_bw * p.dim[i])):
+    own = float(np.max(p.link_own)) if len(p.link_own) else 0.0
+    w = p.send_bw + p.send_fw + p.max_bw + p.max_fw + (p.link_bw + p.link_fw) * max(own, 0.0)
+    by_table: dict[int, dict[int, list[int]]] = {}
+    for i, it in enumerate(built.items):
+        by_table.setdefault(it.table, {}).setdefault(it.alt, []).append(i)
+
+    def place(i: int, c: np.ndarray, d: np.ndarray, free: np.ndarray) -> int | None:
         ok = np.flatnonzero(p.mem[i] <= free)
         if not len(ok):
             return None
-        add = p.load[i, ok] + p.op_ms * (c[ok] == 0) + (p.send_bw + p.send_fw) * p.dim[i]
-        best = ok[np.argmin(c[ok] + (p.send_bw + p.send_fw) * d[ok] + add)]
-        device[i] = best
-        free[best] -= p.mem[i]
+        after_c = c[ok] + p.load[i, ok] + p.op_ms * (c[ok] == 0)
+        after_d = d[ok] + p.dim[i]
+        worst = np.maximum(c.max(), after_c) + w * np.maximum(d.max(), after_d)
+        best = int(ok[np.lexsort((ok, after_c + w * after_d, worst))[0]])
         c[best] += p.load[i, best] + (p.op_ms if c[best] == 0 else 0.0)
         d[best] += p.dim[i]
+        free[best] -= p.mem[i]
+        return best
+
+    order = sorted(by_table, key=lambda t: -sum(p.load[i, 0] + w * p.dim[i] for i in by_table[t][0]))
+    for t in order:
+        tried = []
+        for alt, members in sorted(by_table[t].items())[:1 if whole_only else None]:
+            cc, dd, ff = c.copy(), d.copy(), free.copy()
+            where = [place(i, cc, dd, ff) for i in members]
+            if None not in where:
+                tried.append((float(cc.max() + w * dd.max()), alt, members, where, cc, dd, ff))
+        if not tried:
+            return None
+        _, _, members, where, c, d, free = min(tried, key=lambda x: (x[0], x[1]))
+        device[members] = where
     return device
 
 
@@ -278,7 +309,8 @@ def averaged_bound(program: Program, items: tuple[Item, ...] | list[Item]) -> fl
     a floor -- compute: one per-op cost plus (fixed blocks + the items' loads, each table its
     cheaper alternative) / k >= the same / G; columns: all columns / k >= / G on the mean device
     and the largest; the slowest link T: each link row's mean over ranks; waiting >= 0; the
-    per-rank constants their smallest. None where a comm coefficient is negative (the
+    per-rank constants their smallest. And the device holding a table's costliest piece (its
+    cheaper alternative) pays one per-op cost, that piece and its columns' send terms. None where a comm coefficient is negative (the
     averaging then proves nothing). Linear in the tables."""
     p = program
     g = p.ngpu
@@ -305,5 +337,10 @@ def averaged_bound(program: Program, items: tuple[Item, ...] | list[Item]) -> fl
             hosts = (size.min() if on_host >= 0 else size.max()) * total     # <= or >= sum_r S_host(r)
             t = max(t, float(p.link_const[rows].mean()) + (float(p.link_own[rows].min()) * total + on_host * hosts) / g)
     per_col = total / g
-    return float(compute + p.device_array(p.bw0).min() + p.device_array(p.fw0).min() + (send_bw + send_fw + max_bw + max_fw) * per_col
-                 + (link_bw + link_fw) * t)
+    shared = p.device_array(p.bw0).min() + p.device_array(p.fw0).min() + (max_bw + max_fw) * per_col + (link_bw + link_fw) * t
+    piece: dict[int, dict[int, float]] = {}             # the device of a table's costliest piece pays at least it
+    for it, load in zip(items, p.load.min(axis=1)):
+        alts = piece.setdefault(it.table, {})
+        alts[it.alt] = max(alts.get(it.alt, 0.0), float(load) + (send_bw + send_fw) * it.cols)
+    largest = max((min(a.values()) for a in piece.values()), default=0.0)
+    return float(max(compute + (send_bw + send_fw) * per_col, p.op_ms + largest) + shared)
