@@ -47,8 +47,8 @@ from shardlab.tables import Task
 
 
 def solve_task(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = True,
-               time_limit_s: float = TIME_LIMIT_S, rel_gap: float = REL_GAP, seed: int = 0
-               ) -> tuple[Built, Assignment]:
+               time_limit_s: float = TIME_LIMIT_S, rel_gap: float = REL_GAP, seed: int = 0,
+               whole: tuple[str, ...] = ()) -> tuple[Built, Assignment]:
     """The program of ``task`` and its answer by size (module docstring), all within
     ``time_limit_s`` of the call (building the program included). With column halves, the
     table-wise program is solved first in half the time left, and the cheaper of its answer and
@@ -56,18 +56,18 @@ def solve_task(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool 
     the space meets the memory caps."""
     check_limits(time_limit_s, rel_gap)
     deadline = time.monotonic() + time_limit_s
-    built = build(task, bundle, rowwise_comm, columns, seed)
+    built = build(task, bundle, rowwise_comm, columns, seed, whole)
     p = built.program
     pairs = p.load.size
     start = greedy_start(built)
     left = lambda share=1.0: max(0.05, (deadline - time.monotonic()) * share)   # noqa: E731
-    whole = np.array([it.alt == 0 for it in built.items])
-    if pairs <= C.MAX_EXACT_PAIRS and not whole.all():
-        first = solve(restricted(p, whole), left(0.5), rel_gap, seed,
-                      start=None if start is None else np.where(whole, start, -1)[whole])
+    table_wise = np.array([it.alt == 0 for it in built.items])
+    if pairs <= C.MAX_EXACT_PAIRS and not table_wise.all():
+        first = solve(restricted(p, table_wise), left(0.5), rel_gap, seed,
+                      start=None if start is None else start[table_wise])
         if first is not None:
-            mapped = np.full(len(whole), -1)
-            mapped[whole] = first.device
+            mapped = np.full(len(table_wise), -1)
+            mapped[table_wise] = first.device
             start = mapped if start is None or p.cost(mapped) < p.cost(start) else start
     answer: Assignment | None
     if pairs <= C.MAX_EXACT_PAIRS:
@@ -92,7 +92,8 @@ class OptimalSharder:
     """The exact planner (module docstring). ``model``: a cost-model bundle, or the name or
     manifest of one shipped for ``profile`` (default ``analytic``: the program is exact);
     ``time_limit_s`` (s) and ``rel_gap`` bound the solve; ``columns``: allow column halves;
-    ``rowwise_comm``: the row-wise comm model of the fixed row blocks (as the model evaluator's)."""
+    ``rowwise_comm``: the row-wise comm model of the fixed row blocks (as the model evaluator's);
+    ``whole``: tables never split into halves (TorchRec constraints that forbid column-wise)."""
 
     name: str = "optimal"
     model: str | CostModelBundle = "analytic"
@@ -101,6 +102,7 @@ class OptimalSharder:
     rel_gap: float = REL_GAP
     columns: bool = True
     rowwise_comm: Any = "shipped"
+    whole: tuple[str, ...] = ()
     _bundle: CostModelBundle | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -120,7 +122,8 @@ class OptimalSharder:
         bundle = self.bundle()
         rowwise = load_rowwise_comm(self.rowwise_comm, self.profile, bundle.comm)
         began = time.monotonic()
-        built, answer = solve_task(task, bundle, rowwise, self.columns, self.time_limit_s, self.rel_gap, seed)
+        built, answer = solve_task(task, bundle, rowwise, self.columns, self.time_limit_s, self.rel_gap, seed,
+                                   self.whole)
         seconds = time.monotonic() - began
         plan = to_plan(task, built, answer.device, self.name, seed)
         model_cost = estimate_plan(task, plan, bundle, lower_bound=False, rowwise_comm=rowwise).cost_ms
@@ -128,7 +131,8 @@ class OptimalSharder:
             raise ShardlabError(f"method '{self.name}': the program's cost {answer.cost:.6g} ms differs from the "
                                 f"model's {model_cost:.6g} ms on its own plan (field 'model' is not the analytic "
                                 "form the program assumes)")
-        record = {"model": built.label, "bundle": bundle.source, "space": built.space, "columns": self.columns, "exact": built.exact, "cost_ms": answer.cost,
+        record = {"model": built.label, "bundle": bundle.source, "space": built.space, "columns": self.columns,
+                  "whole": list(self.whole), "exact": built.exact, "cost_ms": answer.cost,
                   "bound_ms": answer.bound, "gap": answer.gap, "status": answer.status,
                   "seconds": round(seconds, 3), "time_limit_s": self.time_limit_s, "rel_gap": self.rel_gap,
                   "solver": solver_name(), "pairs": int(built.program.load.size), "model_cost_ms": model_cost}
@@ -144,7 +148,7 @@ def plan_bound(task: Task, plan: Plan, optimality: dict[str, Any], bundle: Any, 
     floor = model_bound_ms(task, bundle, rowwise_comm)
     said = floor_label(bundle)
     if (optimality.get("exact") and optimality.get("bundle") == bundle.source
-            and in_space(task, plan, columns=bool(optimality.get("columns")))):
+            and in_space(task, plan, bool(optimality.get("columns")), tuple(optimality.get("whole", ())))):
         exact = float(optimality["bound_ms"])
         if floor is None or exact >= floor:
             return exact, (f"the exact planner's bound ({optimality['status']}) over its space "

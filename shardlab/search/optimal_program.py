@@ -73,16 +73,17 @@ class Built:
     space: str
 
 
-def plan_space(columns: bool) -> str:
+def plan_space(columns: bool, whole: tuple[str, ...] = ()) -> str:
     """The plan space in one line (module docstring)."""
-    return ("table-wise" + (" or two column halves per table" if columns else "")
+    kept = f" ({len(whole)} kept whole)" if columns and whole else ""
+    return ("table-wise" + (" or two column halves per table" + kept if columns else "")
             + "; a table that fits no device row-wise over every device")
 
 
-def in_space(task: Task, plan: Plan, columns: bool = True) -> bool:
+def in_space(task: Task, plan: Plan, columns: bool = True, whole: tuple[str, ...] = ()) -> bool:
     """Whether ``plan`` lies in the plan space (module docstring): the optimum and bound of the
     program are over these plans only."""
-    items, fixed = plan_items(task, columns)
+    items, fixed = plan_items(task, columns, whole)
     blocks: dict[str, set[tuple[int, int, int, int]]] = {}
     for p in plan.placements:
         blocks.setdefault(p.table, set()).add((p.col_offset, p.cols, p.row_offset, p.rows))
@@ -108,9 +109,9 @@ def in_space(task: Task, plan: Plan, columns: bool = True) -> bool:
     return True
 
 
-def plan_items(task: Task, columns: bool) -> tuple[list[Item], list[Placement]]:
-    """The task's items (whole tables and column halves) and its fixed row blocks (module
-    docstring)."""
+def plan_items(task: Task, columns: bool, whole: tuple[str, ...] = ()) -> tuple[list[Item], list[Placement]]:
+    """The task's items (whole tables and column halves; none for the tables named in
+    ``whole``) and its fixed row blocks (module docstring)."""
     items: list[Item] = []
     fixed: list[Placement] = []
     cap = task.mem_cap_bytes
@@ -121,7 +122,7 @@ def plan_items(task: Task, columns: bool) -> tuple[list[Item], list[Placement]]:
             continue
         items.append(Item(k, 0, 0, t.dim, t))
         half = t.dim // 2
-        if columns and task.ngpu > 1 and half % C.DIM_MULTIPLE == 0 and half > 0:
+        if columns and task.ngpu > 1 and half % C.DIM_MULTIPLE == 0 and half > 0 and t.name not in whole:
             items += [Item(k, 1, off, half, t.with_dim(half, name=f"{t.name}[{off}:{off + half}]"))
                       for off in (0, half)]
     return items, fixed
@@ -192,11 +193,12 @@ def _topology_links(comm: TopologyComm, ngpu: int, total_dim: float) -> dict[str
             "link_bw": 1.0, "link_fw": 1.0, "wait": 1.0}
 
 
-def build(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = True, seed: int = 0) -> Built:
+def build(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = True, seed: int = 0,
+          whole: tuple[str, ...] = ()) -> Built:
     """The program of ``task`` under ``bundle`` (and ``rowwise_comm`` for the fixed row blocks,
     as :func:`~shardlab.evaluate.model.estimate_plan` costs them)."""
     g = task.ngpu
-    items, fixed = plan_items(task, columns)
+    items, fixed = plan_items(task, columns, whole)
     partial = Plan(task.name, "optimal", g, tuple(fixed))
     fixed_shards = device_tables(task, partial) if fixed else [[] for _ in range(g)]
     op, load, fixed_ms, exact = _compute_loads(bundle.compute, items, fixed_shards, g, seed)
@@ -236,7 +238,7 @@ def build(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = Tru
     floor = averaged_bound(program, items)
     if floor is not None:
         program = replace(program, floor_ms=floor)
-    return Built(program, tuple(items), tuple(fixed), exact, label, plan_space(columns))
+    return Built(program, tuple(items), tuple(fixed), exact, label, plan_space(columns, whole))
 
 
 def to_plan(task: Task, built: Built, device: Any, method: str, seed: int = 0) -> Plan:

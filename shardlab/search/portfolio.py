@@ -10,6 +10,12 @@ task-calibrated one where calibration ran) and its row-wise comm model; the chea
 lies outside the search's space (a column split where the search makes none or a table must stay
 whole, a row split where row blocks are off), is skipped, and the record says why in one line.
 
+A portfolio method that takes a cost model (the exact planner, ``optimal``) and names none plans
+with the search's own bundle (for a learned one, on a linearisation of it around the task, as
+its record says), and keeps whole the tables the search keeps whole; then the search's model
+re-costs its plan like any other. It is not in the default portfolio (it spends its time limit
+on every search); name it: ``neuroshard[portfolio=[...,optimal]]``.
+
 The returned plan's ``metadata["portfolio"]``: ``chosen`` (``"search"`` or the method that made
 the plan), ``predicted_ms`` (candidate -> predicted plan ms, the search's own plan under
 ``"search"``), ``skipped`` (method -> one-line reason), ``source`` (the cost model's label).
@@ -24,7 +30,7 @@ from typing import Any, Sequence
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.model import estimate_plan
 from shardlab.plan import Plan
-from shardlab.search.registry import run_sharder, sharder_for
+from shardlab.search.registry import parse_method, run_sharder, sharder_for, sharder_options
 from shardlab.tables import Task
 
 #: The name the search's own plan has among the portfolio's candidates.
@@ -58,7 +64,10 @@ def choose_from_portfolio(task: Task, own: Plan, methods: Sequence[str], bundle:
     skipped: dict[str, str] = {}
     for m in methods:
         try:
-            plan = run_sharder(sharder_for(m, profile), task, seed)
+            config = {"model": bundle} if "model" in sharder_options(m) and "model" not in parse_method(m)[1] else {}
+            if "whole" in sharder_options(m) and whole:
+                config["whole"] = tuple(whole)
+            plan = run_sharder(sharder_for(m, profile, **config), task, seed)
             why = outside_space(task, plan, columns, rows, whole)
             if why is None:
                 plans[m] = plan
