@@ -7,7 +7,8 @@ solved by :mod:`shardlab.search.exact` from a greedy start, by size (item x devi
 
 - small: the integer program within ``time_limit_s``; status ``optimal`` (gap closed to
   ``rel_gap``) or ``time_limit`` (the best plan found, the solver's bound);
-- medium: the LP relaxation gives the bound, the greedy start is the plan (status ``relaxation``);
+- medium: the LP relaxation gives the bound, the greedy start is the plan (status ``relaxation``;
+  where the relaxation is not solved within the time left, the averaged bound instead);
 - large: the bound is the program averaged over devices (status ``averaged``, below), the
   greedy start is the plan.
 
@@ -69,21 +70,20 @@ def solve_task(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool 
             mapped = np.full(len(table_wise), -1)
             mapped[table_wise] = first.device
             start = mapped if start is None or p.cost(mapped) < p.cost(start) else start
-    answer: Assignment | None
+    answer: Assignment | None = None
     if pairs <= C.MAX_EXACT_PAIRS:
         answer = solve(p, left(), rel_gap, seed, start=start)
-    elif start is None:
-        answer = None
-    elif pairs <= C.MAX_RELAXED_PAIRS:
-        answer = solve(p, left(), rel_gap, seed, start=start, relax=True)
-    else:
+    elif start is not None and pairs <= C.MAX_RELAXED_PAIRS:
+        answer = solve(p, left(), rel_gap, seed, start=start, relax=True)    # None: not solved in time
+    if answer is None and start is not None and pairs > C.MAX_EXACT_PAIRS:
         cost = p.cost(start)
         bound = min(p.floor_ms, cost)
         answer = Assignment(tuple(int(d) for d in start), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
                             "averaged", 0.0, float(rel_gap))
     if answer is None:
-        raise InfeasibleError(f"task '{task.name}': the exact planner found no plan within field 'mem_cap_gb' "
-                              f"= {task.mem_cap_gb:g} GB ({built.space})", None, 0.0)
+        raise InfeasibleError(f"task '{task.name}': the exact planner found no plan in field 'time_limit_s' = "
+                              f"{time_limit_s:g} s; none may fit field 'mem_cap_gb' = {task.mem_cap_gb:g} GB "
+                              f"({built.space})", None, 0.0)
     return built, answer
 
 

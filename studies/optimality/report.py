@@ -87,7 +87,7 @@ def markdown(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]], fi
                 if row is None:
                     cells.append("skipped")
                     continue
-                star = "" if row["bound_rests_on"].startswith("exact") else "*"
+                star = "" if "exact planner" in row["bound_rests_on"] else "*"
                 extra = f" ({r['optimality'].get('status')})" if m == "optimal" else ""
                 cells.append(_pct(row["gap"]) + star + extra)
             base = _baselines(r)

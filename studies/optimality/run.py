@@ -106,7 +106,7 @@ def gap_record(family: str, task: Task) -> dict[str, Any]:
     opt = plans["optimal"].metadata["optimality"] if "optimal" in plans else {}
     rows = {}
     for m, cost in costs.items():
-        bound, rests = plan_bound(task, plans[m], opt, bundle, rowwise) if opt else (None, "no exact plan")
+        bound, rests = plan_bound(task, plans[m], opt, bundle, rowwise)
         rows[m] = {"cost_ms": cost, "bound_ms": bound, "bound_rests_on": rests, "seconds": seconds[m],
                    "gap": None if not bound else cost / bound - 1.0, "gap_to_best": cost / best - 1.0}
     return {"family": family, "task": task.name, "tables": len(task.tables), "gpus": task.ngpu,
