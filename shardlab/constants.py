@@ -157,6 +157,10 @@ BASELINE_METHODS = HEURISTIC_METHODS + ("torchrec",)
 #: the cheapest under its model is returned): every comparator it must beat.
 PORTFOLIO_METHODS = BASELINE_METHODS
 
+#: The methods a portfolio may name (with options): the baselines, TorchRec's free planner and
+#: the exact planner (which then plans on the search's own cost model).
+PORTFOLIO_CANDIDATES = BASELINE_METHODS + ("torchrec_free", "optimal")
+
 #: Upper bound on ``ngpu`` for any search (``search.registry.run_sharder`` refuses more with a
 #: one-line error naming 'ngpu'). Every registered sharder answers at this many devices or
 #: refuses at once under its own, lower bound (e.g. ``MAX_NEUROSHARD_GPUS``). ``Task`` itself

@@ -82,3 +82,15 @@ def test_the_main_job_leaves_the_exact_planner_out_past_its_program_in_one_line(
     monkeypatch.setattr(C, "MAX_EXACT_PAIRS", 10)
     why = skip_reason(task)
     assert why.startswith("optimal: skipped:") and "MAX_EXACT_PAIRS" in why and "\n" not in why
+
+
+def test_compare_prints_each_plans_gaps_and_what_its_bound_rests_on(task, plans, tmp_path, capsys):
+    from shardlab.cli import main
+    from shardlab.io import save_plan, save_task
+
+    tp = save_task(task, tmp_path / "task.json")
+    paths = [str(save_plan(p, tmp_path / f"p{k}.json")) for k, p in enumerate(plans.values())]
+    assert main(["compare", str(tp), *paths, "--model", "analytic", "--profile", "h100"]) == 0
+    out = capsys.readouterr().out
+    assert "cost / best found: " in out and "cost / bound: " in out
+    assert "the exact planner's bound (optimal)" in out

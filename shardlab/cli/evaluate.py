@@ -23,6 +23,7 @@ from shardlab.paths import safe_filename
 from shardlab.profile.hardware import environment, profile_with
 from shardlab.report.html import write_report
 from shardlab.report.uncertainty import ci_text, ratio_text, rounds_text, verdict_text
+from shardlab.search.optimal import quoted_bounds
 
 
 def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
@@ -127,10 +128,17 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    """Several plans of one task, each against the reference: one line per plan."""
+    """Several plans of one task, each against the reference: one line per plan, then each
+    plan's cost over the best found and over its bound, and what each bound rests on (under a
+    cost model, the exact planner's bound for the plans in its space where its plan is among
+    them: :func:`~shardlab.search.optimal.quoted_bounds`)."""
     task = load_task(args.task)
     plans, ref = load_plans(task, args.plans, args.reference)
-    evs = build_evaluator(args, ref).evaluate(task, plans)
+    evaluator = build_evaluator(args, ref)
+    evs = evaluator.evaluate(task, plans)
+    if isinstance(evaluator, ModelEvaluator) and evaluator.lower_bound:   # each plan its own bound
+        bundle = evaluator.bundle()
+        evs = quoted_bounds(task, plans, evs, bundle, evaluator.rowwise_model(bundle))
     if args.out:
         write_json_atomic(args.out, [e.to_dict() for e in evs.values()])
     if args.json:
@@ -140,12 +148,21 @@ def cmd_compare(args: argparse.Namespace) -> None:
     rounds = f", {rounds_text(first, 'paired rounds')}" if first.rounds_ms else ""
     margin = next((e.comparison.margin for e in evs.values() if e.comparison and e.comparison.margin is not None), None)
     rounds += f", equivalence margin {margin:.0%}" if margin is not None else ""
-    bound = f", lower bound {first.lower_bound_ms:.3f} ms" if first.lower_bound_ms is not None else ""
     chosen = first.comparison.chosen if first.comparison else None
     how = f"; reference {first.comparison.reference}: {chosen}" if chosen and len(evs) > 1 else ""
-    print(f"compare on {task.name} ({first.source}{rounds}{bound}{how}):")
+    print(f"compare on {task.name} ({first.source}{rounds}{how}):")
     for k, e in evs.items():
         print(comparison_line(k, e))
+    best = min(e.cost_ms for e in evs.values())
+    if best > 0:
+        print("cost / best found: " + ", ".join(f"{k} {e.cost_ms / best:.3f}" for k, e in evs.items()))
+    if any(e.lower_bound_ms for e in evs.values()):
+        print("cost / bound: " + ", ".join(f"{k} {e.cost_ms / e.lower_bound_ms:.3f}" for k, e in evs.items()
+                                           if e.lower_bound_ms))
+    for said in dict.fromkeys(e.bound_source for e in evs.values() if e.bound_source):
+        plans_of = [k for k, e in evs.items() if e.bound_source == said]
+        value = next(e.lower_bound_ms for e in evs.values() if e.bound_source == said)
+        print(f"bound{'' if value is None else f' {value:.3f} ms'} for {', '.join(plans_of)}: {said}")
     line = ranking_line(args, task, plans, evs)
     if line:
         print(line)

@@ -56,7 +56,7 @@ from shardlab.search.blocks import Block, ShardCoster, split_block, whole_blocks
 from shardlab.search.feasibility import heuristic_plan
 from shardlab.search.greedy_grid import GREEDY_RULES, HeadCoster, greedy_grid
 from shardlab.search.portfolio import choose_from_portfolio
-from shardlab.search.registry import check_search_gpus, register_sharder
+from shardlab.search.registry import check_search_gpus, parse_method, register_sharder
 from shardlab.search.row_wise import RowBlocks, choose_rows, oversized, row_aware_comm, row_metadata
 from shardlab.search.split_guard import Judge, State, guard_order
 from shardlab.tables import Table, Task
@@ -73,8 +73,8 @@ OPTION_RANGES = {
     "top_n": (lambda v: is_int(v) and 1 <= v <= 1000, "must be an integer in [1, 1000]"),
     "host_size": (lambda v: is_int(v) and 1 <= v <= C.MAX_NGPU, f"must be an integer in [1, {C.MAX_NGPU}]"),
     "greedy_rule": (lambda v: v in GREEDY_RULES, f"must be one of {', '.join(GREEDY_RULES)}"),
-    "portfolio": (lambda v: all(m in C.BASELINE_METHODS + ("torchrec_free",) for m in v),
-                  f"must name methods of {', '.join(C.BASELINE_METHODS + ('torchrec_free',))} (none: off)"),
+    "portfolio": (lambda v: all(parse_method(m)[0] in C.PORTFOLIO_CANDIDATES for m in v),
+                  f"must name methods of {', '.join(C.PORTFOLIO_CANDIDATES)} (options allowed; none: off)"),
 }
 
 

@@ -47,6 +47,10 @@ from shardlab.search.registry import register_sharder
 from shardlab.tables import Task
 
 
+#: Share of the time limit kept for what follows the solve (the plan, the model's re-costing).
+RESERVE = 0.02
+
+
 def solve_task(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = True,
                time_limit_s: float = TIME_LIMIT_S, rel_gap: float = REL_GAP, seed: int = 0,
                whole: tuple[str, ...] = ()) -> tuple[Built, Assignment]:
@@ -61,7 +65,8 @@ def solve_task(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool 
     p = built.program
     pairs = p.load.size
     start = greedy_start(built)
-    left = lambda share=1.0: max(0.05, (deadline - time.monotonic()) * share)   # noqa: E731
+    end = deadline - RESERVE * time_limit_s        # the rest: the plan, the model's re-costing
+    left = lambda share=1.0: max(0.05, (end - time.monotonic()) * share)   # noqa: E731
     table_wise = np.array([it.alt == 0 for it in built.items])
     if pairs <= C.MAX_EXACT_PAIRS and not table_wise.all():
         first = solve(restricted(p, table_wise), left(0.5), rel_gap, seed,
