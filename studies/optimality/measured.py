@@ -6,17 +6,17 @@ exact planner's bound under ``analytic:cpu`` -- the analytic model fitted to thi
 measurements: a model's bound, labelled so, not a measured one. Run it alone (it times).
 
     .venv/bin/python studies/optimality/measured.py [--rounds 6] [--sittings 2]
-    .venv/bin/python studies/optimality/measured.py --report results/measured-<UTC>.jsonl   # measures nothing
+    .venv/bin/python studies/optimality/measured.py --report studies/optimality/results/measured-<UTC>.jsonl.gz   # measures nothing
 
 Each task's record is appended to ``results/measured-<UTC>.jsonl`` when done (every measurement
-journalled as it is made in ``.journal.jsonl``) and ``.md`` is rewritten beside it.
+journalled as it is made in ``.journal.jsonl``) and ``.md`` is rewritten beside it; the finished
+run is stored gzipped (``.jsonl.gz``, the same lines).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -34,7 +34,7 @@ from shardlab.evaluate.values import Evaluation  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
-from studies.common.records import append_record  # noqa: E402
+from studies.common.records import append_record, pack_run, rewrite_report  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROFILE = "cpu"
@@ -102,9 +102,8 @@ def markdown(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) ->
 
 
 def write_report(path: Path) -> None:
-    """Rewrite ``<name>.md`` beside ``path``."""
-    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    write_text_atomic(str(path.with_suffix(".md")), markdown(lines[0], lines[1:]))
+    """Rewrite ``<name>.md`` beside ``path`` (``.jsonl`` or ``.jsonl.gz``)."""
+    rewrite_report(path, markdown)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -127,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
         for n, g, seed in tqdm(TASKS, desc="measured tasks"):
             append_record(f, measure(n, g, seed, args.rounds, args.sittings, str(path.with_suffix(".journal.jsonl"))))
             write_report(path)
-    print(f"wrote {path} and {path.with_suffix('.md').name}")
+    print(f"wrote {pack_run(path)} and {path.with_suffix('.md').name}")
 
 
 if __name__ == "__main__":

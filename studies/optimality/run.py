@@ -4,7 +4,7 @@ exact planner's proven bound, under the analytic judge, from 4 to 2,000 tables a
 and the exact planner's own targets (time, gap, memory). Run it alone (it times).
 
     .venv/bin/python studies/optimality/run.py [--quick] [--name optimality-<UTC>]
-    .venv/bin/python studies/optimality/run.py --report results/<name>.jsonl   # plans nothing
+    .venv/bin/python studies/optimality/run.py --report studies/optimality/results/<name>.jsonl.gz   # plans nothing
 
 1. **Targets** (:data:`TARGETS`), each in a fresh process (wall time and peak memory of the
    process, imports included): ``optimal[columns=false]`` on 60 x 8 table-wise tasks (10 s limit),
@@ -19,7 +19,8 @@ and the exact planner's own targets (time, gap, memory). Run it alone (it times)
    (:func:`~shardlab.search.optimal.plan_bound`: the exact planner's when the plan lies in its
    space, else the model's floor) and to the best plan found.
 3. Appends each record to ``results/<name>.jsonl`` when it is done and rewrites ``<name>.md``
-   and ``<name>.svg`` (gap against task size per method).
+   and ``<name>.svg`` (gap against task size per method); the finished run is stored gzipped
+   (``.jsonl.gz``, the same lines).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from shardlab.profile.hardware import environment  # noqa: E402
 from shardlab.search import get_sharder, run_sharder  # noqa: E402
 from shardlab.search.optimal import plan_bound  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
-from studies.common.records import append_record  # noqa: E402
+from studies.common.records import append_record, pack_run, read_text, run_name  # noqa: E402
 from studies.optimality.report import markdown, svg  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -139,11 +140,12 @@ def run_target(spec: str, n: int, g: int, seed: int, timeout_s: float = 600.0) -
 
 
 def write_reports(path: Path) -> None:
-    """Rewrite ``<name>.md`` and ``<name>.svg`` beside ``path`` from its records."""
-    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    """Rewrite ``<name>.md`` and ``<name>.svg`` beside ``path`` (``.jsonl`` or ``.jsonl.gz``) from its records."""
+    lines = [json.loads(x) for x in read_text(path).splitlines() if x.strip()]
     header, records = lines[0], lines[1:]
-    write_text_atomic(str(path.with_suffix(".svg")), svg(records))
-    write_text_atomic(str(path.with_suffix(".md")), markdown(header, records, path.with_suffix(".svg").name))
+    stem = path.with_name(run_name(path))
+    write_text_atomic(str(stem) + ".svg", svg(records))
+    write_text_atomic(str(stem) + ".md", markdown(header, records, stem.name + ".svg"))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         for family, task in tqdm(gap_tasks(args.quick), desc="gap tasks"):
             append_record(f, {"kind": "gap", **gap_record(family, task)})
             write_reports(path)
-    print(f"wrote {path} and {path.with_suffix('.md').name}")
+    print(f"wrote {pack_run(path)} and {path.with_suffix('.md').name}")
 
 
 if __name__ == "__main__":
