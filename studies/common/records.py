@@ -3,7 +3,8 @@
 A run writes ``<run>.jsonl`` (header, then one record per task) and ``<run>.journal.jsonl`` (every
 measurement as taken) line by line while it measures; when it has finished, :func:`pack_run` stores
 both gzip-compressed (``.jsonl.gz``, byte-for-byte the same lines), so that the kept runs stay small
-enough to travel with every device call. Readers take either form.
+enough to travel with every device call. Readers take either form. :func:`fresh_process_row` runs
+one timed study point in a fresh process.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence
 
@@ -85,3 +87,15 @@ def rewrite_report(path: str | Path, report: Callable[[Mapping[str, Any], Sequen
     md = path.with_name(f"{run_name(path)}.md")
     write_text_atomic(md, report(header, records))
     return md
+
+
+def fresh_process_row(cmd: Sequence[str], row: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Run a study point ``cmd`` in a fresh process and return the JSON object its last stdout
+    line holds; a timeout or failure is ``row`` with an ``error`` saying so (one line)."""
+    try:
+        done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {**row, "error": f"over {timeout_s:.0f} s"}
+    if done.returncode:
+        return {**row, "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])

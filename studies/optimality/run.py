@@ -29,7 +29,6 @@ import argparse
 import datetime as dt
 import json
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,7 +48,7 @@ from shardlab.profile.hardware import environment  # noqa: E402
 from shardlab.search import get_sharder, run_sharder  # noqa: E402
 from shardlab.search.optimal import plan_bound  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
-from studies.common.records import append_record, pack_run, read_text, run_name  # noqa: E402
+from studies.common.records import append_record, fresh_process_row, pack_run, read_text, run_name  # noqa: E402
 from studies.optimality.report import markdown, svg  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -129,14 +128,7 @@ def target_point(spec: str, n: int, g: int, seed: int) -> dict[str, Any]:
 def run_target(spec: str, n: int, g: int, seed: int, timeout_s: float = 600.0) -> dict[str, Any]:
     """:func:`target_point` in a fresh process; a failure or timeout is a row that says so."""
     cmd = [sys.executable, __file__, "--point", spec, str(n), str(g), str(seed)]
-    row = {"spec": spec, "tables": n, "gpus": g, "seed": seed}
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {**row, "error": f"over {timeout_s:.0f} s"}
-    if done.returncode:
-        return {**row, "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return fresh_process_row(cmd, {"spec": spec, "tables": n, "gpus": g, "seed": seed}, timeout_s)
 
 
 def write_reports(path: Path) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.profile.hardware import environment  # noqa: E402
+from studies.common.records import fresh_process_row  # noqa: E402
 from studies.search_scaling.scaling import time_search  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -46,13 +46,7 @@ def run_point(ntables: int, ngpu: int, column_wise: bool, timeout_s: float) -> d
     cmd = [sys.executable, __file__, "--point", str(ntables), str(ngpu), "cw" if column_wise else "tw"]
     row = {"tables": ntables, "gpus": ngpu, "search": "column-wise" if column_wise else "table-wise",
            "batched": True}
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {**row, "error": f"over {timeout_s:.0f} s"}
-    if done.returncode:
-        return {**row, "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return fresh_process_row(cmd, row, timeout_s)
 
 
 def markdown(report: dict) -> str:
