@@ -45,13 +45,14 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
 import highspy
 import numpy as np
 
 from shardlab.errors import ShardlabError, field_error
+from shardlab.search.exact_program import Program, complete, item_groups, relabelled, restricted, sure_order
 
 #: The solver's relative gap tolerance: "optimal" means within this fraction of the optimum.
 REL_GAP = 1e-3
@@ -60,90 +61,6 @@ TIME_LIMIT_S = 10.0
 #: Above this many item x device pairs, "device is used" is tied to the items by one row per
 #: device (n u[g] >= sum_i x[i, g]) instead of one per pair: a smaller program, a weaker LP.
 PAIR_ROWS_MAX = 20_000
-
-
-@dataclass(frozen=True)
-class Program:
-    """The program of the module docstring: ``load`` (n, G) ms, ``dim`` (n,) columns, ``mem``
-    (n,) bytes, ``cap`` (G,) bytes, ``group`` / ``alt`` (n,) each item's table and alternative;
-    the rest are the docstring's constants (arrays (G,) or (m,) for the link rows, ``host``
-    (G,) host of each device). A program without comm (one device) leaves them at 0.
-    ``identical``: every relabelling of the devices leaves every placement's cost unchanged
-    (then the symmetry cut of the module docstring applies; never set it for devices in hosts
-    of differing links). ``floor_ms``: a bound the builder proved on every placement's cost
-    (ms; the bound returned is never below it)."""
-
-    load: np.ndarray
-    dim: np.ndarray
-    mem: np.ndarray
-    cap: np.ndarray
-    group: np.ndarray
-    alt: np.ndarray
-    op_ms: float = 0.0
-    fixed_ms: np.ndarray | None = None
-    fixed_dim: np.ndarray | None = None
-    busy: np.ndarray | None = None
-    bw0: np.ndarray | None = None
-    fw0: np.ndarray | None = None
-    send_bw: float = 0.0
-    send_fw: float = 0.0
-    max_bw: float = 0.0
-    max_fw: float = 0.0
-    wait: float = 0.0
-    link_bw: float = 0.0
-    link_fw: float = 0.0
-    host: np.ndarray | None = None
-    link_const: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    link_rank: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
-    link_own: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    link_host: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    identical: bool = False
-    floor_ms: float = 0.0
-
-    @property
-    def ngpu(self) -> int:
-        """G, the number of devices."""
-        return int(self.load.shape[1])
-
-    def device_array(self, value: np.ndarray | None) -> np.ndarray:
-        """(G,) float64 of a per-device field (zeros where it is None)."""
-        return np.zeros(self.ngpu) if value is None else np.asarray(value, dtype=float)
-
-    def state(self, device: np.ndarray) -> dict[str, Any]:
-        """The program's variables at a placement (item i on ``device[i]``, -1: not taken):
-        ``u``, ``c``, ``d``, ``S`` (G,) or (hosts,), ``D``, ``T``, ``R`` floats, ``total``
-        (G,) each device's c + bw + fw (ms)."""
-        n, g = self.load.shape
-        device = np.asarray(device, dtype=int)
-        on = device >= 0
-        used = (np.bincount(device[on], minlength=g) > 0) | self.device_array(self.busy).astype(bool)
-        c = self.device_array(self.fixed_ms) + self.op_ms * used + np.bincount(
-            device[on], weights=self.load[np.arange(n)[on], device[on]], minlength=g)
-        d = self.device_array(self.fixed_dim) + np.bincount(device[on], weights=self.dim[on], minlength=g)
-        s, t = np.zeros(0), 0.0
-        if len(self.link_const):
-            s = np.bincount(self.host, weights=d)
-            t = float(np.max(self.link_const + self.link_own * d[self.link_rank]
-                             + self.link_host * s[self.host[self.link_rank]]))
-        big_d = float(d.max())
-        bw = self.device_array(self.bw0) + self.send_bw * d + self.max_bw * big_d + self.link_bw * t
-        ready = c + bw
-        fw = (self.device_array(self.fw0) + self.send_fw * d + self.max_fw * big_d + self.link_fw * t
-              + self.wait * (ready.max() - ready))
-        return {"u": used.astype(float), "c": c, "d": d, "S": s, "D": big_d, "T": t, "R": float(ready.max()),
-                "total": c + bw + fw}
-
-    def cost(self, device: np.ndarray) -> float:
-        """The largest device cost (ms) of a placement (:meth:`state`)."""
-        return float(self.state(device)["total"].max())
-
-
-def restricted(program: Program, keep: np.ndarray) -> Program:
-    """``program`` over the items where ``keep`` (n,) is True (the others never taken); its
-    ``floor_ms`` stays valid (fewer placements cost no less)."""
-    k = np.asarray(keep, dtype=bool)
-    return replace(program, load=program.load[k], dim=program.dim[k], mem=program.mem[k], group=program.group[k],
-                   alt=program.alt[k])
 
 
 @dataclass(frozen=True)
@@ -255,13 +172,13 @@ def solve(program: Program, time_limit_s: float = TIME_LIMIT_S, rel_gap: float =
     if n == 0:
         return Assignment((), program.cost(np.zeros(0, dtype=int)), program.cost(np.zeros(0, dtype=int)), 0.0,
                           "optimal", 0.0, float(rel_gap))
-    multi, _ = _groups(program)
+    multi, _ = item_groups(program)
     if (~(program.mem[:, None] <= program.cap[None] * (1 + 1e-12)).any(axis=1) & ~multi).any():
         return None                              # an item with no alternative fits no device
     began = time.monotonic()
     h, layout = _model(program, time_limit_s, rel_gap, seed, relax)
     if start is not None:
-        start = _relabelled(program, np.asarray(start, dtype=int))
+        start = relabelled(program, np.asarray(start, dtype=int))
         sol = highspy.HighsSolution()
         sol.col_value = list(_column_values(program, layout, np.asarray(start)))
         h.setSolution(sol)
@@ -296,57 +213,10 @@ def solve(program: Program, time_limit_s: float = TIME_LIMIT_S, rel_gap: float =
                       said, seconds, float(rel_gap))
 
 
-def complete(program: Program, device: np.ndarray) -> bool:
-    """Whether ``device`` takes exactly one alternative of every group, every item of it placed."""
-    taken: dict[int, set[int]] = {}
-    partial = False
-    for t, a, d in zip(program.group, program.alt, device):
-        if d >= 0:
-            taken.setdefault(int(t), set()).add(int(a))
-    for t, a, d in zip(program.group, program.alt, device):
-        if int(a) in taken.get(int(t), set()) and d < 0:
-            partial = True
-    return not partial and len(taken) == len(set(program.group.tolist())) and all(len(v) == 1 for v in taken.values())
-
-
-def _sure_order(program: Program) -> np.ndarray:
-    """The items the symmetry cut confines (at most G), largest first: the k-th only on
-    devices 0 .. k."""
-    multi, _ = _groups(program)
-    sure = np.flatnonzero(~multi)
-    return sure[np.argsort(-program.load[sure, 0], kind="stable")][:program.ngpu]
-
-
-def _relabelled(program: Program, device: np.ndarray) -> np.ndarray:
-    """``device`` with the devices renamed so it meets the symmetry cut (same cost, since the
-    devices are identical); unchanged where the cut does not apply."""
-    if not program.identical or program.device_array(program.busy).any():
-        return device
-    names: dict[int, int] = {}
-    for i in _sure_order(program):
-        if device[i] >= 0 and int(device[i]) not in names:
-            names[int(device[i])] = len(names)
-    for d in range(program.ngpu):
-        if d not in names:
-            names[d] = len(names)
-    return np.array([names[int(d)] if d >= 0 else -1 for d in device])
-
-
-def _groups(program: Program) -> tuple[np.ndarray, dict[tuple[int, int], int]]:
-    """Whether each item's group has several alternatives, and the z column of each (group, alt)."""
-    pairs = sorted({(int(t), int(a)) for t, a in zip(program.group, program.alt)})
-    count: dict[int, int] = {}
-    for t, _ in pairs:
-        count[t] = count.get(t, 0) + 1
-    multi = np.array([count[int(t)] > 1 for t in program.group], dtype=bool)
-    z = {p: k for k, p in enumerate(p for p in pairs if count[p[0]] > 1)}
-    return multi, z
-
-
 def _layout(program: Program) -> dict[str, int]:
     """First column of each variable block (x, z, u, c, d, S, D, T, R, M) and the count."""
     n, g = program.load.shape
-    _, z = _groups(program)
+    _, z = item_groups(program)
     hosts = int(program.host.max()) + 1 if len(program.link_const) else 0
     sizes = [("x", n * g), ("z", len(z)), ("u", g), ("c", g), ("d", g), ("S", hosts), ("D", 1), ("T", 1),
              ("R", 1), ("M", 1)]
@@ -364,7 +234,7 @@ def _column_values(program: Program, layout: dict[str, int], device: np.ndarray)
     v = np.zeros(layout["n"])
     on = device >= 0
     v[layout["x"] + np.arange(n)[on] * g + device[on]] = 1.0
-    _, z = _groups(program)
+    _, z = item_groups(program)
     for i in np.arange(n)[on]:
         k = z.get((int(program.group[i]), int(program.alt[i])))
         if k is not None:
@@ -399,7 +269,7 @@ def _model(program: Program, time_limit_s: float, rel_gap: float, seed: int, rel
     n, g = program.load.shape
     inf = highspy.kHighsInf
     lay = _layout(program)
-    multi, zcol = _groups(program)
+    multi, zcol = item_groups(program)
     busy = program.device_array(program.busy).astype(bool)
     lower, upper = np.zeros(lay["n"]), np.full(lay["n"], inf)
     upper[lay["x"]:lay["x"] + n * g] = 1.0
@@ -409,7 +279,7 @@ def _model(program: Program, time_limit_s: float, rel_gap: float, seed: int, rel
     fits = program.mem[:, None] <= program.cap[None] * (1 + 1e-12)
     upper[lay["x"]:lay["x"] + n * g] = fits.reshape(-1)
     if program.identical and not busy.any():     # the k-th largest sure item only on devices 0 .. k
-        for k, i in enumerate(_sure_order(program)):
+        for k, i in enumerate(sure_order(program)):
             upper[lay["x"] + i * g + k + 1:lay["x"] + (i + 1) * g] = 0.0
     x = lambda i, d: lay["x"] + i * g + d   # noqa: E731
     rows = _Rows()

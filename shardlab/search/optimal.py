@@ -41,7 +41,8 @@ from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.evaluate.model import estimate_plan, floor_label, model_bound_ms
 from shardlab.evaluate.values import Evaluation
 from shardlab.plan import Plan
-from shardlab.search.exact import REL_GAP, TIME_LIMIT_S, Assignment, check_limits, restricted, solve, solver_name
+from shardlab.search.exact import REL_GAP, TIME_LIMIT_S, Assignment, check_limits, solve, solver_name
+from shardlab.search.exact_program import restricted
 from shardlab.search.optimal_program import Built, build, greedy_start, in_space, plan_items, to_plan
 from shardlab.search.registry import register_sharder
 from shardlab.tables import Task

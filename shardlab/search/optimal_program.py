@@ -38,7 +38,7 @@ from shardlab.costmodel.topology_comm import TopologyComm
 from shardlab.evaluate.values import comm_pattern
 from shardlab.data.lookups import device_tables
 from shardlab.plan import Placement, Plan
-from shardlab.search.exact import Program
+from shardlab.search.exact_program import Program
 from shardlab.search.row_split import equal_row_ranges
 from shardlab.tables import Table, Task
 
