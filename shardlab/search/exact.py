@@ -52,7 +52,7 @@ import highspy
 import numpy as np
 
 from shardlab.errors import ShardlabError, field_error
-from shardlab.search.exact_program import Program, complete, item_groups, relabelled, restricted, sure_order
+from shardlab.search.exact_program import Program, complete, item_groups, relabelled, sure_order
 
 #: The solver's relative gap tolerance: "optimal" means within this fraction of the optimum.
 REL_GAP = 1e-3
