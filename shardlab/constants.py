@@ -189,6 +189,10 @@ MAX_NEUROSHARD_WORK = 256_000
 #: ``search/optimal.py``. An item is a whole table or a column half.
 MAX_EXACT_PAIRS = 200_000
 MAX_RELAXED_PAIRS = 2_000_000
+#: The exact planner solves one program per combination of row layouts of the tables that fit
+#: no device (``search/row_wise.row_choices``) up to this many combinations, sharing its time
+#: limit; beyond, row-wise over every device only.
+MAX_LAYOUT_COMBOS = 16
 
 #: Bound on ``ngpu`` for TorchRec's planner: it fails above 128 ranks on one host topology
 #: ("Invalid device string: 'cuda:-57'" at 256); ``torchrec``/``torchrec_free`` refuse more at once.

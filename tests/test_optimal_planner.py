@@ -21,7 +21,7 @@ from shardlab.evaluate.model import estimate_plan
 from shardlab.plan import Placement, Plan, validate_plan
 from shardlab.search import get_sharder, run_sharder
 from shardlab.search.optimal import plan_bound
-from shardlab.search.optimal_program import averaged_bound, build, in_space
+from shardlab.search.optimal_program import averaged_bound, build, in_space, layouts, plan_items
 
 #: Test tolerance: solves here are never stopped by the clock (a limit of 600 s that they
 #: finish far inside), so the result cannot depend on machine load.
@@ -115,7 +115,7 @@ def test_with_column_halves_the_optimum_is_the_enumerated_one(profile):
     assert truth <= whole                                      # halves never cost the optimum anything
 
 
-def test_a_table_that_fits_no_device_is_laid_row_wise_and_the_rest_is_optimal():
+def test_a_table_that_fits_no_device_gets_its_best_row_layout_and_the_rest_is_optimal():
     drawn = generate_task(ntables=6, ngpu=3, seed=5, batch_size=4096)
     largest = max(drawn.table_bytes(t) for t in drawn.tables)
     task = task_from_tables(drawn.tables, 3, 0.7 * largest / C.GB, "oversized", batch_size=4096)
@@ -126,19 +126,22 @@ def test_a_table_that_fits_no_device_is_laid_row_wise_and_the_rest_is_optimal():
     plan = run_sharder(get_sharder("optimal[profile=cpu,columns=false,time_limit_s=600]"), task)
     o = plan.metadata["optimality"]
     validate_plan(task, plan)
-    assert o["status"] == "optimal" and in_space(task, plan, columns=False)
+    assert o["status"] == "optimal" and in_space(task, plan, columns=False, row_layouts=layouts(task))
     assert estimate_plan(task, plan, bundle, lower_bound=False, rowwise_comm=rowwise).cost_ms == pytest.approx(o["cost_ms"], rel=1e-9)
-    fixed = [p for p in plan.placements if p.table in {t.name for t in big}]
+    options = layouts(task)
+    assert len(options) > 1 and len(o["row_layouts"]) == len(options)     # every row layout solved
     rest = [t for t in task.tables if t not in big]
     best = np.inf
-    for devs in itertools.product(range(task.ngpu), repeat=len(rest)):
-        pl = Plan(task.name, "x", task.ngpu, tuple(fixed) + tuple(Placement(t.name, 0, t.dim, 0, t.rows, d)
-                                                                      for t, d in zip(rest, devs)))
-        try:
-            validate_plan(task, pl)
-        except ShardlabError:
-            continue
-        best = min(best, estimate_plan(task, pl, bundle, lower_bound=False, rowwise_comm=rowwise).cost_ms)
+    for layout in options:
+        fixed = plan_items(task, False, (), layout)[1]
+        for devs in itertools.product(range(task.ngpu), repeat=len(rest)):
+            pl = Plan(task.name, "x", task.ngpu, tuple(fixed) + tuple(Placement(t.name, 0, t.dim, 0, t.rows, d)
+                                                                          for t, d in zip(rest, devs)))
+            try:
+                validate_plan(task, pl)
+            except ShardlabError:
+                continue
+            best = min(best, estimate_plan(task, pl, bundle, lower_bound=False, rowwise_comm=rowwise).cost_ms)
     assert best * (1 - 1e-12) <= o["cost_ms"] <= best * (1 + TOL) + 1e-12 and o["bound_ms"] <= best + 1e-9
 
 

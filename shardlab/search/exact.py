@@ -58,6 +58,8 @@ from shardlab.search.exact_program import Program, complete, item_groups, relabe
 REL_GAP = 1e-3
 #: Default time limit of one solve (s).
 TIME_LIMIT_S = 10.0
+#: Grace after the time limit before a solve is interrupted, and again before it is given up (s).
+OVERRUN_S = 1.0
 #: Above this many item x device pairs, "device is used" is tied to the items by one row per
 #: device (n u[g] >= sum_i x[i, g]) instead of one per pair: a smaller program, a weaker LP.
 PAIR_ROWS_MAX = 20_000
@@ -138,6 +140,20 @@ def check_limits(time_limit_s: Any, rel_gap: Any) -> None:
         raise field_error("exact assignment", "rel_gap", rel_gap, "must be in [0, 1)")
 
 
+def _run(h: Any, time_limit_s: float) -> bool:
+    """Run the solver with a watchdog: HiGHS checks its time limit only at some points, and a
+    procedure that seldom checks can overrun it (an upstream limitation), so the solve runs in
+    HiGHS's own thread and is interrupted :data:`OVERRUN_S` after the limit. True when it has
+    stopped (the model is then safe to read); False when even the interrupt went unheard (its
+    thread is left to finish on its own and its model is not read)."""
+    h.HandleUserInterrupt = True
+    h.startSolve()
+    if h.wait(time_limit_s + OVERRUN_S)[0]:
+        return True
+    h.cancelSolve()
+    return bool(h.wait(OVERRUN_S)[0])
+
+
 def min_makespan(load: Any, mem: Any, cap: float, ngpu: int, time_limit_s: float = TIME_LIMIT_S,
                  rel_gap: float = REL_GAP, seed: int = 0) -> Assignment | None:
     """The assignment of n items to ``ngpu`` devices with the smallest largest load: the
@@ -182,7 +198,13 @@ def solve(program: Program, time_limit_s: float = TIME_LIMIT_S, rel_gap: float =
         sol = highspy.HighsSolution()
         sol.col_value = list(_column_values(program, layout, np.asarray(start)))
         h.setSolution(sol)
-    h.run()
+    if not _run(h, time_limit_s):
+        if start is None or not complete(program, start):
+            return None
+        cost = program.cost(start)                               # the solver never came back: its start
+        bound = min(program.floor_ms, cost)
+        return Assignment(tuple(int(d) for d in start), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
+                          "time_limit", time.monotonic() - began, float(rel_gap))
     seconds = time.monotonic() - began
     status = h.getModelStatus()
     if relax:

@@ -1,7 +1,8 @@
 """``optimal``: the plan of least cost under a cost model, with a proven bound and the gap.
 
 The task becomes the program of :mod:`shardlab.search.optimal_program` (its plan space:
-tables whole or in two column halves, tables that fit no device row-wise over every device),
+tables whole or in two column halves, tables that fit no device in TorchRec's row layouts --
+one program per combination of layouts, sharing the time limit),
 solved by :mod:`shardlab.search.exact` from a greedy start, by size (item x device pairs,
 ``constants.MAX_EXACT_PAIRS`` / ``MAX_RELAXED_PAIRS``):
 
@@ -16,7 +17,9 @@ solved by :mod:`shardlab.search.exact` from a greedy start, by size (item x devi
 solver and is linear in the tables; the integer program and its relaxation start from it.
 
 A plan's ``metadata["optimality"]``: ``model`` (what the cost, bound and gap are under),
-``space`` (the plan space the bound is over; ``columns`` whether it holds column halves), ``exact`` (False: the program is a linearisation
+``space`` (the plan space the bound is over; ``columns`` whether it holds column halves,
+``whole`` the tables kept whole, ``row_layouts`` the layouts solved for: table -> [k, first
+device] per combination), ``exact`` (False: the program is a linearisation
 of a learned model, and the bound is the linearisation's, not the model's), ``cost_ms`` (the
 program's cost of the plan), ``bound_ms``, ``gap`` ((cost - bound) / cost), ``status``,
 ``seconds``, ``time_limit_s``, ``rel_gap``, ``solver``, ``pairs`` (item x device pairs) and
@@ -43,7 +46,8 @@ from shardlab.evaluate.values import Evaluation
 from shardlab.plan import Plan
 from shardlab.search.exact import REL_GAP, TIME_LIMIT_S, Assignment, check_limits, solve, solver_name
 from shardlab.search.exact_program import restricted
-from shardlab.search.optimal_program import Built, build, greedy_start, in_space, plan_items, to_plan
+from shardlab.search.optimal_program import Built, build, greedy_start, in_space, layouts, plan_items, plan_space, to_plan
+from shardlab.search.row_wise import RowChoice
 from shardlab.search.registry import register_sharder
 from shardlab.tables import Task
 
@@ -54,19 +58,46 @@ RESERVE = 0.02
 
 def solve_task(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = True,
                time_limit_s: float = TIME_LIMIT_S, rel_gap: float = REL_GAP, seed: int = 0,
-               whole: tuple[str, ...] = ()) -> tuple[Built, Assignment]:
+               whole: tuple[str, ...] = ()) -> tuple[Built, Assignment, list[dict[int, RowChoice]]]:
     """The program of ``task`` and its answer by size (module docstring), all within
-    ``time_limit_s`` of the call (building the program included). With column halves, the
-    table-wise program is solved first in half the time left, and the cheaper of its answer and
-    the greedy start starts the full one. Raises :class:`InfeasibleError` when no placement in
-    the space meets the memory caps."""
+    ``time_limit_s`` of the call (building included), and the row layouts solved for: one
+    program per layout combination (:func:`~shardlab.search.optimal_program.layouts`), each
+    in an equal share of the time left; the cheapest answer is returned with the smallest of
+    the layouts' bounds (a layout whose program found no placement counts its averaged bound).
+    Raises :class:`InfeasibleError` when no placement in the space was found (none meets the
+    memory caps, or the solver found none in time)."""
     check_limits(time_limit_s, rel_gap)
-    deadline = time.monotonic() + time_limit_s
-    built = build(task, bundle, rowwise_comm, columns, seed, whole)
+    end = time.monotonic() + (1 - RESERVE) * time_limit_s      # the rest: the plan, the model's re-costing
+    options = layouts(task)
+    best: tuple[Built, Assignment] | None = None
+    bounds = []
+    for k, layout in enumerate(options):
+        share = time.monotonic() + (end - time.monotonic()) / (len(options) - k)
+        built, answer = _solve_layout(task, bundle, rowwise_comm, columns, seed, whole, layout, share, rel_gap)
+        bounds.append(built.program.floor_ms if answer is None else answer.bound)
+        if answer is not None and (best is None or answer.cost < best[1].cost):
+            best = built, answer
+    if best is None:
+        raise InfeasibleError(f"task '{task.name}': the exact planner found no plan in field 'time_limit_s' = "
+                              f"{time_limit_s:g} s; none may fit field 'mem_cap_gb' = {task.mem_cap_gb:g} GB "
+                              f"({built.space})", None, 0.0)
+    built, answer = best
+    bound = min(min(bounds), answer.cost)
+    if len(options) > 1:
+        built = replace(built, space=plan_space(columns, whole, f"in one of {len(options)} row layouts, all solved"))
+    return built, replace(answer, bound=bound, gap=(answer.cost - bound) / answer.cost if answer.cost > 0 else 0.0), options
+
+
+def _solve_layout(task: Task, bundle: Any, rowwise_comm: Any, columns: bool, seed: int, whole: tuple[str, ...],
+                  layout: dict[int, RowChoice], end: float, rel_gap: float) -> tuple[Built, Assignment | None]:
+    """One layout's program and its answer by size (module docstring) by the clock time ``end``
+    (``time.monotonic()``); None where it found no placement. With column halves, the
+    table-wise program is solved first in half the time left, and the cheaper of its answer and
+    the greedy start starts the full one."""
+    built = build(task, bundle, rowwise_comm, columns, seed, whole, layout)
     p = built.program
     pairs = p.load.size
     start = greedy_start(built)
-    end = deadline - RESERVE * time_limit_s        # the rest: the plan, the model's re-costing
     left = lambda share=1.0: max(0.05, (end - time.monotonic()) * share)   # noqa: E731
     table_wise = np.array([it.alt == 0 for it in built.items])
     if pairs <= C.MAX_EXACT_PAIRS and not table_wise.all():
@@ -86,10 +117,6 @@ def solve_task(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool 
         bound = min(p.floor_ms, cost)
         answer = Assignment(tuple(int(d) for d in start), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
                             "averaged", 0.0, float(rel_gap))
-    if answer is None:
-        raise InfeasibleError(f"task '{task.name}': the exact planner found no plan in field 'time_limit_s' = "
-                              f"{time_limit_s:g} s; none may fit field 'mem_cap_gb' = {task.mem_cap_gb:g} GB "
-                              f"({built.space})", None, 0.0)
     return built, answer
 
 
@@ -128,8 +155,8 @@ class OptimalSharder:
         bundle = self.bundle()
         rowwise = load_rowwise_comm(self.rowwise_comm, self.profile, bundle.comm)
         began = time.monotonic()
-        built, answer = solve_task(task, bundle, rowwise, self.columns, self.time_limit_s, self.rel_gap, seed,
-                                   self.whole)
+        built, answer, solved = solve_task(task, bundle, rowwise, self.columns, self.time_limit_s, self.rel_gap,
+                                           seed, self.whole)
         seconds = time.monotonic() - began
         plan = to_plan(task, built, answer.device, self.name, seed)
         model_cost = estimate_plan(task, plan, bundle, lower_bound=False, rowwise_comm=rowwise).cost_ms
@@ -138,7 +165,8 @@ class OptimalSharder:
                                 f"model's {model_cost:.6g} ms on its own plan (field 'model' is not the analytic "
                                 "form the program assumes)")
         record = {"model": built.label, "bundle": bundle.source, "space": built.space, "columns": self.columns,
-                  "whole": list(self.whole), "exact": built.exact, "cost_ms": answer.cost,
+                  "whole": list(self.whole), "row_layouts": [{task.tables[i].name: [c.k, c.first] for i, c in lay.items()}
+                                                             for lay in solved], "exact": built.exact, "cost_ms": answer.cost,
                   "bound_ms": answer.bound, "gap": answer.gap, "status": answer.status,
                   "seconds": round(seconds, 3), "time_limit_s": self.time_limit_s, "rel_gap": self.rel_gap,
                   "solver": solver_name(), "pairs": int(built.program.load.size), "model_cost_ms": model_cost}
@@ -154,12 +182,22 @@ def plan_bound(task: Task, plan: Plan, optimality: dict[str, Any], bundle: Any, 
     floor = model_bound_ms(task, bundle, rowwise_comm)
     said = floor_label(bundle)
     if (optimality.get("exact") and optimality.get("bundle") == bundle.source
-            and in_space(task, plan, bool(optimality.get("columns")), tuple(optimality.get("whole", ())))):
+            and in_space(task, plan, bool(optimality.get("columns")), tuple(optimality.get("whole", ())),
+                         row_layouts(task, optimality))):
         exact = float(optimality["bound_ms"])
         if floor is None or exact >= floor:
             return exact, (f"the exact planner's bound ({optimality['status']}) over its space "
                            f"({optimality['space']}) under {bundle.source}")
     return floor, said
+
+
+def row_layouts(task: Task, optimality: Mapping[str, Any]) -> list[dict[int, RowChoice]] | None:
+    """The row layouts an exact planner's record says it solved for (None: the default alone)."""
+    said = optimality.get("row_layouts")
+    if not said:
+        return None
+    index = {t.name: i for i, t in enumerate(task.tables)}
+    return [{index[name]: RowChoice(int(k), int(first)) for name, (k, first) in lay.items()} for lay in said]
 
 
 def exact_record(plans: Mapping[str, Plan]) -> dict[str, Any]:

@@ -3,8 +3,12 @@
 **The plan space** (what the program's optimum and bound are over): every table that fits a
 device whole is placed whole, or -- with ``columns`` -- as two column halves (each on any
 device; only where half the dim is a multiple of ``constants.DIM_MULTIPLE``); a table that
-fits no device whole is laid out row-wise over the first k devices, k = min(G, rows) equal row
-blocks (TorchRec's row-wise layout over every device; it is not searched). Memory caps hold.
+fits no device whole is cut into k equal row blocks on consecutive devices, in one of TorchRec's
+row layouts (:func:`~shardlab.search.row_wise.row_choices`: row-wise over the first k devices,
+k from the fewest blocks that fit to G, or table-row-wise inside one host). One program is
+built per combination of these layouts (a layout fixes the blocks, so each program is exact);
+the planner solves every combination up to ``constants.MAX_LAYOUT_COMBOS`` (:func:`layouts`),
+else row-wise over every device alone. Memory caps hold.
 
 **Exact under the analytic models.** :class:`~shardlab.costmodel.analytic.AnalyticCompute`
 is affine in the items a device holds (a per-op cost once a device holds anything, plus each
@@ -15,8 +19,8 @@ columns, plus waiting; its constants are read off the model by three probes.
 :class:`~shardlab.costmodel.topology_comm.TopologyComm` is the slowest rank's time over four
 linear byte counts per rank (sent and received, inside and between hosts), i.e. link rows.
 Row-wise collectives of the fixed row blocks add a constant per rank
-(:meth:`~shardlab.costmodel.rowwise_comm.RowWiseComm.increment`). :func:`build` checks the
-program against the model on the plan it returns (:func:`check`).
+(:meth:`~shardlab.costmodel.rowwise_comm.RowWiseComm.increment`). The planner checks the
+program's cost against the model's own estimate of the plan it returns.
 
 **Linearised otherwise.** For a compute model that is not additive (a learned one), each item's
 load is fitted by non-negative least squares to the model's predictions on random shards of the
@@ -26,20 +30,23 @@ model; the label says so. The program's bound is then a bound of the linearisati
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from shardlab import constants as C
 from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute, nnls_relative
-from shardlab.costmodel.bundle import plain_model, load_bundle
+from shardlab.costmodel.bundle import load_bundle, plain_model
 from shardlab.costmodel.topology_comm import TopologyComm
-from shardlab.evaluate.values import comm_pattern
 from shardlab.data.lookups import device_tables
+from shardlab.evaluate.values import comm_pattern
 from shardlab.plan import Placement, Plan
 from shardlab.search.exact_program import Program
 from shardlab.search.row_split import equal_row_ranges
+from shardlab.search.row_wise import RowChoice, oversized, row_choices
 from shardlab.tables import Table, Task
 
 #: Random shards the linearisation of a non-additive compute model is fitted on, per item.
@@ -73,52 +80,75 @@ class Built:
     space: str
 
 
-def plan_space(columns: bool, whole: tuple[str, ...] = ()) -> str:
+def plan_space(columns: bool, whole: tuple[str, ...] = (), row_layouts: str = "row-wise over every device") -> str:
     """The plan space in one line (module docstring)."""
     kept = f" ({len(whole)} kept whole)" if columns and whole else ""
     return ("table-wise" + (" or two column halves per table" + kept if columns else "")
-            + "; a table that fits no device row-wise over every device")
+            + f"; a table that fits no device {row_layouts}")
 
 
-def in_space(task: Task, plan: Plan, columns: bool = True, whole: tuple[str, ...] = ()) -> bool:
-    """Whether ``plan`` lies in the plan space (module docstring): the optimum and bound of the
-    program are over these plans only."""
-    items, fixed = plan_items(task, columns, whole)
-    blocks: dict[str, set[tuple[int, int, int, int]]] = {}
+def in_space(task: Task, plan: Plan, columns: bool = True, whole: tuple[str, ...] = (),
+             row_layouts: list[Mapping[int, RowChoice]] | None = None) -> bool:
+    """Whether ``plan`` lies in the plan space (module docstring; ``row_layouts``: the layouts
+    solved for, default :func:`default_layout` alone): the optimum and bound of the program are
+    over these plans only."""
+    got: dict[str, set[tuple[int, int, int, int, int]]] = {}
     for p in plan.placements:
-        blocks.setdefault(p.table, set()).add((p.col_offset, p.cols, p.row_offset, p.rows))
-    want_fixed: dict[str, set[tuple[int, int, int, int]]] = {}
-    for p in fixed:
-        want_fixed.setdefault(p.table, set()).add((p.col_offset, p.cols, p.row_offset, p.rows))
-    if any({(b.col_offset, b.cols, b.row_offset, b.rows, b.device) for b in plan.placements if b.table == name}
-           != {(f.col_offset, f.cols, f.row_offset, f.rows, f.device) for f in fixed if f.table == name}
-           for name in want_fixed):
-        return False
-    shapes: dict[str, set[frozenset[tuple[int, int, int, int]]]] = {}
-    for it in items:
-        t = task.tables[it.table]
-        shapes.setdefault(t.name, set())
-    for name in shapes:
-        t = task.table(name)
+        got.setdefault(p.table, set()).add((p.col_offset, p.cols, p.row_offset, p.rows, p.device))
+    big = {task.tables[i].name for i in oversized(task)}
+    if big:
+        options = []
+        for layout in row_layouts or [default_layout(task)]:
+            fixed = plan_items(task, columns, whole, layout)[1]
+            options.append({name: {(f.col_offset, f.cols, f.row_offset, f.rows, f.device) for f in fixed
+                                    if f.table == name} for name in big})
+        if not any(all(got.get(name) == want[name] for name in big) for want in options):
+            return False
+    for t in task.tables:
+        if t.name in big:
+            continue
+        shape = {(c0, c, r0, r) for c0, c, r0, r, _ in got.get(t.name, set())}
         half = t.dim // 2
-        ok = {frozenset({(0, t.dim, 0, t.rows)})}
-        if any(it.alt == 1 for it in items if task.tables[it.table].name == name):
-            ok.add(frozenset({(0, half, 0, t.rows), (half, half, 0, t.rows)}))
-        if frozenset(blocks.get(name, set())) not in ok:
+        halves = columns and task.ngpu > 1 and half % C.DIM_MULTIPLE == 0 and half > 0 and t.name not in whole
+        if shape != {(0, t.dim, 0, t.rows)} and not (halves and shape == {(0, half, 0, t.rows), (half, half, 0, t.rows)}):
+            return False
+        if len([b for b in plan.placements if b.table == t.name]) != len(shape):
             return False
     return True
 
 
-def plan_items(task: Task, columns: bool, whole: tuple[str, ...] = ()) -> tuple[list[Item], list[Placement]]:
+def default_layout(task: Task) -> dict[int, RowChoice]:
+    """Row-wise over the first min(G, rows) devices for every table that fits no device."""
+    return {i: RowChoice(min(task.ngpu, task.tables[i].rows), 0) for i in oversized(task)}
+
+
+def layouts(task: Task) -> list[dict[int, RowChoice]]:
+    """The row layouts the planner solves for (module docstring): every combination of
+    :func:`~shardlab.search.row_wise.row_choices` of the tables that fit no device where there
+    are at most ``constants.MAX_LAYOUT_COMBOS``, else :func:`default_layout` alone."""
+    big = oversized(task)
+    if not big:
+        return [{}]
+    options = [row_choices(task, i) for i in big]
+    if math.prod(len(o) for o in options) > C.MAX_LAYOUT_COMBOS:
+        return [default_layout(task)]
+    return [dict(zip(big, combo)) for combo in itertools.product(*options)]
+
+
+def plan_items(task: Task, columns: bool, whole: tuple[str, ...] = (), layout: Mapping[int, RowChoice] | None = None
+               ) -> tuple[list[Item], list[Placement]]:
     """The task's items (whole tables and column halves; none for the tables named in
-    ``whole``) and its fixed row blocks (module docstring)."""
+    ``whole``) and its fixed row blocks, laid out as ``layout`` says (table index -> choice;
+    default :func:`default_layout`)."""
     items: list[Item] = []
     fixed: list[Placement] = []
     cap = task.mem_cap_bytes
+    layout = default_layout(task) if layout is None else layout
     for k, t in enumerate(task.tables):
         if task.table_bytes(t) > cap:
-            ranges = equal_row_ranges(t.rows, min(task.ngpu, t.rows))
-            fixed += [Placement(t.name, 0, t.dim, off, n, g) for g, (off, n) in enumerate(ranges)]
+            choice = layout[k]
+            fixed += [Placement(t.name, 0, t.dim, off, n, choice.first + j)
+                      for j, (off, n) in enumerate(equal_row_ranges(t.rows, choice.k))]
             continue
         items.append(Item(k, 0, 0, t.dim, t))
         half = t.dim // 2
@@ -194,11 +224,12 @@ def _topology_links(comm: TopologyComm, ngpu: int, total_dim: float) -> dict[str
 
 
 def build(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = True, seed: int = 0,
-          whole: tuple[str, ...] = ()) -> Built:
+          whole: tuple[str, ...] = (), layout: Mapping[int, RowChoice] | None = None) -> Built:
     """The program of ``task`` under ``bundle`` (and ``rowwise_comm`` for the fixed row blocks,
-    as :func:`~shardlab.evaluate.model.estimate_plan` costs them)."""
+    as :func:`~shardlab.evaluate.model.estimate_plan` costs them), the tables that fit no device
+    laid out as ``layout`` says (default :func:`default_layout`)."""
     g = task.ngpu
-    items, fixed = plan_items(task, columns, whole)
+    items, fixed = plan_items(task, columns, whole, layout)
     partial = Plan(task.name, "optimal", g, tuple(fixed))
     fixed_shards = device_tables(task, partial) if fixed else [[] for _ in range(g)]
     op, load, fixed_ms, exact = _compute_loads(bundle.compute, items, fixed_shards, g, seed)

@@ -12,6 +12,7 @@ first (whole-family) held-out task of two model families on 8 GPUs (rows capped 
 4 GB per GPU). A method that refuses a task is recorded as skipped with its one-line reason.
 
     .venv/bin/python studies/gpu_compute/lease_plans.py [--profile h100] [--out PATH]
+    .venv/bin/python studies/gpu_compute/lease_plans.py --add optimal   # a newly registered method, the rest kept
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from shardlab import constants as C  # noqa: E402
 from shardlab.data.tasks import generate_task  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
-from shardlab.io import write_json_atomic  # noqa: E402
+from shardlab.io import read_json, write_json_atomic  # noqa: E402
 from shardlab.profile.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for, sharder_names  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
@@ -89,12 +90,34 @@ def make_plans(tasks: Sequence[Task], methods: Sequence[str], profile: str, seed
     return out
 
 
+def add_methods(path: Path, methods: Sequence[str], argv: Sequence[str] | None = None) -> None:
+    """Plan ``methods`` on the tasks of the plans at ``path`` and add them there; every plan
+    already made is kept as it was, and ``made["added"]`` records when and how the new ones were
+    made. ``made["methods"]`` becomes :func:`lease_methods` (so each must be registered)."""
+    data = read_json(str(path))
+    made = data["made"]
+    tasks = [Task.from_dict(e["task"]) for e in data["tasks"]]
+    for entry, new in zip(data["tasks"], make_plans(tasks, methods, made["profile"], made.get("seed", 0))):
+        for key in ("plans", "skipped", "search_seconds"):
+            entry[key].update(new[key])
+    made.setdefault("added", []).append({**environment("cpu"), "methods": list(methods), "command":
+                                         "studies/gpu_compute/lease_plans.py " + " ".join(argv or sys.argv[1:])})
+    made["methods"] = lease_methods()
+    write_json_atomic(str(path), data)
+    print(f"added {', '.join(methods)} to {path}: {len(tasks)} tasks")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="h100", help="the GPU profile the plans are made for")
     ap.add_argument("--out", type=Path, default=PLANS)
     ap.add_argument("--dry-run", action="store_true", help="tiny tasks, for a CPU rehearsal of the lease (needs --out)")
+    ap.add_argument("--add", default=None, help="plan only these comma-separated methods (newly registered ones) "
+                                                 "and add them to the plans in --out, the others kept as made")
     args = ap.parse_args(argv)
+    if args.add:
+        add_methods(args.out, [m.strip() for m in args.add.split(",") if m.strip()], argv)
+        return
     if args.dry_run and args.out == PLANS:
         raise SystemExit("lease_plans: --dry-run writes tiny plans: give --out (the shipped plans stay as they are)")
     prof = get_profile(args.profile)
