@@ -4,7 +4,7 @@
 TorchRec's own planner (``docs/torchrec.md``)."""
 
 from shardlab.costmodel.torchrec_estimator import ShardlabPerfEstimator
-from shardlab.torchrec.planner import ShardlabPlanner
+from shardlab.torchrec.planner import ShardlabPlanner, ShardlabPlannerError
 from shardlab.torchrec.sample_stats import table_stats
 
-__all__ = ["ShardlabPerfEstimator", "ShardlabPlanner", "table_stats"]
+__all__ = ["ShardlabPerfEstimator", "ShardlabPlanner", "ShardlabPlannerError", "table_stats"]

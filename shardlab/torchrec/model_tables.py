@@ -49,12 +49,19 @@ def _ebc_class() -> type:
     return EmbeddingBagCollection
 
 
+def resolved_sharders(sharders: Sequence[Any] | None) -> list[Any]:
+    """``sharders``, or TorchRec's default sharders where None (as TorchRec's planner reads it:
+    every module kind TorchRec ships a sharder for is then to be planned)."""
+    if sharders is None:
+        from torchrec.distributed.sharding_plan import get_default_sharders
+        return list(get_default_sharders())
+    return list(sharders)
+
+
 def _ebc_sharder(sharders: Sequence[Any] | None) -> Any:
     """The sharder of ``EmbeddingBagCollection`` among ``sharders`` (TorchRec's default sharders
     when None); a one-line error when there is none."""
-    if sharders is None:
-        from torchrec.distributed.sharding_plan import get_default_sharders
-        sharders = get_default_sharders()
+    sharders = resolved_sharders(sharders)
     ebc = _ebc_class()
     for s in sharders:
         if getattr(s, "module_type", None) is ebc:
@@ -117,9 +124,12 @@ def _pooling(name: str, config: Any, constraint: Any) -> float | None:
 def named_configs(module: Any, sharders: Sequence[Any] | None = None) -> list[tuple[str, Any, str]]:
     """(collection path, ``EmbeddingBagConfig``, Task name) of every table of every
     ``EmbeddingBagCollection`` in ``module`` (module docstring). One-line errors: no collection;
-    another embedding module a given sharder would shard (shardlab plans pooled collections only)."""
+    another embedding module a sharder would shard -- a given one, or with ``sharders=None`` one
+    of TorchRec's defaults (sequence, position-weighted, managed-collision, quantised collections)
+    -- since shardlab plans pooled collections only, and leaving such a module out of the plan
+    would hand TorchRec a plan that silently keeps it unsharded."""
     ebc_type = _ebc_class()
-    others = {getattr(s, "module_type", None) for s in (sharders or [])} - {ebc_type, None}
+    others = {getattr(s, "module_type", None) for s in resolved_sharders(sharders)} - {ebc_type, None}
     found: list[tuple[str, Any]] = []
     for path, m in module.named_modules():
         if isinstance(m, ebc_type):

@@ -30,7 +30,8 @@ import time
 from dataclasses import replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from torchrec.distributed.types import ShardingPlanner
+from torchrec.distributed.planner.types import PlannerError
+from torchrec.distributed.types import ShardingPlan, ShardingPlanner
 
 from shardlab import constants as C
 from shardlab.errors import ShardlabError
@@ -44,6 +45,14 @@ from shardlab.torchrec.model_tables import (ModelTable, model_tables, rank_memor
 from shardlab.torchrec.sample_stats import model_task_tables, table_stats
 
 PLACED = ("table_wise", "column_wise")
+
+
+class ShardlabPlannerError(ShardlabError, PlannerError):
+    """A planning failure as TorchRec's code expects it (``except PlannerError``), with
+    shardlab's one-line message; still a :class:`~shardlab.errors.ShardlabError`."""
+
+    def __init__(self, message: str) -> None:
+        PlannerError.__init__(self, message)
 
 
 class ShardlabPlanner(ShardingPlanner):
@@ -116,7 +125,20 @@ class ShardlabPlanner(ShardingPlanner):
     def plan(self, module: Any, sharders: Sequence[Any] | None = None) -> Any:
         """TorchRec's ``ShardingPlan`` for ``module`` (one entry per collection path and table);
         a plan TorchRec would refuse, or one the constraints do not allow, is a one-line
-        :class:`ShardlabError` naming the table."""
+        :class:`ShardlabPlannerError` naming the table (TorchRec's ``PlannerError`` and a
+        :class:`~shardlab.errors.ShardlabError` at once). No sharders (``[]``): the empty plan,
+        as TorchRec's planner returns."""
+        if sharders is not None and len(sharders) == 0:
+            return ShardingPlan({})
+        try:
+            return self._plan(module, sharders)
+        except ShardlabPlannerError:
+            raise
+        except ShardlabError as e:
+            raise ShardlabPlannerError(str(e)) from None
+
+    def _plan(self, module: Any, sharders: Sequence[Any] | None) -> Any:
+        """:meth:`plan`'s work (its errors are ShardlabError; :meth:`plan` makes them TorchRec's)."""
         start = time.perf_counter()
         task, tables = self.task(module, sharders)
         lws = int(getattr(self.topology, "local_world_size", None) or task.ngpu)
@@ -171,7 +193,7 @@ class ShardlabPlanner(ShardingPlanner):
                 message[1] = str(e)
         dist.broadcast_object_list(message, src=dist.get_global_rank(pg, 0), group=pg)
         if message[1] is not None:
-            raise ShardlabError(message[1])
+            raise ShardlabPlannerError(message[1])
         return message[0]
 
     def save(self, task_path: str, plan_path: str) -> None:
