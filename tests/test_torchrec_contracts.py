@@ -80,3 +80,13 @@ def test_a_planning_failure_is_torchrecs_planner_error_with_one_line():
         planner(gb=1e-6).plan(WithSequence(), [EmbeddingBagCollectionSharder()])
     assert isinstance(e.value, PlannerError) and "\n" not in str(e.value)
     assert str(e.value).startswith("task 'torchrec-") or "ShardlabPlanner" in str(e.value)
+
+
+def test_a_sharder_offering_no_fused_kernel_is_refused_not_given_fused():
+    class OffloadOnly(EmbeddingBagCollectionSharder):
+        def compute_kernels(self, sharding_type, compute_device_type):
+            return ["fused_uvm_caching"]
+
+    with pytest.raises(PlannerError) as e:
+        planner().plan(WithSequence(), [OffloadOnly()])
+    assert "no sharding type with the 'fused' kernel" in str(e.value) and "\n" not in str(e.value)

@@ -83,6 +83,11 @@ def task_optimizer(sharders: Sequence[Any] | None) -> str:
     return OPTIMIZERS[name]
 
 
+def _kernels(sharder: Any, sharding_type: str, device: str) -> list[str]:
+    """The compute kernels ``sharder`` offers for ``sharding_type`` on ``device`` (names)."""
+    return [str(getattr(k, "value", k)) for k in sharder.compute_kernels(sharding_type, device)]
+
+
 def _allowed(name: str, constraint: Any, offered: Sequence[str], device: str) -> tuple[str, ...]:
     """Sharding types a table may take: the constraint's (in its order) among what the sharder
     offers and shardlab places; one line naming the table when none is left or the
@@ -147,10 +152,18 @@ def named_configs(module: Any, sharders: Sequence[Any] | None = None) -> list[tu
 
 def model_tables(module: Any, sharders: Sequence[Any] | None, constraints: Mapping[str, Any] | None,
                  compute_device: str) -> list[ModelTable]:
-    """Every table of the model (:func:`named_configs`) with the constraints read; one line for
-    a constraint naming no table of the model."""
+    """Every table of the model (:func:`named_configs`) with the constraints read; the sharding
+    types are those the EBC sharder offers with the fused kernel (a sharder offering only
+    host-memory kernels is one line: shardlab never hands it a ``fused`` plan it did not offer);
+    one line for a constraint naming no table of the model."""
     found = named_configs(module, sharders)
-    offered = [str(getattr(t, "value", t)) for t in _ebc_sharder(sharders).sharding_types(compute_device)]
+    sharder = _ebc_sharder(sharders)
+    offered = [str(getattr(t, "value", t)) for t in sharder.sharding_types(compute_device)]
+    offered = [t for t in offered if KERNEL in _kernels(sharder, t, compute_device)]
+    if not offered:
+        raise ShardlabError(f"ShardlabPlanner: the EmbeddingBagCollection sharder offers no sharding type with the "
+                            f"'{KERNEL}' kernel on {compute_device}, the only kernel shardlab costs (host-memory "
+                            "offload, fused_uvm / fused_uvm_caching, is not planned yet)")
     constraints = dict(constraints or {})
     unknown = sorted(set(constraints) - {c.name for _, c, _ in found})
     if unknown:
