@@ -87,6 +87,15 @@ class Assignment:
                 "seconds": round(self.seconds, 3), "rel_gap": self.rel_gap, "solver": solver_name()}
 
 
+def answered(program: Program, device: Any, bound: float, status: str, seconds: float, rel_gap: float) -> Assignment:
+    """The Assignment of placement ``device``: its cost recomputed by ``program`` (float64, not
+    the solver's value), ``bound`` capped at that cost, and the gap between them."""
+    cost = program.cost(np.asarray(device, dtype=int))
+    bound = min(float(bound), cost)
+    return Assignment(tuple(int(d) for d in device), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
+                      status, float(seconds), float(rel_gap))
+
+
 _quiet = False
 
 
@@ -186,8 +195,7 @@ def solve(program: Program, time_limit_s: float = TIME_LIMIT_S, rel_gap: float =
     check_limits(time_limit_s, rel_gap)
     n, g = program.load.shape
     if n == 0:
-        return Assignment((), program.cost(np.zeros(0, dtype=int)), program.cost(np.zeros(0, dtype=int)), 0.0,
-                          "optimal", 0.0, float(rel_gap))
+        return answered(program, np.zeros(0, dtype=int), np.inf, "optimal", 0.0, rel_gap)
     multi, _ = item_groups(program)
     if (~(program.mem[:, None] <= program.cap[None] * (1 + 1e-12)).any(axis=1) & ~multi).any():
         return None                              # an item with no alternative fits no device
@@ -201,19 +209,15 @@ def solve(program: Program, time_limit_s: float = TIME_LIMIT_S, rel_gap: float =
     if not _run(h, time_limit_s):
         if start is None or not complete(program, start):
             return None
-        cost = program.cost(start)                               # the solver never came back: its start
-        bound = min(program.floor_ms, cost)
-        return Assignment(tuple(int(d) for d in start), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
-                          "time_limit", time.monotonic() - began, float(rel_gap))
+        # the solver never came back: its start, with the builder's bound
+        return answered(program, start, program.floor_ms, "time_limit", time.monotonic() - began, rel_gap)
     seconds = time.monotonic() - began
     status = h.getModelStatus()
     if relax:
         if start is None or status != highspy.HighsModelStatus.kOptimal:
             return None
-        cost = program.cost(np.asarray(start))
-        bound = min(max(float(h.getInfo().objective_function_value), program.floor_ms), cost)
-        return Assignment(tuple(int(d) for d in start), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
-                          "relaxation", seconds, float(rel_gap))
+        return answered(program, start, max(float(h.getInfo().objective_function_value), program.floor_ms),
+                        "relaxation", seconds, rel_gap)
     sol = h.getSolution()
     if not getattr(sol, "value_valid", True) or len(sol.col_value) < n * g:
         return None
@@ -228,11 +232,8 @@ def solve(program: Program, time_limit_s: float = TIME_LIMIT_S, rel_gap: float =
         device, found = start, True                              # the solver found none better in time
     if not found:
         return None
-    cost = program.cost(device)
-    bound = min(max(float(h.getInfo().mip_dual_bound), program.floor_ms), cost)
     said = "optimal" if status == highspy.HighsModelStatus.kOptimal else "time_limit"
-    return Assignment(tuple(int(d) for d in device), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
-                      said, seconds, float(rel_gap))
+    return answered(program, device, max(float(h.getInfo().mip_dual_bound), program.floor_ms), said, seconds, rel_gap)
 
 
 def _layout(program: Program) -> dict[str, int]:

@@ -44,7 +44,7 @@ from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.evaluate.model import estimate_plan, floor_label, model_bound_ms
 from shardlab.evaluate.values import Evaluation
 from shardlab.plan import Plan
-from shardlab.search.exact import REL_GAP, TIME_LIMIT_S, Assignment, check_limits, solve, solver_name
+from shardlab.search.exact import REL_GAP, TIME_LIMIT_S, Assignment, answered, check_limits, solve, solver_name
 from shardlab.search.exact_program import restricted
 from shardlab.search.optimal_program import Built, build, greedy_start, in_space, layouts, plan_items, plan_space, to_plan
 from shardlab.search.row_wise import RowChoice
@@ -82,10 +82,9 @@ def solve_task(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool 
                               f"{time_limit_s:g} s; none may fit field 'mem_cap_gb' = {task.mem_cap_gb:g} GB "
                               f"({built.space})", None, 0.0)
     built, answer = best
-    bound = min(min(bounds), answer.cost)
     if len(options) > 1:
         built = replace(built, space=plan_space(columns, whole, f"in one of {len(options)} row layouts, all solved"))
-    return built, replace(answer, bound=bound, gap=(answer.cost - bound) / answer.cost if answer.cost > 0 else 0.0), options
+    return built, answered(built.program, answer.device, min(bounds), answer.status, answer.seconds, rel_gap), options
 
 
 def _solve_layout(task: Task, bundle: Any, rowwise_comm: Any, columns: bool, seed: int, whole: tuple[str, ...],
@@ -113,10 +112,7 @@ def _solve_layout(task: Task, bundle: Any, rowwise_comm: Any, columns: bool, see
     elif start is not None and pairs <= C.MAX_RELAXED_PAIRS:
         answer = solve(p, left(), rel_gap, seed, start=start, relax=True)    # None: not solved in time
     if answer is None and start is not None and pairs > C.MAX_EXACT_PAIRS:
-        cost = p.cost(start)
-        bound = min(p.floor_ms, cost)
-        answer = Assignment(tuple(int(d) for d in start), cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
-                            "averaged", 0.0, float(rel_gap))
+        answer = answered(p, start, p.floor_ms, "averaged", 0.0, rel_gap)
     return built, answer
 
 
