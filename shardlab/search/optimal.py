@@ -174,9 +174,10 @@ def plan_bound(task: Task, plan: Plan, optimality: dict[str, Any], bundle: Any, 
     """The bound (ms) to quote beside ``plan`` and what it rests on: the larger of the model's
     floor over every plan and, when ``plan`` lies in the exact planner's space and its program
     was exact under this same model (``optimality`` of its plan's metadata), its bound; the floor
-    alone otherwise (None where the model has none)."""
+    alone otherwise (None where the model has none, and the label says so)."""
     floor = model_bound_ms(task, bundle, rowwise_comm)
-    said = floor_label(bundle)
+    said = floor_label(bundle) if floor is not None else \
+        f"none: {bundle.source} proves no bound (a learned model is not additive)"
     if (optimality.get("exact") and optimality.get("bundle") == bundle.source
             and in_space(task, plan, bool(optimality.get("columns")), tuple(optimality.get("whole", ())),
                          row_layouts(task, optimality))):
@@ -219,8 +220,6 @@ def quoted_bounds(task: Task, plans: Mapping[str, Plan], evaluations: Mapping[st
             out[k] = e
             continue
         bound, said = plan_bound(task, plans[k], record, bundle, rowwise_comm)
-        if bound is None:
-            said = f"none: {bundle.source} proves no bound (a learned model is not additive)"
         out[k] = replace(e, lower_bound_ms=bound, bound_source=said)
     return out
 

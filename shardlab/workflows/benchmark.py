@@ -43,7 +43,7 @@ from shardlab.io import names_list
 from shardlab.profile.hardware import get_profile
 from shardlab.search import run_sharder, sharder_for
 from shardlab.search.neuroshard import NeuroShardSharder
-from shardlab.search.optimal import quoted_bounds
+from shardlab.search.optimal import exact_record, plan_bound
 from shardlab.tables import Task
 
 SETTING_NAMES = ("4x10-60", "4x50", "8x80")
@@ -154,12 +154,12 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
                 mine.append({"setting": setting, "task": k, "method": m, "skipped": msg})
             bar.update(1)
         if plans:                             # each plan's own bound: the exact planner's where it applies
-            bundle = judge.bundle()
-            quoted = quoted_bounds(task, plans, judge.evaluate(task, plans), bundle, judge.rowwise_model(bundle))
+            bundle, record = judge.bundle(), exact_record(plans)
+            rowwise = judge.rowwise_model(bundle)
             for r in mine:
-                if r["method"] in quoted:
-                    r.update(simulated_bound_ms=quoted[r["method"]].lower_bound_ms,
-                             bound_source=quoted[r["method"]].bound_source)
+                if r["method"] in plans:
+                    bound, said = plan_bound(task, plans[r["method"]], record, bundle, rowwise)
+                    r.update(simulated_bound_ms=bound, bound_source=said)
         if evaluator is not None and plans:   # every plan of a task in the same rounds, one bound for all
             fields = measured_fields(evaluator.evaluate(task, plans), baselines, seed)
             for r in mine:
