@@ -1,8 +1,8 @@
 """``ShardlabPlanner`` keeps TorchRec's planner contracts: ``sharders=None`` means TorchRec's
-default sharders, so a sequence (``EmbeddingCollection``) or position-weighted
-(``FeatureProcessedEmbeddingBagCollection``) module is refused in one line instead of being
-left out of the plan (which ``DistributedModelParallel`` would accept, leaving the module
-unsharded); planning failures are TorchRec's ``PlannerError``; no sharders give the empty plan."""
+default sharders, so a sequence (``EmbeddingCollection``) module is refused in one line instead
+of being left out of the plan (which ``DistributedModelParallel`` would accept, leaving the module
+unsharded) and a position-weighted one (``FeatureProcessedEmbeddingBagCollection``) is planned at
+its own path; planning failures are TorchRec's ``PlannerError``; no sharders give the empty plan."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ torchrec = pytest.importorskip("torchrec", reason="torchrec is installed by scri
 import torch  # noqa: E402
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # noqa: E402
 from torchrec.distributed.planner import Topology  # noqa: E402
+from torchrec.distributed.planner.planners import validate_modules_inclusion_in_sharding_plan  # noqa: E402
 from torchrec.distributed.planner.types import PlannerError  # noqa: E402
+from torchrec.distributed.sharding_plan import get_default_sharders  # noqa: E402
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig  # noqa: E402
 from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection  # noqa: E402
 from torchrec.modules.feature_processor_ import PositionWeightedModule  # noqa: E402
@@ -56,19 +58,34 @@ def planner(world=2, gb=1.0):
                                     ddr_cap=int(gb * 2**30)), method="lookup_greedy", profile="cpu")
 
 
-@pytest.mark.parametrize("model,path,kind", [(WithSequence, "seq", "EmbeddingCollection"),
-                                             (WithPositionWeighted, "fp_ebc", "FeatureProcessedEmbeddingBagCollection")])
-def test_a_module_the_default_sharders_would_shard_is_refused_not_left_out(model, path, kind):
+def test_a_sequence_module_the_default_sharders_would_shard_is_refused_not_left_out():
     with pytest.raises(PlannerError) as e:                     # TorchRec's default sharders, as TorchRec reads None
-        planner().plan(model(), None)
+        planner().plan(WithSequence(), None)
     said = str(e.value)
-    assert f"module '{path}' ({kind})" in said and "\n" not in said
+    assert "module 'seq' (EmbeddingCollection)" in said and "\n" not in said
     assert isinstance(e.value, ShardlabError)
-    # with only the EBC sharder named, the other module is the user's to leave unsharded: every pooled
-    # collection is planned at its own path (an FP-EBC's inner one too, as TorchRec's planner does)
-    m = model()
-    plan = planner().plan(m, [EmbeddingBagCollectionSharder()])
-    assert set(plan.plan) == {p for p, x in m.named_modules() if isinstance(x, EmbeddingBagCollection)}
+    # with only the EBC sharder named, the sequence module is the user's to leave unsharded
+    plan = planner().plan(WithSequence(), [EmbeddingBagCollectionSharder()])
+    assert set(plan.plan) == {"ebc"}
+
+
+def test_a_position_weighted_collection_is_planned_at_its_own_path_as_torchrec_keys_it():
+    m = WithPositionWeighted()
+    p = planner()
+    plan = p.plan(m, None)                                     # TorchRec's default sharders
+    assert set(plan.plan) == {"ebc", "fp_ebc"}
+    assert set(plan.plan["fp_ebc"]) == {"p0", "p1"} and set(plan.plan["ebc"]) == {"b0", "b1", "b2"}
+    validate_modules_inclusion_in_sharding_plan(plan, m, get_default_sharders())   # TorchRec's own validator
+    weighted = {t.name: t.source for t in p.task_.tables}
+    assert all("weighted lookups costed as unweighted" in weighted[n] for n in ("p0", "p1"))
+    assert not any("weighted" in weighted[n] for n in ("b0", "b1", "b2"))
+    # with only an EBC sharder, the FP-EBC is not matched: its inner collection is, at TorchRec's key
+    plan = planner().plan(WithPositionWeighted(), [EmbeddingBagCollectionSharder()])
+    assert set(plan.plan) == {"ebc", "fp_ebc._embedding_bag_collection"}
+    with pytest.raises(PlannerError):                          # and TorchRec's validator says what is missing
+        validate_modules_inclusion_in_sharding_plan(planner().plan(WithPositionWeighted(),
+                                                                   [EmbeddingBagCollectionSharder()]),
+                                                    WithPositionWeighted(), get_default_sharders())
 
 
 def test_no_sharders_give_the_empty_plan():

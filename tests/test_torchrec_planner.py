@@ -133,7 +133,7 @@ def test_bad_arguments_and_models_are_one_line_errors():
                       ({"method": "random", "model": "analytic"}, "model")]:
         with pytest.raises(ShardlabError, match=f"field '{field}'"):
             ShardlabPlanner(topology(), **kw)
-    with pytest.raises(ShardlabError, match="holds no EmbeddingBagCollection"):
+    with pytest.raises(ShardlabError, match="holds no collection the sharders shard"):
         ShardlabPlanner(topology(), profile="cpu").plan(torch.nn.Linear(2, 2), SHARDERS)
     with pytest.raises(ShardlabError, match="a rank, over"):
         cons = {f"t{i}": ParameterConstraints(sharding_types=["row_wise"]) for i in range(6)}

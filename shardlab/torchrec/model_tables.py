@@ -25,18 +25,29 @@ PRECISIONS = {v: k for k, v in DTYPES.items()}
 OPTIMIZERS = {**{v: k for k, v in FUSED_OPTIMIZERS.items()}, "SGD": "exact_sgd"}
 
 
+#: The fused parameters a table's ``ParameterConstraints`` may carry into its ``ParameterSharding``.
+FUSED_FIELDS = ("cache_params", "enforce_hbm", "stochastic_rounding", "bounds_check_mode")
+
+
 @dataclass(frozen=True)
 class ModelTable:
     """One table of the model: ``path`` of its collection (relative to the planned module),
     ``config`` (its ``EmbeddingBagConfig``), ``name`` in the Task, ``allowed`` sharding types
-    (in the constraints' order), and ``pooling`` (mean lookups per sample over its features,
-    from the constraints; None when they give none)."""
+    (in the constraints' order), ``pooling`` (mean lookups per sample over its features, from
+    the constraints; None when they give none), ``kind`` of its collection, ``weighted``
+    (lookups carry per-sample weights), ``fused`` (the constraint's :data:`FUSED_FIELDS` that
+    are set, carried into the plan) and ``min_cols`` (the constraint's ``min_partition``: the
+    narrowest column block allowed; None: no bound)."""
 
     path: str
     config: Any
     name: str
     allowed: tuple[str, ...]
     pooling: float | None
+    kind: str = "EmbeddingBagCollection"
+    weighted: bool = False
+    fused: tuple[tuple[str, Any], ...] = ()
+    min_cols: int | None = None
 
     @property
     def table(self) -> str:
@@ -44,9 +55,19 @@ class ModelTable:
         return str(self.config.name)
 
 
-def _ebc_class() -> type:
+def _type_name(t: type) -> str:
+    """A module type's qualified name, the key TorchRec's planner matches sharders by."""
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def _pooled_kinds() -> dict[str, str]:
+    """Qualified type name -> kind label of the collections shardlab plans: pooled lookups, with
+    or without per-sample weights (``EmbeddingBagCollection``, and the position-weighted
+    ``FeatureProcessedEmbeddingBagCollection`` around one)."""
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
-    return EmbeddingBagCollection
+    from torchrec.modules.fp_embedding_modules import FeatureProcessedEmbeddingBagCollection
+    return {_type_name(EmbeddingBagCollection): "EmbeddingBagCollection",
+            _type_name(FeatureProcessedEmbeddingBagCollection): "FeatureProcessedEmbeddingBagCollection"}
 
 
 def resolved_sharders(sharders: Sequence[Any] | None) -> list[Any]:
@@ -58,29 +79,76 @@ def resolved_sharders(sharders: Sequence[Any] | None) -> list[Any]:
     return list(sharders)
 
 
-def _ebc_sharder(sharders: Sequence[Any] | None) -> Any:
-    """The sharder of ``EmbeddingBagCollection`` among ``sharders`` (TorchRec's default sharders
-    when None); a one-line error when there is none."""
-    sharders = resolved_sharders(sharders)
-    ebc = _ebc_class()
-    for s in sharders:
-        if getattr(s, "module_type", None) is ebc:
-            return s
-    raise ShardlabError("ShardlabPlanner: field 'sharders' holds no sharder of EmbeddingBagCollection "
-                        "(pass EmbeddingBagCollectionSharder())")
+@dataclass(frozen=True)
+class Collection:
+    """One collection the plan keys: ``path`` in the planned module, its ``sharder``, ``configs``
+    (its ``EmbeddingBagConfig`` list), ``kind`` (its class name) and ``weighted`` (lookups carry
+    per-sample weights)."""
+
+    path: str
+    sharder: Any
+    configs: tuple[Any, ...]
+    kind: str
+    weighted: bool
 
 
-def task_optimizer(sharders: Sequence[Any] | None) -> str:
-    """The Task's ``optimizer`` from the EBC sharder's fused params (``exact_sgd`` without one)."""
-    fused = getattr(_ebc_sharder(sharders), "fused_params", None) or {}
-    opt = fused.get("optimizer")
-    if opt is None:
-        return "exact_sgd"
-    name = getattr(opt, "name", str(opt)).split(".")[-1]
-    if name not in OPTIMIZERS:
-        raise ShardlabError(f"ShardlabPlanner: sharder field 'optimizer' = {name} is not one shardlab costs "
-                            f"({', '.join(sorted(OPTIMIZERS))})")
-    return OPTIMIZERS[name]
+def collections(module: Any, sharders: Sequence[Any] | None) -> list[Collection]:
+    """The collections of ``module`` that the sharders shard, found as TorchRec's planner finds
+    them: modules matched to a sharder by type (qualified name), children of a matched module
+    not visited, the others searched breadth-first. With only an EBC sharder, an FP-EBC's inner
+    collection is matched at ``<fp path>._embedding_bag_collection``, as TorchRec keys it. A
+    matched module of a kind shardlab does not plan (sequence, managed-collision or quantised
+    collections) is one line naming its path: leaving it out of the plan would hand TorchRec a
+    plan that silently keeps it unsharded."""
+    kinds = _pooled_kinds()
+    by_type = {_type_name(s.module_type): s for s in resolved_sharders(sharders)
+               if getattr(s, "module_type", None) is not None}
+    found: list[Collection] = []
+    queue: list[tuple[str, Any]] = [("", module)]
+    while queue:
+        path, m = queue.pop(0)
+        key = _type_name(type(m))
+        sharder = by_type.get(key)
+        if sharder is None:
+            queue.extend(((f"{path}.{n}" if path else n), c) for n, c in m.named_children())
+            continue
+        if key not in kinds:
+            raise ShardlabError(f"ShardlabPlanner: module '{path}' ({type(m).__name__}) is not one shardlab plans "
+                                "(pooled collections only: EmbeddingBagCollection, "
+                                "FeatureProcessedEmbeddingBagCollection)")
+        inner = getattr(m, "_embedding_bag_collection", m)
+        found.append(Collection(path, sharder, tuple(inner.embedding_bag_configs()), kinds[key],
+                                bool(m.is_weighted())))
+    if not any(c.configs for c in found):
+        raise ShardlabError(f"ShardlabPlanner: module {type(module).__name__} holds no collection the sharders "
+                            "shard (EmbeddingBagCollection, FeatureProcessedEmbeddingBagCollection)")
+    return found
+
+
+def _fused_params(sharder: Any) -> Mapping[str, Any]:
+    """A collection sharder's fused parameters (an FP-EBC sharder's are its inner EBC sharder's)."""
+    got = getattr(sharder, "fused_params", None)
+    if got is None:
+        got = getattr(getattr(sharder, "_ebc_sharder", None), "fused_params", None)
+    return got or {}
+
+
+def task_optimizer(found: Sequence[Collection]) -> str:
+    """The Task's ``optimizer`` from the fused params of the sharders of the ``found``
+    collections (``exact_sgd`` without one); one line when two sharders name different ones."""
+    seen: dict[str, str] = {}
+    for c in found:
+        opt = _fused_params(c.sharder).get("optimizer")
+        name = "SGD" if opt is None else getattr(opt, "name", str(opt)).split(".")[-1]
+        if name not in OPTIMIZERS:
+            raise ShardlabError(f"ShardlabPlanner: sharder field 'optimizer' = {name} is not one shardlab costs "
+                                f"({', '.join(sorted(OPTIMIZERS))})")
+        seen.setdefault(OPTIMIZERS[name], c.path)
+    if len(seen) > 1:
+        (a, pa), (b, pb) = list(seen.items())[:2]
+        raise ShardlabError(f"ShardlabPlanner: the sharder of '{pb}' trains with {b} but that of '{pa}' with {a}: "
+                            "shardlab plans one optimizer per model")
+    return next(iter(seen), "exact_sgd")
 
 
 def _kernels(sharder: Any, sharding_type: str, device: str) -> list[str]:
@@ -126,52 +194,60 @@ def _pooling(name: str, config: Any, constraint: Any) -> float | None:
     return float(sum(float(p) * float(n) for p, n in zip(pfs, polls)))
 
 
-def named_configs(module: Any, sharders: Sequence[Any] | None = None) -> list[tuple[str, Any, str]]:
-    """(collection path, ``EmbeddingBagConfig``, Task name) of every table of every
-    ``EmbeddingBagCollection`` in ``module`` (module docstring). One-line errors: no collection;
-    another embedding module a sharder would shard -- a given one, or with ``sharders=None`` one
-    of TorchRec's defaults (sequence, position-weighted, managed-collision, quantised collections)
-    -- since shardlab plans pooled collections only, and leaving such a module out of the plan
-    would hand TorchRec a plan that silently keeps it unsharded."""
-    ebc_type = _ebc_class()
-    others = {getattr(s, "module_type", None) for s in resolved_sharders(sharders)} - {ebc_type, None}
-    found: list[tuple[str, Any]] = []
-    for path, m in module.named_modules():
-        if isinstance(m, ebc_type):
-            found.extend((path, c) for c in m.embedding_bag_configs())
-        elif others and type(m) in others:
-            raise ShardlabError(f"ShardlabPlanner: module '{path}' ({type(m).__name__}) is not one shardlab plans "
-                                "(pooled EmbeddingBagCollections only)")
-    if not found:
-        raise ShardlabError(f"ShardlabPlanner: module {type(module).__name__} holds no EmbeddingBagCollection")
+def named_configs(module: Any, sharders: Sequence[Any] | None = None) -> list[tuple[Collection, Any, str]]:
+    """(collection, ``EmbeddingBagConfig``, Task name) of every table of every collection the
+    sharders shard (:func:`collections`; module docstring for the names)."""
+    found = [(c, config) for c in collections(module, sharders) for config in c.configs]
     counts: dict[str, int] = {}
-    for _, c in found:
-        counts[c.name] = counts.get(c.name, 0) + 1
-    return [(path, c, c.name if counts[c.name] == 1 else f"{path}/{c.name}") for path, c in found]
+    for _, config in found:
+        counts[config.name] = counts.get(config.name, 0) + 1
+    return [(c, config, config.name if counts[config.name] == 1 else f"{c.path}/{config.name}")
+            for c, config in found]
+
+
+def _offered(c: Collection, device: str) -> list[str]:
+    """The sharding types ``c``'s sharder offers with the fused kernel on ``device`` (a sharder
+    offering only host-memory kernels is one line: shardlab never hands it a ``fused`` plan it
+    did not offer)."""
+    offered = [str(getattr(t, "value", t)) for t in c.sharder.sharding_types(device)]
+    offered = [t for t in offered if KERNEL in _kernels(c.sharder, t, device)]
+    if not offered:
+        raise ShardlabError(f"ShardlabPlanner: the sharder of '{c.path}' ({c.kind}) offers no sharding type with the "
+                            f"'{KERNEL}' kernel on {device}, the only kernel shardlab costs (host-memory offload, "
+                            "fused_uvm / fused_uvm_caching, is not planned yet)")
+    return offered
+
+
+def _min_cols(name: str, config: Any, constraint: Any) -> int | None:
+    """The constraint's ``min_partition`` (columns), checked: an integer in [1, dim]."""
+    got = None if constraint is None else getattr(constraint, "min_partition", None)
+    if got is None:
+        return None
+    if isinstance(got, bool) or not isinstance(got, int) or not 1 <= got <= int(config.embedding_dim):
+        raise ShardlabError(f"ShardlabPlanner: table '{name}': constraint field 'min_partition' = {got!r} must be an "
+                            f"integer in [1, {int(config.embedding_dim)}] (its dim)")
+    return int(got)
 
 
 def model_tables(module: Any, sharders: Sequence[Any] | None, constraints: Mapping[str, Any] | None,
                  compute_device: str) -> list[ModelTable]:
-    """Every table of the model (:func:`named_configs`) with the constraints read; the sharding
-    types are those the EBC sharder offers with the fused kernel (a sharder offering only
-    host-memory kernels is one line: shardlab never hands it a ``fused`` plan it did not offer);
-    one line for a constraint naming no table of the model."""
+    """Every table of the model (:func:`named_configs`) with the constraints read: sharding types
+    among those its collection's sharder offers with the fused kernel, pooling factors,
+    ``min_partition`` and the fused parameters to carry into the plan; one line for a
+    constraint naming no table of the model."""
     found = named_configs(module, sharders)
-    sharder = _ebc_sharder(sharders)
-    offered = [str(getattr(t, "value", t)) for t in sharder.sharding_types(compute_device)]
-    offered = [t for t in offered if KERNEL in _kernels(sharder, t, compute_device)]
-    if not offered:
-        raise ShardlabError(f"ShardlabPlanner: the EmbeddingBagCollection sharder offers no sharding type with the "
-                            f"'{KERNEL}' kernel on {compute_device}, the only kernel shardlab costs (host-memory "
-                            "offload, fused_uvm / fused_uvm_caching, is not planned yet)")
+    offered = {c.path: _offered(c, compute_device) for c, _, _ in found}
     constraints = dict(constraints or {})
-    unknown = sorted(set(constraints) - {c.name for _, c, _ in found})
+    unknown = sorted(set(constraints) - {config.name for _, config, _ in found})
     if unknown:
         raise ShardlabError(f"ShardlabPlanner: constraints name table '{unknown[0]}', which the module does not hold")
     out = []
-    for path, c, name in found:
-        con = constraints.get(c.name)
-        out.append(ModelTable(path, c, name, _allowed(name, con, offered, compute_device), _pooling(name, c, con)))
+    for c, config, name in found:
+        con = constraints.get(config.name)
+        fused = tuple((f, getattr(con, f)) for f in FUSED_FIELDS if getattr(con, f, None) is not None)
+        out.append(ModelTable(c.path, config, name, _allowed(name, con, offered[c.path], compute_device),
+                              _pooling(name, config, con), c.kind, c.weighted, fused,
+                              _min_cols(name, config, con)))
     return out
 
 

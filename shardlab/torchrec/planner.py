@@ -40,7 +40,7 @@ from shardlab.io import save_plan, save_task
 from shardlab.plan import Placement, Plan, validate_plan
 from shardlab.search.registry import method_label, run_sharder, sharder_for, sharder_options
 from shardlab.tables import Table, Task
-from shardlab.torchrec.model_tables import (ModelTable, model_tables, rank_memory_bytes, task_optimizer,
+from shardlab.torchrec.model_tables import (ModelTable, collections, model_tables, rank_memory_bytes, task_optimizer,
                                             task_precision)
 from shardlab.torchrec.sample_stats import model_task_tables, table_stats
 
@@ -118,7 +118,7 @@ class ShardlabPlanner(ShardingPlanner):
         made = model_task_tables(tables, batch, sample, self.seed)
         cap_gb = rank_memory_bytes(topo) * (1.0 - float(self.reserved_share)) / C.GB
         name = f"torchrec-{type(module).__name__}-{len(made)}tables-{world}ranks"
-        task = Task(name, world, cap_gb, tuple(made), batch, task_precision(tables), task_optimizer(sharders))
+        task = Task(name, world, cap_gb, tuple(made), batch, task_precision(tables), task_optimizer(collections(module, sharders)))
         return task, tables
 
     # ----------------------------------------------------------------------------- planning

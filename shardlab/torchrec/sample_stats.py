@@ -9,6 +9,7 @@ sample's batches taken together as one batch of all their samples (the ``source`
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -19,6 +20,11 @@ from shardlab.data.importers import tables_from_records
 from shardlab.errors import ShardlabError
 from shardlab.tables import Table
 from shardlab.torchrec.model_tables import ModelTable, named_configs
+
+
+#: What a weighted table's ``source`` says: its lookups' per-sample weights are not in the cost.
+WEIGHTED_NOTE = ("weighted lookups costed as unweighted (the per-sample weights, 4 bytes a lookup, were not "
+                 "measured)")
 
 
 def _kjt_parts(kjt: Any, feature: str, table: str) -> tuple[np.ndarray, np.ndarray]:
@@ -41,7 +47,7 @@ def table_stats(model: Any, batches: Iterable[Any], sharders: Sequence[Any] | No
         raise ShardlabError("table_stats: field 'batches' is empty: give at least one KeyedJaggedTensor")
     samples = sum(int(k.stride()) for k in batches)
     out = {}
-    for path, config, name in configs:
+    for c, config, name in configs:
         values, lengths = [], []
         for kjt in batches:
             per_sample = np.zeros(int(kjt.stride()), dtype=np.int64)
@@ -57,7 +63,7 @@ def table_stats(model: Any, batches: Iterable[Any], sharders: Sequence[Any] | No
         s = table_stats_from_lookups(np.concatenate(values), np.concatenate(lengths))
         out[name] = Table(name, int(config.num_embeddings), int(config.embedding_dim), float(s["pooling_factor"]),
                           tuple(float(x) for x in s["reuse_bins"]),
-                          f"torchrec:{path}; pooling factor and reuse bins measured on the user's {samples} samples "
+                          f"torchrec:{c.path}; pooling factor and reuse bins measured on the user's {samples} samples "
                           f"({len(batches)} KeyedJaggedTensor batch{'es' if len(batches) > 1 else ''} taken as one batch)")
     return out
 
@@ -83,4 +89,5 @@ def model_task_tables(tables: Sequence[ModelTable], batch_size: int, sample: Map
         records.append({"name": t.name, "rows": int(t.config.num_embeddings), "dim": int(t.config.embedding_dim),
                         "pooling_factor": pf, "source": f"torchrec:{t.path}; {said}"})
     made = iter(tables_from_records(records, batch_size, C.ASSUMED_ZIPF, seed) if records else [])
-    return [t if t is not None else next(made) for t in out]
+    done = [t if t is not None else next(made) for t in out]
+    return [replace(d, source=f"{d.source}; {WEIGHTED_NOTE}") if t.weighted else d for t, d in zip(tables, done)]
