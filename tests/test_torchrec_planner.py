@@ -61,7 +61,8 @@ def test_every_collection_and_table_is_planned_under_its_module_path():
     task = planner.task_
     assert {t.name for t in task.tables} == {"top/t0", "tower.0.emb/t0"} | {f"t{i}" for i in range(1, 6)}
     assert task.ngpu == 4 and task.batch_size == 512 * 4
-    assert task.mem_cap_gb == pytest.approx(0.85)                  # TorchRec's default 15% kept free
+    # TorchRec's default reservation: 15% of HBM, and 20 copies of each table's 512 int64 ids a rank
+    assert task.mem_cap_gb == pytest.approx(0.85 - 7 * 512 * 8 * 20 / 2**30)
     for (path, name), ps in got.items():
         rows = sum(s.shard_sizes[0] * s.shard_sizes[1] for s in ps.sharding_spec.shards)
         config = next(c for c in (TwoCollections().top.embedding_bag_configs() if path == "top" else
@@ -137,7 +138,9 @@ def test_bad_arguments_and_models_are_one_line_errors():
         ShardlabPlanner(topology(), profile="cpu").plan(torch.nn.Linear(2, 2), SHARDERS)
     with pytest.raises(ShardlabError, match="a rank, over"):
         cons = {f"t{i}": ParameterConstraints(sharding_types=["row_wise"]) for i in range(6)}
-        ShardlabPlanner(topology(gb=0.0004), constraints=cons, profile="cpu").plan(TwoCollections(), SHARDERS)
+        ShardlabPlanner(topology(gb=0.0015), constraints=cons, profile="cpu").plan(TwoCollections(), SHARDERS)
+    with pytest.raises(ShardlabError, match="storage reservation leaves 0.000 GB on a rank"):
+        ShardlabPlanner(topology(gb=0.0004), profile="cpu").plan(TwoCollections(), SHARDERS)
     with pytest.raises(ShardlabError, match="nothing planned yet"):
         ShardlabPlanner(topology()).save("a.json", "b.json")
 

@@ -16,7 +16,8 @@ Steps, each detailed in its own module:
    is lowest after adding the block (``greedy_rule="after"``) or before (``"before"``, the
    original authors' code); ties: less memory, lower id. The cheapest simulated cap wins.
 4. **Column-wise beam search** (``columns``): from each of ``beam_width`` states, the top-``top_n``
-   blocks by size and by single cost (halves multiples of 4, not in ``whole``) are halved and
+   blocks by size and by single cost (halves multiples of 4, not in ``whole``, none narrower than its
+   table's ``min_cols`` entry) are halved and
    the grid re-run, for up to ``max_splits`` rounds; every state of a round shares one grid call.
    The **split guard** (``search/split_guard.py``, ``split_guard``, ``guard_models``) keeps a split
    plan only if every judge predicts it faster than the table-wise plan
@@ -106,6 +107,8 @@ class NeuroShardSharder:
     host_size: int = C.DEFAULT_HOST_SIZE
     rowwise_comm: Any = None
     whole: tuple[str, ...] = ()
+    no_rows: tuple[str, ...] = ()
+    min_cols: tuple[tuple[str, int], ...] = ()
     greedy_rule: str = "after"
     portfolio: tuple[str, ...] = C.PORTFOLIO_METHODS
     task_calibration: bool | None = None
@@ -252,7 +255,8 @@ class NeuroShardSharder:
     def _chosen(self, task: Task, own: Plan, seed: int) -> Plan:
         """``own`` or the portfolio's plan the bundle predicts cheaper (``search/portfolio.py``)."""
         return choose_from_portfolio(task, own, self.portfolio, self.bundle(), self.profile, seed,
-                                     self.rowwise_model(), self.columns, self.row_wise, self.whole)
+                                     self.rowwise_model(), self.columns, self.row_wise, self.whole,
+                                     self.no_rows, self.min_cols)
 
     def _search(self, task: Task) -> tuple[list[Ranked], dict[str, Any], dict[str, Any]]:
         """:meth:`_search_all` on one torch thread: the search's torch calls are tiny (a head
@@ -277,7 +281,8 @@ class NeuroShardSharder:
         comm = self.bundle().comm_for(task.ngpu)[0]
         blocks = whole_blocks(task)
         rows: dict[str, Any] = {}
-        if self.row_wise and oversized(task):
+        big = [i for i in oversized(task) if task.tables[i].name not in self.no_rows]
+        if self.row_wise and big:
             made, rw_model = RowBlocks(task, Block), self.rowwise_model()
 
             def comm_of(choice: dict) -> Any:
@@ -287,7 +292,7 @@ class NeuroShardSharder:
                 return [float("inf") if got is None else got[1].cost_ms
                         for got in self.table_wise_many(task, states, coster, [comm_of(c) for c in choices])]
 
-            blocks, choice, _ = choose_rows(task, blocks, cost_many, Block, self.host_size, rows=made)
+            blocks, choice, _ = choose_rows(task, blocks, cost_many, Block, self.host_size, rows=made, only=big)
             rows = row_metadata(task, choice)
             comm = comm_of(choice)
         else:
@@ -363,8 +368,9 @@ class NeuroShardSharder:
         return tuple(sorted(cls._block_id(b) for b in blocks))
 
     def _candidates(self, blocks: tuple[Block, ...], coster: ShardCoster) -> list[int]:
-        whole = set(self.whole)
-        ok = [i for i, b in enumerate(blocks) if b.cols % 8 == 0 and b.device < 0 and b.parent not in whole]
+        whole, narrowest = set(self.whole), dict(self.min_cols)
+        ok = [i for i, b in enumerate(blocks) if b.cols % 8 == 0 and b.device < 0 and b.parent not in whole
+              and b.cols // 2 >= narrowest.get(b.parent, 0)]
         if not ok:
             return []
         by_size = sorted(ok, key=lambda i: (-blocks[i].table.size, i))[: self.top_n]

@@ -38,26 +38,33 @@ OWN = "search"
 
 
 def outside_space(task: Task, plan: Plan, columns: bool = True, rows: bool = True,
-                  whole: Sequence[str] = ()) -> str | None:
+                  whole: Sequence[str] = (), no_rows: Sequence[str] = (),
+                  min_cols: Sequence[tuple[str, int]] = ()) -> str | None:
     """Why ``plan`` lies outside the search's space, in one line, or None: a table split by
-    columns where ``columns`` is off or the table is in ``whole``, a table split by rows where
-    ``rows`` is off."""
+    columns where ``columns`` is off or the table is in ``whole``, a column block narrower than
+    its table's ``min_cols`` entry (columns), a table split by rows where ``rows`` is off or the
+    table is in ``no_rows``."""
     dims = {t.name: t for t in task.tables}
+    narrowest = dict(min_cols)
     for p in plan.placements:
         t = dims[p.table]
         if p.cols != t.dim and (not columns or p.table in whole):
             return f"splits table '{p.table}' by columns, which {'field whole' if columns else 'columns=false'} forbids"
-        if p.rows != t.rows and not rows:
-            return f"splits table '{p.table}' by rows, which row_wise=false forbids"
+        if p.cols != t.dim and p.cols < narrowest.get(p.table, 0):
+            return (f"cuts table '{p.table}' into {p.cols}-column blocks, narrower than its min_cols "
+                    f"{narrowest[p.table]}")
+        if p.rows != t.rows and (not rows or p.table in no_rows):
+            return f"splits table '{p.table}' by rows, which {'field no_rows' if rows else 'row_wise=false'} forbids"
     return None
 
 
 def choose_from_portfolio(task: Task, own: Plan, methods: Sequence[str], bundle: Any, profile: str,
                           seed: int = 0, rowwise_comm: Any = None, columns: bool = True, rows: bool = True,
-                          whole: Sequence[str] = ()) -> Plan:
+                          whole: Sequence[str] = (), no_rows: Sequence[str] = (),
+                          min_cols: Sequence[tuple[str, int]] = ()) -> Plan:
     """The cheapest under ``bundle`` of ``own`` and the plans of ``methods`` for ``task``
     (module docstring) that lie in the search's space (:func:`outside_space`: ``columns``,
-    ``rows``, ``whole`` as the search's options); ``own`` unchanged when ``methods`` is empty."""
+    ``rows``, ``whole``, ``no_rows``, ``min_cols`` as the search's options); ``own`` unchanged when ``methods`` is empty."""
     if not methods:
         return own
     plans: dict[str, Plan] = {OWN: own}
@@ -68,7 +75,7 @@ def choose_from_portfolio(task: Task, own: Plan, methods: Sequence[str], bundle:
             if "whole" in sharder_options(m) and whole:
                 config["whole"] = tuple(whole)
             plan = run_sharder(sharder_for(m, profile, **config), task, seed)
-            why = outside_space(task, plan, columns, rows, whole)
+            why = outside_space(task, plan, columns, rows, whole, no_rows, min_cols)
             if why is None:
                 plans[m] = plan
             else:

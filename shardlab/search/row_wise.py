@@ -104,8 +104,8 @@ class RowBlocks:
 def choose_rows(task: Task, whole: Sequence[Any],
                 cost_many: Callable[[list[tuple[Any, ...]], list[dict[int, RowChoice]]], list[float]],
                 block_type: Callable[..., Any], host_size: int = C.DEFAULT_HOST_SIZE,
-                rounds: int = 3, max_combos: int = 256, rows: RowBlocks | None = None
-                ) -> tuple[tuple[Any, ...], dict[int, RowChoice], int]:
+                rounds: int = 3, max_combos: int = 256, rows: RowBlocks | None = None,
+                only: Sequence[int] | None = None) -> tuple[tuple[Any, ...], dict[int, RowChoice], int]:
     """Coordinate descent over the oversized tables' layouts (module docstring): (the chosen
     state's blocks, the choice per table index, states costed). ``cost_many(states, choices)``:
     the simulated plan cost of each state (ms; inf when infeasible), all of a round's trials at

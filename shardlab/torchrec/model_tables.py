@@ -25,6 +25,10 @@ PRECISIONS = {v: k for k, v in DTYPES.items()}
 OPTIMIZERS = {**{v: k for k, v in FUSED_OPTIMIZERS.items()}, "SGD": "exact_sgd"}
 
 
+class ConstraintError(ShardlabError):
+    """A table's constraints cannot be honoured (TorchRec's ``STRICT_CONSTRAINTS``)."""
+
+
 #: The fused parameters a table's ``ParameterConstraints`` may carry into its ``ParameterSharding``.
 FUSED_FIELDS = ("cache_params", "enforce_hbm", "stochastic_rounding", "bounds_check_mode")
 
@@ -162,14 +166,14 @@ def _allowed(name: str, constraint: Any, offered: Sequence[str], device: str) ->
     constraint's kernels leave out the fused one."""
     kernels = getattr(constraint, "compute_kernels", None)
     if kernels and KERNEL not in [str(getattr(k, "value", k)) for k in kernels]:
-        raise ShardlabError(f"ShardlabPlanner: table '{name}': constraint field 'compute_kernels' = {list(kernels)} "
+        raise ConstraintError(f"ShardlabPlanner: table '{name}': constraint field 'compute_kernels' = {list(kernels)} "
                             f"leaves out '{KERNEL}', the only kernel shardlab costs")
     asked = getattr(constraint, "sharding_types", None)
     asked = [str(getattr(t, "value", t)) for t in asked] if asked else list(SHARDING_TYPES)
     kept = tuple(t for t in asked if t in SHARDING_TYPES and t in offered)
     if not kept:
         both = [t for t in SHARDING_TYPES if t in offered]
-        raise ShardlabError(f"ShardlabPlanner: table '{name}': constraint field 'sharding_types' = {asked} "
+        raise ConstraintError(f"ShardlabPlanner: table '{name}': constraint field 'sharding_types' = {asked} "
                             f"allows none of the types the sharder offers on {device} and shardlab places "
                             f"({', '.join(both) or 'none'})")
     return kept
@@ -224,7 +228,7 @@ def _min_cols(name: str, config: Any, constraint: Any) -> int | None:
     if got is None:
         return None
     if isinstance(got, bool) or not isinstance(got, int) or not 1 <= got <= int(config.embedding_dim):
-        raise ShardlabError(f"ShardlabPlanner: table '{name}': constraint field 'min_partition' = {got!r} must be an "
+        raise ConstraintError(f"ShardlabPlanner: table '{name}': constraint field 'min_partition' = {got!r} must be an "
                             f"integer in [1, {int(config.embedding_dim)}] (its dim)")
     return int(got)
 

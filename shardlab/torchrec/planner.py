@@ -25,8 +25,10 @@ in one line). A whole table placed where only column-wise is allowed is one colu
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
+import warnings
 from dataclasses import replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -34,13 +36,14 @@ from torchrec.distributed.planner.types import PlannerError
 from torchrec.distributed.types import ShardingPlan, ShardingPlanner
 
 from shardlab import constants as C
-from shardlab.errors import ShardlabError
+from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.export import check_export, export_for_device, export_torchrec, sharding_plan_of
 from shardlab.io import save_plan, save_task
 from shardlab.plan import Placement, Plan, validate_plan
+from shardlab.search.portfolio import outside_space
 from shardlab.search.registry import method_label, run_sharder, sharder_for, sharder_options
-from shardlab.tables import Table, Task
-from shardlab.torchrec.model_tables import (ModelTable, collections, model_tables, rank_memory_bytes, task_optimizer,
+from shardlab.tables import Table, Task, block_bytes
+from shardlab.torchrec.model_tables import (ConstraintError, ModelTable, collections, model_tables, resolved_sharders, rank_memory_bytes, task_optimizer,
                                             task_precision)
 from shardlab.torchrec.sample_stats import model_task_tables, table_stats
 
@@ -51,8 +54,11 @@ class ShardlabPlannerError(ShardlabError, PlannerError):
     """A planning failure as TorchRec's code expects it (``except PlannerError``), with
     shardlab's one-line message; still a :class:`~shardlab.errors.ShardlabError`."""
 
-    def __init__(self, message: str) -> None:
-        PlannerError.__init__(self, message)
+    def __init__(self, message: str, error_type: Any = None) -> None:
+        if error_type is None:
+            PlannerError.__init__(self, message)
+        else:
+            PlannerError.__init__(self, message, error_type)
 
 
 class ShardlabPlanner(ShardingPlanner):
@@ -64,7 +70,10 @@ class ShardlabPlanner(ShardingPlanner):
     shipped models a model-based method uses; ``model``: a cost-model bundle name or manifest
     path for methods that take one ("": the profile's default); ``seed``; ``sample``: the user's
     ``KeyedJaggedTensor`` batches, or :func:`~shardlab.torchrec.table_stats`'s result;
-    ``reserved_share``: share of each rank's memory kept free (0-1).
+    ``reserved_share``: share of each rank's HBM kept free (0-1; TorchRec's
+    ``heuristical_storage_reservation_percentage``); ``storage_reservation``: TorchRec's
+    ``StorageReservation`` to apply (default: TorchRec's own ``HeuristicalStorageReservation`` at
+    ``reserved_share``, which also keeps room for dense parameters and input batches).
 
     After :meth:`plan`, ``task_`` and ``plan_`` hold the Task and the shardlab Plan (what
     :meth:`save` writes, so that ``shardlab compare`` can judge the plan later)."""
@@ -72,7 +81,7 @@ class ShardlabPlanner(ShardingPlanner):
     def __init__(self, topology: Any, batch_size: int | None = None, constraints: Mapping[str, Any] | None = None,
                  method: str = "neuroshard", profile: str = C.PLAN_PROFILE, model: str = "", seed: int = 0,
                  sample: Iterable[Any] | Mapping[str, Table] | None = None,
-                 reserved_share: float = C.TORCHREC_RESERVED_SHARE) -> None:
+                 reserved_share: float = C.TORCHREC_RESERVED_SHARE, storage_reservation: Any = None) -> None:
         self.topology = topology
         self.batch_size = batch_size
         self.constraints = constraints
@@ -82,8 +91,10 @@ class ShardlabPlanner(ShardingPlanner):
         self.seed = seed
         self.sample = sample
         self.reserved_share = reserved_share
+        self.storage_reservation = storage_reservation
         self.task_: Task | None = None
         self.plan_: Plan | None = None
+        self._tried: Task | None = None
         self._check()
 
     def _check(self) -> None:
@@ -100,6 +111,20 @@ class ShardlabPlanner(ShardingPlanner):
             raise ShardlabError(f"ShardlabPlanner: field 'model' does not apply to method '{self.method}'")
         method_label(self.method)
 
+    def hash_planner_context_inputs(self) -> int:
+        """A SHA-256 hash (int) of everything besides the module that decides the plan: the
+        topology (world, ranks per host, device, each rank's HBM and DDR), batch size,
+        constraints, method, profile, model, seed, reserved share and storage reservation --
+        equal for planners that plan any module alike, as TorchRec's planner hash is."""
+        topo = self.topology
+        devices = [(int(d.storage.hbm), int(d.storage.ddr)) for d in topo.devices]
+        constraints = sorted((str(k), repr(v)) for k, v in dict(self.constraints or {}).items())
+        parts = [int(topo.world_size), int(getattr(topo, "local_world_size", 0) or 0), str(topo.compute_device),
+                 devices, self.batch_size, constraints, self.method, self.profile, self.model, self.seed,
+                 float(self.reserved_share), type(self.storage_reservation).__name__,
+                 getattr(self.storage_reservation, "_percentage", None)]
+        return int(hashlib.sha256(repr(parts).encode("utf-8")).hexdigest(), 16)
+
     # ----------------------------------------------------------------------------- the Task
     def task(self, module: Any, sharders: Sequence[Any] | None = None) -> tuple[Task, list[ModelTable]]:
         """The Task of ``module`` (module docstring) and its tables as read from the model."""
@@ -115,11 +140,43 @@ class ShardlabPlanner(ShardingPlanner):
             if unknown:
                 raise ShardlabError(f"ShardlabPlanner: field 'sample' holds table '{unknown[0]}', which the module "
                                     "does not hold")
+        precision, optimizer = task_precision(tables), task_optimizer(collections(module, sharders))
+        cap = rank_memory_bytes(self._reserved(module, sharders))
+        need = sum(block_bytes(int(t.config.num_embeddings), int(t.config.embedding_dim), precision, optimizer)
+                   for t in tables)
+        if need > world * cap:                         # before the tables are checked: TorchRec's storage verdict first
+            raise InfeasibleError(f"ShardlabPlanner: the tables need {need / C.GB:,.3f} GB, over the "
+                                  f"{world * cap / C.GB:,.3f} GB all {world} ranks hold for them together")
         made = model_task_tables(tables, batch, sample, self.seed)
-        cap_gb = rank_memory_bytes(topo) * (1.0 - float(self.reserved_share)) / C.GB
         name = f"torchrec-{type(module).__name__}-{len(made)}tables-{world}ranks"
-        task = Task(name, world, cap_gb, tuple(made), batch, task_precision(tables), task_optimizer(collections(module, sharders)))
+        task = Task(name, world, cap / C.GB, tuple(made), batch, precision, optimizer)
         return task, tables
+
+    def _reserved(self, module: Any, sharders: Sequence[Any] | None) -> Any:
+        """The topology less TorchRec's storage reservation (``storage_reservation``, default
+        TorchRec's ``HeuristicalStorageReservation(reserved_share)``: that share of HBM, the
+        dense parameters times 6 and 20 copies of the input ids, as TorchRec's planner keeps);
+        one line when nothing is left."""
+        reservation = self.storage_reservation
+        if reservation is None:
+            from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
+            with warnings.catch_warnings():            # its FutureWarning: TorchRec's planner still uses it by default
+                warnings.simplefilter("ignore", FutureWarning)
+                reservation = HeuristicalStorageReservation(percentage=float(self.reserved_share))
+        batch = C.TORCHREC_DEFAULT_BATCH if self.batch_size is None else self.batch_size
+        try:
+            reserved = reservation.reserve(topology=self.topology, batch_size=batch, module=module,
+                                           sharders=resolved_sharders(sharders),
+                                           constraints=dict(self.constraints or {}))
+        except PlannerError:                           # TorchRec's own many-line refusal: said in one line below
+            reserved = None
+        if reserved is None or rank_memory_bytes(reserved) <= 0:
+            left = 0.0 if reserved is None else rank_memory_bytes(reserved) / C.GB
+            raise InfeasibleError(f"ShardlabPlanner: TorchRec's storage reservation leaves "
+                                  f"{max(left, 0.0):.3f} GB on a rank for embedding tables "
+                                  f"(of {rank_memory_bytes(self.topology) / C.GB:.3f} GB: reserved share, dense "
+                                  "parameters and input batches)")
+        return reserved
 
     # ----------------------------------------------------------------------------- planning
     def plan(self, module: Any, sharders: Sequence[Any] | None = None) -> Any:
@@ -135,12 +192,31 @@ class ShardlabPlanner(ShardingPlanner):
         except ShardlabPlannerError:
             raise
         except ShardlabError as e:
-            raise ShardlabPlannerError(str(e)) from None
+            raise ShardlabPlannerError(str(e), self._error_type(e)) from None
+
+    def _error_type(self, e: ShardlabError) -> Any:
+        """TorchRec's ``PlannerErrorType`` of a failure, by TorchRec's rule: a plan that does not
+        fit is ``INSUFFICIENT_STORAGE`` when the tables' total bytes exceed all ranks' memory
+        together, else ``STRICT_CONSTRAINTS`` (as is a constraint that cannot be honoured);
+        anything else ``OTHER``."""
+        from torchrec.distributed.planner.types import PlannerErrorType
+
+        if isinstance(e, ConstraintError):
+            return PlannerErrorType.STRICT_CONSTRAINTS
+        if not isinstance(e, InfeasibleError):
+            return PlannerErrorType.OTHER
+        task = self._tried
+        if task is None or sum(task.table_bytes(t) for t in task.tables) > task.ngpu * task.mem_cap_bytes:
+            # no task: the tables' total was already over all ranks' memory (see :meth:`task`)
+            return PlannerErrorType.INSUFFICIENT_STORAGE
+        return PlannerErrorType.STRICT_CONSTRAINTS
 
     def _plan(self, module: Any, sharders: Sequence[Any] | None) -> Any:
         """:meth:`plan`'s work (its errors are ShardlabError; :meth:`plan` makes them TorchRec's)."""
         start = time.perf_counter()
+        self._tried = None
         task, tables = self.task(module, sharders)
+        self._tried = task
         lws = int(getattr(self.topology, "local_world_size", None) or task.ngpu)
         pinned, kinds = self._pinned(task, tables, lws)
         rest = [t for t in tables if t.name not in kinds]
@@ -154,8 +230,14 @@ class ShardlabPlanner(ShardingPlanner):
             options = sharder_options(self.method)
             if whole and "whole" in options:
                 config["whole"] = whole
-            if "row_wise" in options and not any({"row_wise", "table_row_wise"} & set(t.allowed) for t in rest):
+            no_rows = tuple(t.name for t in rest if not {"row_wise", "table_row_wise"} & set(t.allowed))
+            if "row_wise" in options and len(no_rows) == len(rest):
                 config["row_wise"] = False
+            elif no_rows and "no_rows" in options:
+                config["no_rows"] = no_rows
+            min_cols = tuple((t.name, t.min_cols) for t in rest if t.min_cols)
+            if min_cols and "min_cols" in options:
+                config["min_cols"] = min_cols
             if "host_size" in options:                  # table-row-wise layouts inside the topology's hosts
                 config["host_size"] = lws
             got = run_sharder(sharder_for(self.method, self.profile, **config), sub, self.seed)
@@ -165,10 +247,19 @@ class ShardlabPlanner(ShardingPlanner):
         if kinds:
             metadata["pinned_row_layouts"] = dict(sorted(kinds.items()))
             metadata["torchrec_sharding_types"] = {**metadata.get("torchrec_sharding_types", {}), **kinds}
-        metadata["torchrec_planner"] = {"reserved_share": float(self.reserved_share), "profile": self.profile,
+        metadata["torchrec_planner"] = {"reserved_share": float(self.reserved_share), "mem_cap_gb": task.mem_cap_gb,
+                                        "storage_reservation": type(self.storage_reservation).__name__
+                                        if self.storage_reservation is not None else "HeuristicalStorageReservation",
+                                        "profile": self.profile,
                                         "local_world_size": lws}
         plan = Plan(task.name, label, task.ngpu, tuple(placements), self.seed, metadata=metadata)
         validate_plan(task, plan)
+        why = outside_space(task, plan, True, True, tuple(t.name for t in tables if "column_wise" not in t.allowed),
+                            tuple(t.name for t in tables if t.name not in kinds
+                                  and not {"row_wise", "table_row_wise"} & set(t.allowed)),
+                            tuple((t.name, t.min_cols) for t in tables if t.min_cols))
+        if why is not None:
+            raise ConstraintError(f"ShardlabPlanner: method '{label}' {why}: the table's constraints forbid it")
         plan = replace(plan, search_seconds=time.perf_counter() - start)
         sharding_plan = self._sharding_plan(task, tables, plan, lws)
         self.task_, self.plan_ = task, plan
@@ -263,7 +354,11 @@ class ShardlabPlanner(ShardingPlanner):
             if kind not in t.allowed and kind == "table_wise" and "column_wise" in t.allowed:
                 kind = entry["sharding_type"] = "column_wise"
             if kind not in t.allowed:
-                raise ShardlabError(f"ShardlabPlanner: method '{plan.method}' placed table '{t.name}' {kind}, which its "
+                raise ConstraintError(f"ShardlabPlanner: method '{plan.method}' placed table '{t.name}' {kind}, which its "
                                     f"constraints do not allow ({', '.join(t.allowed)})")
             modules.setdefault(t.path, {})[t.table] = entry
-        return sharding_plan_of(modules)
+        made = sharding_plan_of(modules)
+        for t in tables:                               # the constraints' fused parameters, as TorchRec carries them
+            for field, value in t.fused:
+                setattr(made.plan[t.path][t.table], field, value)
+        return made
