@@ -117,6 +117,30 @@ def test_a_table_kept_whole_is_never_split_by_columns():
     assert all(kept[("ebc", n)].sharding_type == "table_wise" for n in split)
 
 
+def test_min_partition_bounds_the_column_blocks_of_its_table():
+    model = torch.nn.Module()
+    model.ebc = ebc([("hot", 200_000, 256, ["h"])] + [(f"c{i}", 20_000, 64, [f"f{i}"]) for i in range(6)])
+    widths = {}
+    for least in (None, 128):
+        cons = {"hot": ParameterConstraints(pooling_factors=[80.0], min_partition=least)}
+        got = entries(ShardlabPlanner(topology(world=4, gb=2.0), constraints=cons, profile="cpu").plan(model, SHARDERS))
+        widths[least] = {s.shard_sizes[1] for s in got[("ebc", "hot")].sharding_spec.shards}
+    assert min(widths[None]) < 128, "the test needs a task where NeuroShard cuts the table below 128 columns"
+    assert min(widths[128]) >= 128 and sum(widths[128]) <= 256
+
+
+def test_a_table_not_allowed_row_layouts_is_split_by_columns_when_it_fits_no_rank_whole():
+    model = torch.nn.Module()
+    model.ebc = ebc([("huge", 1_000_000, 128, ["h"])] + [(f"c{i}", 1000, 16, [f"f{i}"]) for i in range(6)])
+    kinds = {}
+    for allowed in (None, ["table_wise", "column_wise"]):
+        cons = {"huge": ParameterConstraints(sharding_types=allowed)} if allowed else {}
+        planner = ShardlabPlanner(topology(world=4, gb=0.4), constraints=cons, profile="cpu")
+        kinds[bool(allowed)] = entries(planner.plan(model, SHARDERS))[("ebc", "huge")].sharding_type
+    # every other table allows row layouts: only "huge" is kept out of them, and a column split fits
+    assert kinds == {False: "row_wise", True: "column_wise"}
+
+
 @pytest.mark.parametrize("cons, words", [
     ({"t1": ParameterConstraints(compute_kernels=["fused_uvm"])}, "table 't1': constraint field 'compute_kernels'"),
     ({"t1": ParameterConstraints(sharding_types=["data_parallel"])}, "table 't1': constraint field 'sharding_types'"),
