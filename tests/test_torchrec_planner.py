@@ -264,6 +264,51 @@ def _train_on_two_ranks(rank, world, port, out):
         dist.destroy_process_group()
 
 
+class WithPositionWeighted(torch.nn.Module):
+    """A pooled collection beside a position-weighted one (its own weighted EBC inside)."""
+
+    def __init__(self, device="meta"):
+        super().__init__()
+        from torchrec.modules.feature_processor_ import PositionWeightedModule
+        from torchrec.modules.fp_embedding_modules import FeatureProcessedEmbeddingBagCollection
+
+        self.ebc = ebc([(f"t{i}", 2000 * (i + 1), 32, [f"f{i}"]) for i in range(4)], device)
+        inner = EmbeddingBagCollection(tables=[EmbeddingBagConfig(name=f"p{i}", num_embeddings=3000, embedding_dim=32,
+                                                                  feature_names=[f"f{4 + i}"]) for i in range(2)],
+                                       device=torch.device(device), is_weighted=True)
+        self.fp_ebc = FeatureProcessedEmbeddingBagCollection(
+            inner, {f"f{4 + i}": PositionWeightedModule(max_feature_length=4, device=torch.device(device))
+                    for i in range(2)})
+
+
+def _train_position_weighted_on_two_ranks(rank, world, port, out):
+    import os
+
+    import torch.distributed as dist
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.sharding_plan import get_default_sharders
+    from torchrec.distributed.types import ShardingEnv
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        model = WithPositionWeighted(device="meta")
+        sharders = get_default_sharders()
+        plan = ShardlabPlanner(topology(world=world, device="cpu"), profile="cpu").collective_plan(model, sharders)
+        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
+                                       device=torch.device("cpu"), plan=plan, sharders=sharders)
+        batch = kjt(16, np.random.default_rng(rank))
+        losses = []
+        for _ in range(3):                       # the sum of the pooled embeddings, fused SGD in backward
+            loss = dmp.module.ebc(batch).values().sum() + dmp.module.fp_ebc(batch).values().sum()
+            loss.backward()
+            losses.append(float(loss))
+        out.put((rank, sorted(plan.plan), losses))
+    finally:
+        dist.destroy_process_group()
+
+
 def _refused_on_every_rank(rank, world, port, out):
     import os
 
@@ -309,5 +354,12 @@ def test_dmp_trains_with_the_planners_plan_on_two_gloo_ranks(free_port):
     assert plan0 == plan1 and kept0 and not kept1                 # rank 0 planned, the plan was broadcast
     for kind in ("column_wise", "table_wise"):
         assert kind in plan0
+    assert all(np.isfinite(losses0 + losses1))
+    assert losses0[2] < losses0[1] < losses0[0] and losses1[2] < losses1[1] < losses1[0]   # it trains
+
+
+def test_dmp_trains_a_position_weighted_collection_with_the_planners_plan_on_two_gloo_ranks(free_port):
+    (_, modules0, losses0), (_, modules1, losses1) = on_two_ranks(_train_position_weighted_on_two_ranks, free_port)
+    assert modules0 == modules1 == ["ebc", "fp_ebc"]               # the FP-EBC planned at its own path, not left out
     assert all(np.isfinite(losses0 + losses1))
     assert losses0[2] < losses0[1] < losses0[0] and losses1[2] < losses1[1] < losses1[0]   # it trains
