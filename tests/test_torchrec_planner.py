@@ -160,9 +160,13 @@ def test_bad_arguments_and_models_are_one_line_errors():
             ShardlabPlanner(topology(), **kw)
     with pytest.raises(ShardlabError, match="holds no collection the sharders shard"):
         ShardlabPlanner(topology(), profile="cpu").plan(torch.nn.Linear(2, 2), SHARDERS)
-    with pytest.raises(ShardlabError, match="a rank, over"):
-        cons = {f"t{i}": ParameterConstraints(sharding_types=["row_wise"]) for i in range(6)}
-        ShardlabPlanner(topology(gb=0.0015), constraints=cons, profile="cpu").plan(TwoCollections(), SHARDERS)
+    with pytest.raises(ShardlabError, match="a rank, over"):     # 1.28 MB a rank on one host of 2, ~1 MB left
+        model = torch.nn.Module()
+        model.ebc = ebc([("big", 10_000, 64, ["b"]), ("small", 100, 16, ["s"])])
+        cons = {"big": ParameterConstraints(sharding_types=["table_row_wise"])}
+        ShardlabPlanner(topology(gb=0.00128, local_world_size=2), constraints=cons, profile="cpu").plan(model, SHARDERS)
+    with pytest.raises(ShardlabError, match="the tables need 0.007 GB, over the 0.003 GB all 4 ranks hold"):
+        ShardlabPlanner(topology(gb=0.0015), profile="cpu").plan(TwoCollections(), SHARDERS)
     with pytest.raises(ShardlabError, match="storage reservation leaves 0.000 GB on a rank"):
         ShardlabPlanner(topology(gb=0.0004), profile="cpu").plan(TwoCollections(), SHARDERS)
     with pytest.raises(ShardlabError, match="nothing planned yet"):

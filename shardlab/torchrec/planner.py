@@ -5,22 +5,23 @@ one line changes TorchRec's plan to shardlab's::
     plan = planner.collective_plan(model, sharders, pg)                    # rank 0 plans
     model = DistributedModelParallel(model, env, device, plan=plan, sharders=sharders)
 
-What it does with the model (``docs/torchrec.md``): every ``EmbeddingBagCollection`` in it
-becomes tables of one Task -- rows and dim from the configs, the precision of the configs, the
-optimizer of the EBC sharder's fused params, ``topology.world_size`` devices with each rank's
-memory less ``reserved_share`` (TorchRec's default reservation), a global batch of ``batch_size``
-samples per rank times the ranks; pooling factors and reuse bins measured on ``sample`` (the
-user's ``KeyedJaggedTensor`` batches), else from the constraints, else a labelled assumption.
+What it does with the model (``docs/torchrec.md``): every pooled collection the sharders shard
+(``EmbeddingBagCollection``, and the position-weighted ``FeatureProcessedEmbeddingBagCollection``,
+found and keyed as TorchRec's planner finds them) becomes tables of one Task -- rows and dim from
+the configs, the precision of the configs, the optimizer of the sharders' fused params,
+``topology.world_size`` devices with each rank's memory less TorchRec's own storage reservation,
+a global batch of ``batch_size`` samples per rank times the ranks; pooling factors and reuse bins
+measured on ``sample`` (the user's ``KeyedJaggedTensor`` batches), else from the constraints, else
+a labelled assumption. A module of another kind that a sharder would shard is one line.
 
-Constraints are honoured: a table's sharding types are those its ``ParameterConstraints`` allow
-(among what the sharder offers and shardlab places: table-, column-, row- and table-row-wise);
-its kernels must include ``fused``; its pooling factors are used (per feature, times
-``num_poolings``) where there is no sample. A table allowed neither table- nor column-wise is laid
-out first, row-wise over every rank (table-row-wise over one host, hosts taken in turn, where only
-that is allowed) as TorchRec lays such tables out; the method places the other tables in the
-memory those leave on every rank, without costing them. A table not allowed column-wise is never
-split by columns (NeuroShard's ``whole`` option; another method's plan that splits it is refused
-in one line). A whole table placed where only column-wise is allowed is one column-wise shard.
+Constraints are honoured per table: sharding types (among what the collection's sharder offers
+and shardlab places: table-, column-, row- and table-row-wise), ``min_partition``, kernels that
+must include ``fused``, pooling factors, and the fused parameters carried into the plan. A table
+allowed neither table- nor column-wise is laid out first, row-wise over every rank (table-row-wise
+over one host, hosts taken in turn, where only that is allowed) as TorchRec lays such tables out;
+the method places the other tables in the memory those leave on every rank, without costing
+them. Every plan is checked against the constraints; a plan they forbid is one line naming the
+table (TorchRec's ``PlannerError``, ``STRICT_CONSTRAINTS``).
 """
 
 from __future__ import annotations
