@@ -143,7 +143,9 @@ def test_a_table_not_allowed_row_layouts_is_split_by_columns_when_it_fits_no_ran
 
 @pytest.mark.parametrize("cons, words", [
     ({"t1": ParameterConstraints(compute_kernels=["fused_uvm"])}, "table 't1': constraint field 'compute_kernels'"),
-    ({"t1": ParameterConstraints(sharding_types=["data_parallel"])}, "table 't1': constraint field 'sharding_types'"),
+    ({"t1": ParameterConstraints(sharding_types=["grid_shard"])}, "table 't1': constraint field 'sharding_types'"),
+    ({"t1": ParameterConstraints(sharding_types=["data_parallel"], compute_kernels=["fused"])},
+     "table 't1': constraint field 'compute_kernels' = \\[.fused.\\] leaves out 'dense'"),
     ({"nope": ParameterConstraints()}, "constraints name table 'nope'"),
     ({"t1": ParameterConstraints(pooling_factors=[2.0, 3.0])}, "table 't1': constraint field 'pooling_factors' has 2"),
 ])
@@ -313,6 +315,40 @@ def _train_position_weighted_on_two_ranks(rank, world, port, out):
         dist.destroy_process_group()
 
 
+def _train_layouts_on_two_ranks(rank, world, port, out):
+    """DMP training with a plan holding every layout TorchRec's CPU sharder offers: table-wise,
+    column-wise, table-column-wise and data-parallel."""
+    import os
+
+    import torch.distributed as dist
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        model = TwoCollections(device="meta")
+        cons = {"t1": ParameterConstraints(sharding_types=["data_parallel"]),
+                "t2": ParameterConstraints(sharding_types=["column_wise"]),
+                "t3": ParameterConstraints(sharding_types=["table_column_wise"]),
+                "t4": ParameterConstraints(sharding_types=["table_wise"])}
+        planner = ShardlabPlanner(topology(world=world, device="cpu"), constraints=cons, profile="cpu")
+        plan = planner.collective_plan(model, SHARDERS, dist.group.WORLD)
+        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
+                                       device=torch.device("cpu"), plan=plan, sharders=SHARDERS)
+        batch = kjt(16, np.random.default_rng(rank))
+        losses = []
+        for _ in range(3):
+            loss = dmp.module.top(batch).values().sum() + dmp.module.tower[0]["emb"](batch).values().sum()
+            loss.backward()
+            losses.append(float(loss))
+        kinds = {name: ps.sharding_type for name, ps in plan.plan["top"].items()}
+        out.put((rank, kinds, losses))
+    finally:
+        dist.destroy_process_group()
+
+
 def _refused_on_every_rank(rank, world, port, out):
     import os
 
@@ -367,3 +403,33 @@ def test_dmp_trains_a_position_weighted_collection_with_the_planners_plan_on_two
     assert modules0 == modules1 == ["ebc", "fp_ebc"]               # the FP-EBC planned at its own path, not left out
     assert all(np.isfinite(losses0 + losses1))
     assert losses0[2] < losses0[1] < losses0[0] and losses1[2] < losses1[1] < losses1[0]   # it trains
+
+
+def test_dmp_trains_data_parallel_and_table_column_wise_tables_on_two_gloo_ranks(free_port):
+    (_, kinds0, losses0), (_, kinds1, losses1) = on_two_ranks(_train_layouts_on_two_ranks, free_port)
+    assert kinds0 == kinds1
+    assert (kinds0["t1"], kinds0["t2"], kinds0["t3"], kinds0["t4"]) == (
+        "data_parallel", "column_wise", "table_column_wise", "table_wise")
+    assert all(np.isfinite(losses0 + losses1))
+    assert losses0[2] < losses0[1] < losses0[0] and losses1[2] < losses1[1] < losses1[0]   # it trains
+
+
+def test_data_parallel_tables_take_their_replica_from_every_rank_and_stay_out_of_the_task():
+    cons = {"t1": ParameterConstraints(sharding_types=["data_parallel"])}
+    base = ShardlabPlanner(topology(device="cpu"), profile="cpu")
+    base.plan(TwoCollections(), SHARDERS)
+    planner = ShardlabPlanner(topology(device="cpu"), constraints=cons, profile="cpu")
+    got = entries(planner.plan(TwoCollections(), SHARDERS))
+    dp = got[("top", "t1")]
+    assert (dp.sharding_type, dp.compute_kernel, dp.ranks, dp.sharding_spec) == ("data_parallel", "dense",
+                                                                                [0, 1, 2, 3], None)
+    assert "t1" not in {t.name for t in planner.task_.tables}
+    assert "not costed" in planner.plan_.metadata["data_parallel"]["t1"]
+    replica = 4000 * 32 * 4 / 2**30                                  # t1: 4000 x 32 fp32, SGD keeps no state
+    assert planner.task_.mem_cap_gb == pytest.approx(base.task_.mem_cap_gb - replica)
+    # every table data-parallel ("t0" names a table of both collections): nothing to place, no Task
+    planner = ShardlabPlanner(topology(device="cpu"), constraints={
+        f"t{i}": ParameterConstraints(sharding_types=["data_parallel"]) for i in range(6)}, profile="cpu")
+    only = entries(planner.plan(TwoCollections(), SHARDERS))
+    assert len(only) == 7 and {ps.sharding_type for ps in only.values()} == {"data_parallel"}
+    assert planner.task_ is None and planner.plan_ is None

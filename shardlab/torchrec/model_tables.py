@@ -18,6 +18,12 @@ from shardlab.export import OPTIMIZERS as FUSED_OPTIMIZERS
 
 #: The kernel shardlab's costs were measured with (fbgemm's fused TBE: update in backward).
 KERNEL = "fused"
+#: The sharding types shardlab's methods place (row layouts pinned first where only they are
+#: allowed; table-column-wise where column blocks stay inside one host).
+PLACED_TYPES = SHARDING_TYPES + ("table_column_wise",)
+#: Data-parallel: the table replicated on every rank (TorchRec's ``dense`` kernel), not placed.
+REPLICATED = "data_parallel"
+REPLICATED_KERNEL = "dense"
 #: TorchRec ``DataType`` name -> the Task's ``weights_precision``.
 PRECISIONS = {v: k for k, v in DTYPES.items()}
 #: fbgemm ``EmbOptimType`` name -> the Task's ``optimizer`` (plain SGD keeps no state either:
@@ -162,20 +168,26 @@ def _kernels(sharder: Any, sharding_type: str, device: str) -> list[str]:
 
 def _allowed(name: str, constraint: Any, offered: Sequence[str], device: str) -> tuple[str, ...]:
     """Sharding types a table may take: the constraint's (in its order) among what the sharder
-    offers and shardlab places; one line naming the table when none is left or the
-    constraint's kernels leave out the fused one."""
-    kernels = getattr(constraint, "compute_kernels", None)
-    if kernels and KERNEL not in [str(getattr(k, "value", k)) for k in kernels]:
-        raise ConstraintError(f"ShardlabPlanner: table '{name}': constraint field 'compute_kernels' = {list(kernels)} "
-                            f"leaves out '{KERNEL}', the only kernel shardlab costs")
+    offers and shardlab places (:data:`PLACED_TYPES`); ``("data_parallel",)`` for a table the
+    constraint allows no placed type but data-parallel, where the sharder offers it. One line
+    naming the table when none is left, or when the constraint's kernels leave out the kernel
+    of what is left (``fused``; ``dense`` for data-parallel)."""
     asked = getattr(constraint, "sharding_types", None)
     asked = [str(getattr(t, "value", t)) for t in asked] if asked else list(SHARDING_TYPES)
-    kept = tuple(t for t in asked if t in SHARDING_TYPES and t in offered)
+    kept = tuple(t for t in asked if t in PLACED_TYPES and t in offered)
+    kernel = KERNEL
+    if not kept and REPLICATED in asked and REPLICATED in offered:
+        kept, kernel = (REPLICATED,), REPLICATED_KERNEL
+    kernels = getattr(constraint, "compute_kernels", None)
+    if kernels and kernel not in [str(getattr(k, "value", k)) for k in kernels]:
+        raise ConstraintError(f"ShardlabPlanner: table '{name}': constraint field 'compute_kernels' = {list(kernels)} "
+                              f"leaves out '{kernel}', the only kernel shardlab plans "
+                              f"{'data-parallel tables with' if kernel == REPLICATED_KERNEL else 'shards with'}")
     if not kept:
-        both = [t for t in SHARDING_TYPES if t in offered]
+        both = [t for t in PLACED_TYPES + (REPLICATED,) if t in offered]
         raise ConstraintError(f"ShardlabPlanner: table '{name}': constraint field 'sharding_types' = {asked} "
-                            f"allows none of the types the sharder offers on {device} and shardlab places "
-                            f"({', '.join(both) or 'none'})")
+                              f"allows none of the types the sharder offers on {device} and shardlab plans "
+                              f"({', '.join(both) or 'none'})")
     return kept
 
 
@@ -212,13 +224,15 @@ def named_configs(module: Any, sharders: Sequence[Any] | None = None) -> list[tu
 def _offered(c: Collection, device: str) -> list[str]:
     """The sharding types ``c``'s sharder offers with the fused kernel on ``device`` (a sharder
     offering only host-memory kernels is one line: shardlab never hands it a ``fused`` plan it
-    did not offer)."""
-    offered = [str(getattr(t, "value", t)) for t in c.sharder.sharding_types(device)]
-    offered = [t for t in offered if KERNEL in _kernels(c.sharder, t, device)]
+    did not offer), and data-parallel where it offers it with the dense kernel."""
+    types = [str(getattr(t, "value", t)) for t in c.sharder.sharding_types(device)]
+    offered = [t for t in types if KERNEL in _kernels(c.sharder, t, device)]
     if not offered:
         raise ShardlabError(f"ShardlabPlanner: the sharder of '{c.path}' ({c.kind}) offers no sharding type with the "
                             f"'{KERNEL}' kernel on {device}, the only kernel shardlab costs (host-memory offload, "
                             "fused_uvm / fused_uvm_caching, is not planned yet)")
+    if REPLICATED in types and REPLICATED_KERNEL in _kernels(c.sharder, REPLICATED, device):
+        offered.append(REPLICATED)
     return offered
 
 

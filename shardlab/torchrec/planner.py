@@ -44,11 +44,12 @@ from shardlab.plan import Placement, Plan, validate_plan
 from shardlab.search.portfolio import outside_space
 from shardlab.search.registry import method_label, run_sharder, sharder_for, sharder_options
 from shardlab.tables import Table, Task, block_bytes
-from shardlab.torchrec.model_tables import (ConstraintError, ModelTable, collections, model_tables, resolved_sharders, rank_memory_bytes, task_optimizer,
+from shardlab.torchrec.model_tables import (REPLICATED, REPLICATED_KERNEL, ConstraintError, ModelTable, collections,
+                                            model_tables, rank_memory_bytes, resolved_sharders, task_optimizer,
                                             task_precision)
 from shardlab.torchrec.sample_stats import model_task_tables, table_stats
 
-PLACED = ("table_wise", "column_wise")
+PLACED = ("table_wise", "column_wise", "table_column_wise")
 
 
 class ShardlabPlannerError(ShardlabError, PlannerError):
@@ -127,8 +128,10 @@ class ShardlabPlanner(ShardingPlanner):
         return int(hashlib.sha256(repr(parts).encode("utf-8")).hexdigest(), 16)
 
     # ----------------------------------------------------------------------------- the Task
-    def task(self, module: Any, sharders: Sequence[Any] | None = None) -> tuple[Task, list[ModelTable]]:
-        """The Task of ``module`` (module docstring) and its tables as read from the model."""
+    def task(self, module: Any, sharders: Sequence[Any] | None = None) -> tuple[Task | None, list[ModelTable]]:
+        """The Task of ``module`` (module docstring) and all its tables as read from the model.
+        Data-parallel tables are not in the Task: each rank's memory is less their replicas, and
+        a model of data-parallel tables only has no Task (None)."""
         topo = self.topology
         tables = model_tables(module, sharders, self.constraints, str(topo.compute_device))
         world = int(topo.world_size)
@@ -143,12 +146,19 @@ class ShardlabPlanner(ShardingPlanner):
                                     "does not hold")
         precision, optimizer = task_precision(tables), task_optimizer(collections(module, sharders))
         cap = rank_memory_bytes(self._reserved(module, sharders))
-        need = sum(block_bytes(int(t.config.num_embeddings), int(t.config.embedding_dim), precision, optimizer)
-                   for t in tables)
+
+        def held(t: ModelTable) -> int:
+            return block_bytes(int(t.config.num_embeddings), int(t.config.embedding_dim), precision, optimizer)
+
+        placed = [t for t in tables if t.allowed != (REPLICATED,)]
+        need = sum(held(t) for t in placed) + world * sum(held(t) for t in tables if t.allowed == (REPLICATED,))
         if need > world * cap:                         # before the tables are checked: TorchRec's storage verdict first
             raise InfeasibleError(f"ShardlabPlanner: the tables need {need / C.GB:,.3f} GB, over the "
                                   f"{world * cap / C.GB:,.3f} GB all {world} ranks hold for them together")
-        made = model_task_tables(tables, batch, sample, self.seed)
+        cap -= sum(held(t) for t in tables if t.allowed == (REPLICATED,))   # every rank holds each replica
+        if not placed:
+            return None, tables
+        made = model_task_tables(placed, batch, sample, self.seed)
         name = f"torchrec-{type(module).__name__}-{len(made)}tables-{world}ranks"
         task = Task(name, world, cap / C.GB, tuple(made), batch, precision, optimizer)
         return task, tables
@@ -218,6 +228,11 @@ class ShardlabPlanner(ShardingPlanner):
         self._tried = None
         task, tables = self.task(module, sharders)
         self._tried = task
+        replicated = [t for t in tables if t.allowed == (REPLICATED,)]
+        if task is None:                               # data-parallel tables only: nothing to place
+            self.task_ = self.plan_ = None
+            return self._replicas(replicated)
+        tables = [t for t in tables if t.allowed != (REPLICATED,)]
         lws = int(getattr(self.topology, "local_world_size", None) or task.ngpu)
         pinned, kinds = self._pinned(task, tables, lws)
         rest = [t for t in tables if t.name not in kinds]
@@ -225,12 +240,15 @@ class ShardlabPlanner(ShardingPlanner):
         metadata: dict[str, Any] = {}
         label = method_label(self.method)
         sub = self._sub_task(task, rest, pinned)
+        one_host = lws >= task.ngpu                    # table-column-wise blocks may then go anywhere
+        whole = tuple(t.name for t in tables if "column_wise" not in t.allowed
+                      and not ("table_column_wise" in t.allowed and one_host))
         if rest:
-            whole = tuple(t.name for t in rest if "column_wise" not in t.allowed)
             config: dict[str, Any] = {"model": self.model} if self.model else {}
             options = sharder_options(self.method)
-            if whole and "whole" in options:
-                config["whole"] = whole
+            kept = tuple(n for n in whole if n not in kinds)
+            if kept and "whole" in options:
+                config["whole"] = kept
             no_rows = tuple(t.name for t in rest if not {"row_wise", "table_row_wise"} & set(t.allowed))
             if "row_wise" in options and len(no_rows) == len(rest):
                 config["row_wise"] = False
@@ -245,6 +263,9 @@ class ShardlabPlanner(ShardingPlanner):
             placements.extend(got.placements)
             metadata = dict(got.metadata)
             label = got.method
+        if replicated:
+            metadata["data_parallel"] = {t.name: "replicated on every rank (TorchRec's dense kernel, gradients "
+                                         "all-reduced); not in the Task and not costed" for t in replicated}
         if kinds:
             metadata["pinned_row_layouts"] = dict(sorted(kinds.items()))
             metadata["torchrec_sharding_types"] = {**metadata.get("torchrec_sharding_types", {}), **kinds}
@@ -255,7 +276,7 @@ class ShardlabPlanner(ShardingPlanner):
                                         "local_world_size": lws}
         plan = Plan(task.name, label, task.ngpu, tuple(placements), self.seed, metadata=metadata)
         validate_plan(task, plan)
-        why = outside_space(task, plan, True, True, tuple(t.name for t in tables if "column_wise" not in t.allowed),
+        why = outside_space(task, plan, True, True, whole,
                             tuple(t.name for t in tables if t.name not in kinds
                                   and not {"row_wise", "table_row_wise"} & set(t.allowed)),
                             tuple((t.name, t.min_cols) for t in tables if t.min_cols))
@@ -263,6 +284,11 @@ class ShardlabPlanner(ShardingPlanner):
             raise ConstraintError(f"ShardlabPlanner: method '{label}' {why}: the table's constraints forbid it")
         plan = replace(plan, search_seconds=time.perf_counter() - start)
         sharding_plan = self._sharding_plan(task, tables, plan, lws)
+        for path, entries in self._replicas(replicated).plan.items():     # beside the placed tables of each path
+            if path in sharding_plan.plan:
+                sharding_plan.plan[path].update(entries)
+            else:
+                sharding_plan.plan[path] = entries
         self.task_, self.plan_ = task, plan
         return sharding_plan
 
@@ -340,6 +366,21 @@ class ShardlabPlanner(ShardingPlanner):
         return Task(task.name, task.ngpu, cap / C.GB, tuple(t for t in task.tables if t.name in keep),
                     task.batch_size, task.weights_precision, task.optimizer)
 
+    def _replicas(self, replicated: Sequence[ModelTable]) -> Any:
+        """TorchRec's ``ShardingPlan`` entries of the data-parallel tables: every rank, the dense
+        kernel, no sharding spec (as TorchRec's planner writes them), the constraints' fused
+        parameters carried."""
+        from torchrec.distributed.types import EmbeddingModuleShardingPlan, ParameterSharding
+
+        plans: dict[str, Any] = {}
+        for t in replicated:
+            ps = ParameterSharding(sharding_type=REPLICATED, compute_kernel=REPLICATED_KERNEL,
+                                   ranks=list(range(int(self.topology.world_size))), sharding_spec=None)
+            for field, value in t.fused:
+                setattr(ps, field, value)
+            plans.setdefault(t.path, EmbeddingModuleShardingPlan())[t.table] = ps
+        return ShardingPlan(plans)
+
     def _sharding_plan(self, task: Task, tables: Sequence[ModelTable], plan: Plan, lws: int) -> Any:
         """The plan as TorchRec's ``ShardingPlan``: each table's entry of the export, its sharding
         type checked against the constraints, grouped by collection path under the table's own
@@ -354,6 +395,9 @@ class ShardlabPlanner(ShardingPlanner):
             kind = entry["sharding_type"]
             if kind not in t.allowed and kind == "table_wise" and "column_wise" in t.allowed:
                 kind = entry["sharding_type"] = "column_wise"
+            if (kind not in t.allowed and kind in ("table_wise", "column_wise") and "table_column_wise" in t.allowed
+                    and len({r // lws for r in entry["ranks"]}) == 1):       # column blocks inside one host
+                kind = entry["sharding_type"] = "table_column_wise"
             if kind not in t.allowed:
                 raise ConstraintError(f"ShardlabPlanner: method '{plan.method}' placed table '{t.name}' {kind}, which its "
                                     f"constraints do not allow ({', '.join(t.allowed)})")
