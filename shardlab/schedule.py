@@ -49,9 +49,10 @@ def forward_delays(ready_ms: np.ndarray) -> np.ndarray:
 
 
 def balanced_dims(task: Task) -> list[int]:
-    """The task's total dim spread as evenly as integers allow over its G devices (the
-    communication term of the lower bound); length G."""
-    total, g = sum(t.dim for t in task.tables), task.ngpu
+    """The task's total output width (:attr:`~shardlab.tables.Table.out_dim`, rounded down)
+    spread as evenly as integers allow over its G devices (the communication term of the lower
+    bound); length G."""
+    total, g = int(sum(t.out_dim for t in task.tables)), task.ngpu
     return [total // g + (1 if i < total % g else 0) for i in range(g)]
 
 

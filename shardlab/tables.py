@@ -70,7 +70,10 @@ class Table:
     indices per sample), ``reuse_bins`` (17 fractions of the unique rows touched in one batch,
     by access count, summing to 1; all zero only for a table with pooling factor 0).
     Optional: ``source`` (where it came from), ``index_seed`` and ``distribution`` (the
-    generator's parameters, enough to regenerate its lookups deterministically).
+    generator's parameters, enough to regenerate its lookups deterministically), and ``pooled``
+    (default True: each sample's lookups are summed into one row of ``dim`` values; False: a
+    sequence table, which returns every looked-up row, ``pooling_factor`` rows a sample on
+    average -- TorchRec's ``EmbeddingCollection``).
     """
 
     name: str
@@ -81,6 +84,7 @@ class Table:
     source: str | None = None
     index_seed: int | None = None
     distribution: tuple[tuple[str, Any], ...] = field(default=())
+    pooled: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -123,11 +127,20 @@ class Table:
         object.__setattr__(self, "distribution", dist)
         if self.source is not None and not isinstance(self.source, str):
             raise field_error(owner, "source", self.source, "must be a string (where the table came from)")
+        if not isinstance(self.pooled, bool):
+            raise field_error(owner, "pooled", self.pooled, "must be true (pooled lookups) or false (a sequence table)")
 
     @property
     def size(self) -> int:
         """Number of weights, rows x dim."""
         return self.rows * self.dim
+
+    @property
+    def out_dim(self) -> float:
+        """Values each sample's lookups of this table produce, what its output all-to-all and
+        output writes carry: ``dim`` for a pooled table, ``dim x pooling_factor`` for a sequence
+        table (every looked-up row is returned)."""
+        return float(self.dim) if self.pooled else self.dim * self.pooling_factor
 
     @property
     def distribution_params(self) -> dict[str, Any]:
@@ -141,7 +154,7 @@ class Table:
     def with_dim(self, dim: int, name: str | None = None) -> "Table":
         """A copy with another dim (and optionally another name); lookups are unchanged."""
         return Table(name or self.name, self.rows, dim, self.pooling_factor, self.reuse_bins,
-                     self.source, self.index_seed, self.distribution)
+                     self.source, self.index_seed, self.distribution, self.pooled)
 
     def to_dict(self) -> dict[str, Any]:
         """The table as Task JSON (optional fields only when set)."""
@@ -154,6 +167,8 @@ class Table:
             out["index_seed"] = self.index_seed
         if self.distribution:
             out["distribution"] = dict(self.distribution)
+        if not self.pooled:
+            out["pooled"] = False
         return out
 
     @classmethod
@@ -161,10 +176,10 @@ class Table:
         """Parse Task JSON's table entry; raises naming the table and the missing/bad field."""
         check_fields(data, "table", "name", ("name", "rows", "dim", "pooling_factor", "reuse_bins"),
                      ("name", "rows", "dim", "pooling_factor", "reuse_bins", "source", "index_seed",
-                      "distribution"))
+                      "distribution", "pooled"))
         return cls(data["name"], data["rows"], data["dim"], data["pooling_factor"],
                    data["reuse_bins"], data.get("source"), data.get("index_seed"),
-                   data.get("distribution") or ())
+                   data.get("distribution") or (), data.get("pooled", True))
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """``ShardlabPlanner`` keeps TorchRec's planner contracts: ``sharders=None`` means TorchRec's
-default sharders, so a sequence (``EmbeddingCollection``) module is refused in one line instead
-of being left out of the plan (which ``DistributedModelParallel`` would accept, leaving the module
-unsharded) and a position-weighted one (``FeatureProcessedEmbeddingBagCollection``) is planned at
-its own path; planning failures are TorchRec's ``PlannerError``; no sharders give the empty plan."""
+default sharders, so sequence (``EmbeddingCollection``) and position-weighted
+(``FeatureProcessedEmbeddingBagCollection``) modules are planned at their own paths, and a module
+kind shardlab does not plan is refused in one line instead of being left out of the plan (which
+``DistributedModelParallel`` would accept, leaving the module unsharded); planning failures are TorchRec's ``PlannerError``; no sharders give the empty plan."""
 
 from __future__ import annotations
 
@@ -58,15 +58,36 @@ def planner(world=2, gb=1.0):
                                     ddr_cap=int(gb * 2**30)), method="lookup_greedy", profile="cpu")
 
 
-def test_a_sequence_module_the_default_sharders_would_shard_is_refused_not_left_out():
-    with pytest.raises(PlannerError) as e:                     # TorchRec's default sharders, as TorchRec reads None
-        planner().plan(WithSequence(), None)
-    said = str(e.value)
-    assert "module 'seq' (EmbeddingCollection)" in said and "\n" not in said
-    assert isinstance(e.value, ShardlabError)
+def test_a_sequence_collection_is_planned_at_its_own_path_as_sequence_tables():
+    m = WithSequence()
+    p = planner()
+    plan = p.plan(m, None)                                     # TorchRec's default sharders, as TorchRec reads None
+    assert set(plan.plan) == {"ebc", "seq"} and set(plan.plan["seq"]) == {"s0"}
+    validate_modules_inclusion_in_sharding_plan(plan, m, get_default_sharders())   # TorchRec's own validator
+    kinds = {t.name: t.pooled for t in p.task_.tables}
+    assert kinds == {"b0": True, "b1": True, "b2": True, "s0": False}
+    assert "sequence table" in p.task_.table("s0").source
     # with only the EBC sharder named, the sequence module is the user's to leave unsharded
     plan = planner().plan(WithSequence(), [EmbeddingBagCollectionSharder()])
     assert set(plan.plan) == {"ebc"}
+
+
+class Unplanned(torch.nn.Module):
+    """A module kind shardlab does not plan, with a sharder of its own."""
+
+
+def test_a_module_a_sharder_would_shard_but_shardlab_does_not_plan_is_refused_not_left_out():
+    class UnplannedSharder(EmbeddingBagCollectionSharder):
+        @property
+        def module_type(self):
+            return Unplanned
+
+    m = WithSequence()
+    m.odd = Unplanned()
+    with pytest.raises(PlannerError) as e:
+        planner().plan(m, [EmbeddingBagCollectionSharder(), UnplannedSharder()])
+    assert "module 'odd' (Unplanned) is not one shardlab plans" in str(e.value) and "\n" not in str(e.value)
+    assert isinstance(e.value, ShardlabError)
 
 
 def test_a_position_weighted_collection_is_planned_at_its_own_path_as_torchrec_keys_it():

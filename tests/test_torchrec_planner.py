@@ -349,6 +349,53 @@ def _train_layouts_on_two_ranks(rank, world, port, out):
         dist.destroy_process_group()
 
 
+class WithSequence(torch.nn.Module):
+    """A pooled collection beside a sequence one (TorchRec's EmbeddingCollection: one dim)."""
+
+    def __init__(self, device="meta"):
+        super().__init__()
+        from torchrec.modules.embedding_configs import EmbeddingConfig
+        from torchrec.modules.embedding_modules import EmbeddingCollection
+
+        self.ebc = ebc([(f"t{i}", 2000 * (i + 1), 32, [f"f{i}"]) for i in range(4)], device)
+        self.seq = EmbeddingCollection(tables=[EmbeddingConfig(name=f"s{i}", num_embeddings=3000, embedding_dim=16,
+                                                               feature_names=[f"f{4 + i}"]) for i in range(2)],
+                                       device=torch.device(device))
+
+
+def _train_sequence_on_two_ranks(rank, world, port, out):
+    import os
+
+    import torch.distributed as dist
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.sharding_plan import get_default_sharders
+    from torchrec.distributed.types import ShardingEnv
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        model = WithSequence(device="meta")
+        sharders = get_default_sharders()
+        cons = {"s0": ParameterConstraints(sharding_types=["column_wise"], pooling_factors=[1.0]),
+                "s1": ParameterConstraints(sharding_types=["row_wise"])}
+        planner = ShardlabPlanner(topology(world=world, device="cpu"), constraints=cons, profile="cpu")
+        plan = planner.collective_plan(model, sharders)
+        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
+                                       device=torch.device("cpu"), plan=plan, sharders=sharders)
+        batch = kjt(16, np.random.default_rng(rank))
+        losses = []
+        for _ in range(3):                       # pooled sums plus every looked-up sequence row, fused SGD
+            rows = dmp.module.seq(batch)
+            loss = dmp.module.ebc(batch).values().sum() + sum(jt.values().sum() for jt in rows.values())
+            loss.backward()
+            losses.append(float(loss))
+        kinds = {name: ps.sharding_type for name, ps in plan.plan["seq"].items()}
+        out.put((rank, sorted(plan.plan), kinds, losses))
+    finally:
+        dist.destroy_process_group()
+
+
 def _refused_on_every_rank(rank, world, port, out):
     import os
 
@@ -433,3 +480,12 @@ def test_data_parallel_tables_take_their_replica_from_every_rank_and_stay_out_of
     only = entries(planner.plan(TwoCollections(), SHARDERS))
     assert len(only) == 7 and {ps.sharding_type for ps in only.values()} == {"data_parallel"}
     assert planner.task_ is None and planner.plan_ is None
+
+
+def test_dmp_trains_a_sequence_collection_with_the_planners_plan_on_two_gloo_ranks(free_port):
+    (_, modules0, kinds0, losses0), (_, modules1, kinds1, losses1) = on_two_ranks(_train_sequence_on_two_ranks,
+                                                                                 free_port)
+    assert modules0 == modules1 == ["ebc", "seq"]                  # the EC planned at its own path
+    assert kinds0 == kinds1 == {"s0": "column_wise", "s1": "row_wise"}
+    assert all(np.isfinite(losses0 + losses1))
+    assert losses0[2] < losses0[1] < losses0[0] and losses1[2] < losses1[1] < losses1[0]   # it trains

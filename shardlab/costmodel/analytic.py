@@ -7,7 +7,9 @@ non-negative least squares on relative error, so each constant keeps its physica
 (ms per byte, ms per call, ms per table). Per table (global batch B, pooling L, dim D, s bytes
 per weight):
 
-- read = 8 B L (int64 ids), lookup = B L max(D, 32) s, write = B D s (pooled output);
+- read = 8 B L (int64 ids), lookup = B L max(D, 32) s, write = B D s (pooled output; a sequence
+  table writes every looked-up row, B L D s -- an extrapolation, the constants being fitted to
+  pooled ops);
   TorchRec's block penalty p(D) = 1 (D >= 128), 1.15 (64 <= D < 128), 1.75 (D < 64);
 - forward  = c_call + c_table * T + k_f * sum p(D) (read + lookup + write);
 - backward = c_call' + c_table' * T + k_b * sum p(D) (read + lookup + write) + k_u * sum U D s,
@@ -220,7 +222,7 @@ class AnalyticCompute(AnalyticModel):
     def _features(shard: Sequence[Table], b: int, precision: str) -> tuple[np.ndarray, np.ndarray]:
         s = C.BYTES_PER_WEIGHT[precision]
         moved = sum(block_penalty(t.dim) * (8 * b * t.pooling_factor + b * t.pooling_factor * max(t.dim, 32) * s
-                                            + b * t.dim * s) for t in shard)
+                                            + b * t.out_dim * s) for t in shard)
         touched = sum(touched_rows(t, b) * t.dim * s for t in shard)
         return np.array([1.0, len(shard), moved]), np.array([1.0, len(shard), moved, touched])
 
@@ -297,7 +299,7 @@ class AnalyticCompute(AnalyticModel):
             if seen is not None:
                 l0, u0, rho = seen
                 lookups, touched = min(lookups, l0), min(touched, min(1.0, b / lookup_batch * rho) * u0)
-            moved = block_penalty(t.dim) * (b * lookups * (8 + max(t.dim, 32) * s) + b * t.dim * s)
+            moved = block_penalty(t.dim) * (b * lookups * (8 + max(t.dim, 32) * s) + b * t.out_dim * s)
             total += (cf[2] + cb[2]) * moved + cb[3] * touched * t.dim * s
         return float(cf[0] + cb[0]), float(total)
 

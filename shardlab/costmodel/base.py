@@ -203,7 +203,7 @@ def simulate(shards: Sequence[Sequence[Table]], compute: ComputeModel, comm: Com
     c = np.asarray(compute.predict(shards), dtype=float).reshape(len(shards), 2)
     empty = np.array([len(s) == 0 for s in shards])
     c[empty] = 0.0
-    return simulate_from(c, [sum(t.dim for t in s) for s in shards], comm)
+    return simulate_from(c, [sum(t.out_dim for t in s) for s in shards], comm)
 
 
 def simulate_from(compute_ms: np.ndarray, dims: Sequence[int], comm: CommModel) -> Simulated:

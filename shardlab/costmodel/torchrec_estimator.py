@@ -34,6 +34,7 @@ A table's statistics come from ``tables`` ({table name: shardlab Table}, e.g.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -88,7 +89,9 @@ class ShardlabPerfEstimator:
             pf = float(sum(float(x) for x in option.input_lengths)) if option.input_lengths else C.TORCHREC_DEFAULT_POOLING
             rec = {"name": name, "rows": rows, "dim": dim, "pooling_factor": pf,
                    "source": "torchrec sharding option; pooling factor from its input lengths"}
-            self._made[name] = tables_from_records([rec], batch, C.ASSUMED_ZIPF, self.seed)[0]
+            made = tables_from_records([rec], batch, C.ASSUMED_ZIPF, self.seed)[0]
+            pooled = bool(getattr(option, "is_pooled", True))       # an EmbeddingCollection's option: sequence
+            self._made[name] = made if pooled else replace(made, pooled=False)
         return self._made[name]
 
     def estimate(self, sharding_options: list[Any], sharder_data_map: Any = None) -> None:
@@ -108,8 +111,12 @@ class ShardlabPerfEstimator:
                 else:
                     share = rows / table.rows
                     blocks.append(Table(f"{table.name}[{j}]", rows, cols, table.pooling_factor * share,
-                                        table.reuse_bins, table.source) if share < 1 else table.with_dim(cols))
-                widths.append(table.dim if kind in ROW_TYPES else cols)
+                                        table.reuse_bins, table.source, pooled=table.pooled) if share < 1
+                                  else table.with_dim(cols))
+                # a pooled row-wise shard sends its table's full width of partial sums; a sequence
+                # shard (and a pooled whole or column shard) its own output rows
+                own = cols if blocks[-1] is None else blocks[-1].out_dim
+                widths.append(table.dim if kind in ROW_TYPES and table.pooled else own)
                 where.append((i, j))
         compute = np.zeros((len(blocks), 2))
         factor = np.array([self._kernel_factor(sharding_options[i]) for i, _ in where])

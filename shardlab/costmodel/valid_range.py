@@ -94,10 +94,12 @@ class ComputeRange:
 
     def rows(self, tables: Sequence[Table]) -> np.ndarray:
         """(n, 5) additive rows per table: 1, dim, pooling x dim, rows x dim, and 1 where the
-        table itself lies outside the per-table range (else 0). A shard's row is their sum."""
+        table itself lies outside the per-table range (else 0: a sequence table never lies
+        inside, every model being trained on pooled ops). A shard's row is their sum."""
         out = np.array([[1.0, t.dim, t.pooling_factor * t.dim, float(t.rows) * t.dim,
                          float(not (self.min_dim <= t.dim <= self.max_dim and t.rows <= self.max_rows
-                                    and t.pooling_factor <= self.max_pooling))] for t in tables], dtype=float)
+                                    and t.pooling_factor <= self.max_pooling and t.pooled))] for t in tables],
+                       dtype=float)
         return out.reshape(len(tables), len(SHARD_SUMS) + 1)
 
     def inside(self, sums: np.ndarray) -> np.ndarray:
@@ -369,7 +371,7 @@ def range_report(compute: Any, comm: Any, shards: Sequence[Sequence[Table]]) -> 
             out.update(compute_devices=n, ngpu=len(shards),
                        compute_fallback=f"{compute.fallback.source} x {_ratios(compute.valid.ratio)}")
     if isinstance(comm, GuardedComm) and len(shards) > 1 and len(shards) in comm.valid.per_g:
-        if not comm.valid.inside(np.array([[sum(t.dim for t in s) for s in shards]]))[0]:
+        if not comm.valid.inside(np.array([[sum(t.out_dim for t in s) for s in shards]]))[0]:
             out.update(comm=True, comm_fallback=f"{comm.fallback.source} x {_ratios(comm.valid.per_g[len(shards)]['ratio'])}")
     return out
 

@@ -83,9 +83,12 @@ def round_orders(names: Sequence[str], rounds: int, seed: int, sitting: int = 0)
 def _comm(dims: Sequence[int], delays: Sequence[float] | None, profile: HardwareProfile,
           bench: Any | None, rowwise: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-rank forward and backward comm (ms, shape (G,) each): the all-to-all, with
-    ``rowwise``'s collectives when given; zeros for one device."""
+    ``rowwise``'s collectives when given; zeros for one device. A sequence table's jagged
+    outputs are sent as a fixed width, its mean (:attr:`~shardlab.tables.Table.out_dim`),
+    each rank's sum rounded to whole columns."""
     if len(dims) < 2:
         return np.zeros(len(dims)), np.zeros(len(dims))
+    dims = [int(round(d)) for d in dims]            # sequence tables' mean widths: the bench sends whole columns
     extra = {} if rowwise is None or rowwise.empty else {"rowwise": rowwise}
     if bench is None:
         with CommBench.for_profile(len(dims), profile) as b:
@@ -131,7 +134,7 @@ def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None =
             c[g] = cache[key]
     if _collective(bench):
         c = np.asarray(bench.gather(c[bench.rank].tolist()), dtype=float)
-    dims, rowwise = pattern if pattern is not None else ([sum(t.dim for t in ts) for ts in shards], None)
+    dims, rowwise = pattern if pattern is not None else ([sum(t.out_dim for t in ts) for ts in shards], None)
     _, bw = _comm(dims, None, profile, bench, rowwise)
     fw, _ = _comm(dims, list(forward_delays(c.sum(axis=1) + bw)), profile, bench, rowwise)
     return np.column_stack([c, fw, bw])

@@ -38,7 +38,7 @@ from shardlab.costmodel.bundle import load_bundle
 from shardlab.costmodel.rowwise_comm import WithRowWise, load_rowwise_comm
 from shardlab.costmodel.valid_range import range_label, range_report
 from shardlab.evaluate.values import (DeviceCost, Evaluation, check_plans, comm_pattern, compare_to_reference,
-                                      device_tables, row_lookup_note)
+                                      device_tables, row_lookup_note, sequence_note)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.schedule import floor_bound_ms
 from shardlab.tables import Task
@@ -68,7 +68,7 @@ def model_bound_ms(task: Task, model: Any, rowwise_comm: Any = None) -> float | 
     compute = floor(task.tables, task.batch_size) if floor is not None else None
     if compute is None:
         return None
-    comm = comm_floor_ms(model.comm_for(task.ngpu)[0], rowwise_comm, task.ngpu, sum(t.dim for t in task.tables))
+    comm = comm_floor_ms(model.comm_for(task.ngpu)[0], rowwise_comm, task.ngpu, sum(t.out_dim for t in task.tables))
     return None if comm is None else floor_bound_ms(compute[0], compute[1], task.ngpu, comm)
 
 
@@ -95,7 +95,7 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True, 
     if rowwise_comm is not None and plan.ngpu > 1:
         dims, rw = comm_pattern(task, plan, int(rowwise_comm.setting("batch_size")))
         if not rw.empty:
-            shard_dims = np.array([sum(t.dim for t in ts) for ts in per_dev])
+            shard_dims = np.array([sum(t.out_dim for t in ts) for ts in per_dev])
             comm = WithRowWise(comm_model, rowwise_comm.increment(plan.ngpu, rw.to_dict()), shard_dims - dims)
             comm_label += "+" + rowwise_comm.source
     sim = simulate(per_dev, model.compute, comm)
@@ -104,7 +104,7 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True, 
     devices = tuple(DeviceCost(g, float(sim.fw_compute[g]), float(sim.bw_compute[g]), float(sim.fw_comm[g]),
                                float(sim.bw_comm[g]), mem[g]) for g in range(plan.ngpu))
     bound = model_bound_ms(task, model, rowwise_comm) if lower_bound else None
-    note = row_lookup_note(task, {plan.method: plan})
+    note = row_lookup_note(task, {plan.method: plan}) + sequence_note(task)
     return Evaluation(task.name, plan.method, model.source + comm_label + note, devices, bound,
                       bound_source=floor_label(model) if bound is not None else None)
 

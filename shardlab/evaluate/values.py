@@ -231,6 +231,15 @@ def row_lookup_note(task: Task, plans: Mapping[str, Plan]) -> str:
     return f" (row-block lookups fitted for {len(fitted)}/{len(task.tables)} tables)" if fitted else ""
 
 
+def sequence_note(task: Task) -> str:
+    """The ``source`` note of a predicted evaluation of a task with sequence tables: no model
+    was fitted to sequence ops, so their outputs are extrapolated (the analytic models' write
+    term; a learned model's range sends their devices to its analytic fallback), e.g.
+    ``" (2/7 sequence tables: outputs extrapolated from pooled ops)"``; ``""`` when none."""
+    n = sum(not t.pooled for t in task.tables)
+    return f" ({n}/{len(task.tables)} sequence tables: outputs extrapolated from pooled ops)" if n else ""
+
+
 def check_plans(task: Task, plans: Mapping[str, Plan]) -> None:
     """One-line errors for an empty mapping or a plan of another task / device count."""
     if not plans:
@@ -324,7 +333,7 @@ def compare_to_reference(evaluations: Mapping[str, Evaluation], reference: str |
     return out
 
 
-def comm_pattern(task: Task, plan: Plan, batch_size: int) -> tuple[list[int], RowWise]:
+def comm_pattern(task: Task, plan: Plan, batch_size: int) -> tuple[list[float], RowWise]:
     """What ``plan``'s devices exchange per batch of ``batch_size`` samples: the per-device dim
     sums of the pooled all-to-all, and the row-wise traffic (``profile/rowwise_comm.py``).
 
@@ -337,9 +346,13 @@ def comm_pattern(task: Task, plan: Plan, batch_size: int) -> tuple[list[int], Ro
     - Every row block's owner receives its rows' lookups from every rank's batch slice
       (``RowWise.index_counts``, from the block's measured pooling factor). Whole tables' index
       traffic is not counted here (the shipped comm samples carry none).
+    - A sequence table has no partial sums to reduce: each block's owner sends back the rows
+      its lookups hit, so every block counts its own output width (its lookups x columns,
+      :attr:`~shardlab.tables.Table.out_dim` of the block) on its owner's dim sum.
     """
     g = plan.ngpu
-    dims, rw_dim = [0] * g, 0
+    dims: list[float] = [0] * g
+    rw_dim = 0
     counts = [[0] * g for _ in range(g)]
     ranges: dict[tuple[str, int, int], list[Any]] = {}
     for p in plan.placements:
@@ -348,14 +361,18 @@ def comm_pattern(task: Task, plan: Plan, batch_size: int) -> tuple[list[int], Ro
     for (name, _, cols), blocks in ranges.items():
         t = task.table(name)
         if len(blocks) == 1 and blocks[0].rows == t.rows:
-            dims[blocks[0].device] += cols
+            dims[blocks[0].device] += t.with_dim(cols).out_dim
             continue
-        if {b.device for b in blocks} == set(range(g)) and g > 1:
+        made = [placed_row_block(t, b.row_offset, b.rows, task.batch_size) for b in blocks]
+        if not t.pooled:
+            for b, sub in zip(blocks, made):
+                dims[b.device] += sub.with_dim(cols).out_dim
+        elif {b.device for b in blocks} == set(range(g)) and g > 1:
             rw_dim += cols
         else:
             for b in blocks:
                 dims[b.device] += cols
-        owners = [(b.device, placed_row_block(t, b.row_offset, b.rows, task.batch_size).pooling_factor) for b in blocks]
+        owners = [(b.device, sub.pooling_factor) for b, sub in zip(blocks, made)]
         for r, row in enumerate(owner_counts(g, slices, owners)):
             counts[r] = [a + c for a, c in zip(counts[r], row)]
     index = tuple(tuple(r) for r in counts) if any(any(r) for r in counts) else ()

@@ -152,9 +152,11 @@ def timer_for(device: torch.device | str) -> Timer:
 
 # ----------------------------------------------------------------------------- one fused op
 
-def build_tbe(tables: Sequence[Table], profile: HardwareProfile, device: torch.device) -> torch.nn.Module:
+def build_tbe(tables: Sequence[Table], profile: HardwareProfile, device: torch.device,
+              pooled: bool = True) -> torch.nn.Module:
     """The fused TBE op for ``tables`` (rows x dim each) under the profile's optimizer and
-    weight precision, on ``device``."""
+    weight precision, on ``device``; ``pooled`` False: fbgemm's sequence op (no pooling: every
+    looked-up row is returned, the tables of one op of one dim, as TorchRec groups them)."""
     from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
     from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
@@ -169,7 +171,8 @@ def build_tbe(tables: Sequence[Table], profile: HardwareProfile, device: torch.d
     precision = {"fp32": SparseType.FP32, "fp16": SparseType.FP16}[profile.weights_precision]
     specs = [(t.rows, t.dim, location, compute) for t in tables]
     return SplitTableBatchedEmbeddingBagsCodegen(specs, optimizer=optimizer, weights_precision=precision,
-                                                 learning_rate=0.01, pooling_mode=PoolingMode.SUM,
+                                                 learning_rate=0.01,
+                                                 pooling_mode=PoolingMode.SUM if pooled else PoolingMode.NONE,
                                                  device=device)
 
 
@@ -197,7 +200,9 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
     ``inputs``: those batches made beforehand (:func:`fused_inputs` of ``tables``, on any device;
     a GPU campaign prepares them in other processes while it times), used instead. Each pass is
     timed by :func:`timer_for` the device (ms); the record's provenance names the timer
-    (``compute_timing``)."""
+    (``compute_timing``). Sequence tables (``pooled`` False) run as fbgemm's sequence ops, one
+    per dim beside the pooled op, as TorchRec runs them; the shard's times are the ops' sums
+    (provenance ``ops``)."""
     profile = measurable_profile(profile)             # a CUDA profile with no GPU: one line
     if not tables:
         raise ShardlabError("measure_compute: field 'tables' is empty")
@@ -206,6 +211,15 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
         big = max(tables, key=lambda t: t.size)
         raise ShardlabError(f"measure_compute: tables need {total / C.GB:.2f} GB, over max_gb = {max_gb:g} "
                             f"(largest: table '{big.name}', {big.rows} x {big.dim})")
+    groups = _op_groups(tables)
+    if len(groups) > 1 or not groups[0][0]:
+        if inputs is not None:
+            raise ShardlabError("measure_compute: field 'inputs' is for one pooled op (sequence tables make their own)")
+        parts = [measure_compute(list(g), profile, max_gb, first_batch, None) if pooled
+                 else _measure_sequence(list(g), profile, first_batch) for pooled, g in groups]
+        return ComputeRecord("", tuple(tables), sum(p.fw_ms for p in parts), sum(p.bw_ms for p in parts),
+                             sum(p.total_ms for p in parts), profile.to_dict(),
+                             {**parts[0].provenance, "ops": len(parts)}, None, None, None)
     device = torch.device("cuda" if profile.device == "cuda" else "cpu")
     if inputs is None:
         inputs = [fused_inputs(tables, profile.batch_size, k)
@@ -224,6 +238,45 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
             out = op(indices, offsets)
             timer.mark()
             out.backward(grad)
+            f, b, t = timer.stop()
+            if i >= profile.warmup:
+                fw.append(f)
+                bw.append(b)
+                tot.append(t)
+        del op
+    return ComputeRecord("", tuple(tables), float(np.median(fw)), float(np.median(bw)), float(np.median(tot)),
+                         profile.to_dict(), {"compute_timing": timer.method}, spread_ms(fw), spread_ms(bw),
+                         spread_ms(tot))
+
+
+def _op_groups(tables: Sequence[Table]) -> list[tuple[bool, list[Table]]]:
+    """The fused ops a shard runs as: its pooled tables in one op, its sequence tables in one op
+    per dim (fbgemm's sequence op returns rows of one width); (pooled, tables) each, pooled first."""
+    pooled = [t for t in tables if t.pooled]
+    dims = sorted({t.dim for t in tables if not t.pooled})
+    return ([(True, pooled)] if pooled else []) + [(False, [t for t in tables if not t.pooled and t.dim == d])
+                                                   for d in dims]
+
+
+def _measure_sequence(tables: list[Table], profile: HardwareProfile, first_batch: int) -> ComputeRecord:
+    """One sequence op (tables of one dim, no pooling) timed as :func:`measure_compute` times a
+    pooled one; its gradient is one row per lookup."""
+    device = torch.device("cuda" if profile.device == "cuda" else "cpu")
+    batches = [tuple(x.to(device) for x in fused_inputs(tables, profile.batch_size, k))
+               for k in range(first_batch, first_batch + profile.input_batches)]
+    grads = [torch.ones(len(idx), tables[0].dim, device=device) for idx, _ in batches]
+    fw, bw, tot = [], [], []
+    with _threads(profile.threads):
+        op = build_tbe(tables, profile, device, pooled=False)
+        timer = timer_for(device)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        for i in range(profile.warmup + profile.repeats):
+            indices, offsets = batches[i % len(batches)]
+            timer.start()
+            out = op(indices, offsets)
+            timer.mark()
+            out.backward(grads[i % len(batches)])
             f, b, t = timer.stop()
             if i >= profile.warmup:
                 fw.append(f)

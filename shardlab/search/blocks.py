@@ -30,6 +30,12 @@ class Block:
         """Width of the block."""
         return self.table.dim
 
+    @property
+    def out_dim(self) -> float:
+        """Values a sample's lookups of the block produce (its all-to-all width):
+        :attr:`~shardlab.tables.Table.out_dim`."""
+        return self.table.out_dim
+
 
 def whole_blocks(task: Task) -> tuple[Block, ...]:
     """One block per table (no splits)."""

@@ -191,9 +191,9 @@ class NeuroShardSharder:
             distinct[i].device < 0, -single[i], table_at[distinct[i].parent], distinct[i].col_offset,
             distinct[i].row_offset)))
         pinned = np.array([b.device for b in distinct])
-        dims = np.array([b.cols for b in distinct])
+        dims = np.array([b.out_dim for b in distinct])
         mem_need = np.array([task.block_bytes(b.table.rows, b.cols) for b in distinct], dtype=np.int64)
-        dim_caps = np.array(self.caps)[None, :] * np.array([sum(b.cols for b in st) for st in states])[:, None] / task.ngpu
+        dim_caps = np.array(self.caps)[None, :] * np.array([sum(b.out_dim for b in st) for st in states])[:, None] / task.ngpu
         head = HeadCoster(coster.model)
         grid = greedy_grid(head.rows(emb), local, order, mem_need, dims, dim_caps, task.mem_cap_bytes, task.ngpu, head,
                            pinned if (pinned >= 0).any() else None, self.greedy_rule)
@@ -205,8 +205,8 @@ class NeuroShardSharder:
                 continue
             # per state, as the one-by-one search does, so near-equal states rank the same either way
             dev = grid.devices[s, caps, : len(blocks)]
-            width = np.array([b.cols for b in blocks])
-            dsums = np.stack([np.bincount(row, weights=width, minlength=task.ngpu) for row in dev]).astype(int)
+            width = np.array([b.out_dim for b in blocks])
+            dsums = np.stack([np.bincount(row, weights=width, minlength=task.ngpu) for row in dev])
             best = None
             for row, sim in zip(dev, simulate_many(grid.compute_ms[s, caps], dsums, comms[s])):
                 if best is None or sim.cost_ms < best[1].cost_ms - 1e-12:
@@ -281,7 +281,8 @@ class NeuroShardSharder:
         comm = self.bundle().comm_for(task.ngpu)[0]
         blocks = whole_blocks(task)
         rows: dict[str, Any] = {}
-        big = [i for i in oversized(task) if task.tables[i].name not in self.no_rows]
+        # sequence tables return rows, not partial sums: the row-wise comm model does not cost them
+        big = [i for i in oversized(task) if task.tables[i].name not in self.no_rows and task.tables[i].pooled]
         if self.row_wise and big:
             made, rw_model = RowBlocks(task, Block), self.rowwise_model()
 

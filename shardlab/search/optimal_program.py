@@ -234,7 +234,7 @@ def build(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = Tru
     fixed_shards = device_tables(task, partial) if fixed else [[] for _ in range(g)]
     op, load, fixed_ms, exact = _compute_loads(bundle.compute, items, fixed_shards, g, seed)
     label = bundle.source if exact else f"a linearisation fitted to {bundle.source} around the task"
-    shard_dims = np.array([sum(t.dim for t in s) for s in fixed_shards], dtype=float)
+    shard_dims = np.array([sum(t.out_dim for t in s) for s in fixed_shards], dtype=float)
     fixed_dim, inc = shard_dims, np.zeros((g, 2))
     if fixed and rowwise_comm is not None and g > 1:
         dims, rw = comm_pattern(task, partial, int(rowwise_comm.setting("batch_size")))
@@ -242,7 +242,7 @@ def build(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = Tru
         if not rw.empty:
             inc = np.asarray(rowwise_comm.increment(g, rw.to_dict()), dtype=float)
             label += "+" + rowwise_comm.source
-    total = float(fixed_dim.sum() + sum(task.tables[k].dim for k in {it.table for it in items}))
+    total = float(fixed_dim.sum() + sum(task.tables[k].out_dim for k in {it.table for it in items}))
     comm: dict[str, Any] = {}
     if g > 1:
         model, comm_label = bundle.comm_for(g)
@@ -260,7 +260,7 @@ def build(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = Tru
     used = np.zeros(g)
     for p in fixed:
         used[p.device] += task.block_bytes(p.rows, p.cols)
-    program = Program(np.repeat(load[:, None], g, axis=1), np.array([it.cols for it in items], dtype=float),
+    program = Program(np.repeat(load[:, None], g, axis=1), np.array([it.sub.out_dim for it in items], dtype=float),
                       np.array([task.block_bytes(it.sub.rows, it.cols) for it in items], dtype=float),
                       task.mem_cap_bytes - used, np.array([it.table for it in items], dtype=int),
                       np.array([it.alt for it in items], dtype=int), op_ms=op, fixed_ms=fixed_ms,
@@ -360,7 +360,7 @@ def averaged_bound(program: Program, items: tuple[Item, ...] | list[Item]) -> fl
     compute = p.op_ms + (sum(min(a.values()) for a in by_table.values()) + float(p.device_array(p.fixed_ms).sum())) / g
     if g == 1:
         return compute
-    total = float(p.device_array(p.fixed_dim).sum() + sum(it.cols for it in items if it.alt == 0))
+    total = float(p.device_array(p.fixed_dim).sum() + sum(it.sub.out_dim for it in items if it.alt == 0))
     t = 0.0
     if len(p.link_const):
         size = np.bincount(p.host)[p.host]
@@ -374,6 +374,6 @@ def averaged_bound(program: Program, items: tuple[Item, ...] | list[Item]) -> fl
     piece: dict[int, dict[int, float]] = {}             # the device of a table's costliest piece pays at least it
     for it, load in zip(items, p.load.min(axis=1)):
         alts = piece.setdefault(it.table, {})
-        alts[it.alt] = max(alts.get(it.alt, 0.0), float(load) + (send_bw + send_fw) * it.cols)
+        alts[it.alt] = max(alts.get(it.alt, 0.0), float(load) + (send_bw + send_fw) * it.sub.out_dim)
     largest = max((min(a.values()) for a in piece.values()), default=0.0)
     return float(max(compute + (send_bw + send_fw) * per_col, p.op_ms + largest) + shared)

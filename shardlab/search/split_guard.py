@@ -79,12 +79,13 @@ class Judge:
 @dataclass(frozen=True)
 class Flat:
     """Every state's blocks in one flat array each, for array-at-once guard arithmetic: the
-    state and device of each block, its columns, whether it is a split, and the index of its
+    state and device of each block, its output width (its all-to-all columns,
+    :attr:`~shardlab.tables.Table.out_dim`), whether it is a split, and the index of its
     (sub)table in ``tables``."""
 
     state: np.ndarray
     device: np.ndarray
-    cols: np.ndarray
+    width: np.ndarray
     split: np.ndarray
     table: np.ndarray
     tables: list[Table]
@@ -97,7 +98,7 @@ class Flat:
         return cls(np.repeat(np.arange(len(states)), [len(s.blocks) for s in states]),
                    np.concatenate([np.asarray(s.devices, dtype=np.int64) for s in states]) if states
                    else np.zeros(0, dtype=np.int64),
-                   np.array([b.cols for b in blocks], dtype=np.int64), np.array([is_split(b) for b in blocks]),
+                   np.array([b.table.out_dim for b in blocks], dtype=float), np.array([is_split(b) for b in blocks]),
                    np.array([index.setdefault(b.table, len(index)) for b in blocks], dtype=np.int64), list(index))
 
     def per_device(self, n: int, g: int, values: np.ndarray) -> np.ndarray:
@@ -134,7 +135,7 @@ def guarded_costs(judge: Judge, task: Task, states: Sequence[State], flat: Flat 
     g = task.ngpu
     flat = flat or Flat.of(states)
     compute = device_compute(judge, task, states, flat)
-    dims = flat.per_device(len(states), g, flat.cols)
+    dims = flat.per_device(len(states), g, flat.width)
     split_dev = flat.per_device(len(states), g, flat.split.astype(np.int64)) > 0
     compute = np.where(split_dev[..., None], compute * judge.factor, compute)
     return np.array([sim.cost_ms for sim in simulate_many(compute, dims, judge.bundle.comm_for(g)[0])])

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
+from typing import Any
 
 from shardlab import constants as C
 from shardlab.costmodel.torchrec_estimator import ShardlabPerfEstimator
@@ -53,6 +54,10 @@ _API = {
     "EmbeddingStorageEstimator": "torchrec.distributed.planner.shard_estimators",
     "EmbeddingBagConfig": "torchrec.modules.embedding_configs",
     "EmbeddingBagCollection": "torchrec.modules.embedding_modules",
+    "EmbeddingConfig": "torchrec.modules.embedding_configs",
+    "EmbeddingCollection": "torchrec.modules.embedding_modules",
+    "EmbeddingCollectionSharder": "torchrec.distributed.embedding",
+    "Module": "torch.nn",
     "device": "torch",
 }
 
@@ -104,9 +109,7 @@ class TorchRecSharder:
         else:
             task.check_feasible(column_wise="column_wise" in self.sharding_types)
         names = module_names(task)
-        configs = [tr.EmbeddingBagConfig(name=names[t.name], embedding_dim=t.dim, num_embeddings=t.rows,
-                                      feature_names=[f"f_{names[t.name]}"]) for t in task.tables]
-        module = tr.EmbeddingBagCollection(tables=configs, device=tr.device("meta"))
+        module = _task_module(tr, task, names)
         topology = tr.TopologyFactory.create_topology(
             trainer_config=tr.TrainerConfig(world_size=task.ngpu, local_world_size=task.ngpu),
             hardware_config=tr.HardwareConfig(hbm_cap_bytes=task.mem_cap_bytes),
@@ -121,10 +124,10 @@ class TorchRecSharder:
         planner = tr.EmbeddingShardingPlanner(topology=topology, batch_size=batch, constraints=constraints,
                                            enumerator=_ordered_enumerator(tr, topology, batch, constraints, estimators),
                                            storage_reservation=tr.FixedPercentageStorageReservation(0.0), **kwargs)
-        sharder = tr.EmbeddingBagCollectionSharder(fused_params={
-            "optimizer": getattr(tr.EmbOptimType, OPTIMIZERS[task.optimizer]), "learning_rate": 0.01})
+        fused = {"optimizer": getattr(tr.EmbOptimType, OPTIMIZERS[task.optimizer]), "learning_rate": 0.01}
+        sharders = [tr.EmbeddingBagCollectionSharder(fused_params=fused), tr.EmbeddingCollectionSharder(fused_params=fused)]
         try:
-            sharding_plan = planner.plan(module, [sharder])
+            sharding_plan = planner.plan(module, sharders)
         except Exception as e:
             hint = ""
             if self.sharding_types == CONSTRAINED and any(task.table_bytes(t) > task.mem_cap_bytes for t in task.tables):
@@ -146,6 +149,24 @@ class TorchRecSharder:
         perf = ShardlabPerfEstimator(topology, constraints, model=model, profile=self.profile,
                                      tables={module_names(task)[t.name]: t for t in task.tables})
         return [perf, tr.EmbeddingStorageEstimator(topology, constraints)]
+
+
+def _task_module(tr: SimpleNamespace, task: Task, names: dict[str, str]) -> Any:
+    """The task's tables as a TorchRec module on the meta device: its pooled tables in one
+    ``EmbeddingBagCollection`` (``ebc``), its sequence tables in one ``EmbeddingCollection`` per
+    dim (``ec_<dim>``: TorchRec's collection holds tables of one dim), each table fed by its own
+    feature."""
+    module = tr.Module()
+    pooled = [t for t in task.tables if t.pooled]
+    if pooled:
+        module.ebc = tr.EmbeddingBagCollection(tables=[tr.EmbeddingBagConfig(
+            name=names[t.name], embedding_dim=t.dim, num_embeddings=t.rows, feature_names=[f"f_{names[t.name]}"])
+            for t in pooled], device=tr.device("meta"))
+    for dim in sorted({t.dim for t in task.tables if not t.pooled}):
+        setattr(module, f"ec_{dim}", tr.EmbeddingCollection(tables=[tr.EmbeddingConfig(
+            name=names[t.name], embedding_dim=t.dim, num_embeddings=t.rows, feature_names=[f"f_{names[t.name]}"])
+            for t in task.tables if not t.pooled and t.dim == dim], device=tr.device("meta")))
+    return module
 
 
 def _ordered_enumerator(tr: SimpleNamespace, topology, batch_size: int, constraints, estimators: list | None = None):

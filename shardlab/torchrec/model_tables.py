@@ -42,12 +42,13 @@ FUSED_FIELDS = ("cache_params", "enforce_hbm", "stochastic_rounding", "bounds_ch
 @dataclass(frozen=True)
 class ModelTable:
     """One table of the model: ``path`` of its collection (relative to the planned module),
-    ``config`` (its ``EmbeddingBagConfig``), ``name`` in the Task, ``allowed`` sharding types
-    (in the constraints' order), ``pooling`` (mean lookups per sample over its features, from
-    the constraints; None when they give none), ``kind`` of its collection, ``weighted``
-    (lookups carry per-sample weights), ``fused`` (the constraint's :data:`FUSED_FIELDS` that
-    are set, carried into the plan) and ``min_cols`` (the constraint's ``min_partition``: the
-    narrowest column block allowed; None: no bound)."""
+    ``config`` (its ``EmbeddingBagConfig`` or ``EmbeddingConfig``), ``name`` in the Task,
+    ``allowed`` sharding types (in the constraints' order), ``pooling`` (mean lookups per
+    sample over its features, from the constraints; None when they give none), ``kind`` of its
+    collection, ``weighted`` (lookups carry per-sample weights), ``fused`` (the constraint's
+    :data:`FUSED_FIELDS` that are set, carried into the plan), ``min_cols`` (the constraint's
+    ``min_partition``: the narrowest column block allowed; None: no bound) and ``pooled``
+    (False: a sequence table)."""
 
     path: str
     config: Any
@@ -58,6 +59,7 @@ class ModelTable:
     weighted: bool = False
     fused: tuple[tuple[str, Any], ...] = ()
     min_cols: int | None = None
+    pooled: bool = True
 
     @property
     def table(self) -> str:
@@ -70,14 +72,20 @@ def _type_name(t: type) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
-def _pooled_kinds() -> dict[str, str]:
-    """Qualified type name -> kind label of the collections shardlab plans: pooled lookups, with
-    or without per-sample weights (``EmbeddingBagCollection``, and the position-weighted
-    ``FeatureProcessedEmbeddingBagCollection`` around one)."""
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+def _planned_kinds() -> dict[str, tuple[str, bool]]:
+    """Qualified type name -> (kind label, pooled) of the collections shardlab plans: pooled
+    lookups, with or without per-sample weights (``EmbeddingBagCollection``, and the
+    position-weighted ``FeatureProcessedEmbeddingBagCollection`` around one), and sequence
+    lookups (``EmbeddingCollection``: every looked-up row returned)."""
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
     from torchrec.modules.fp_embedding_modules import FeatureProcessedEmbeddingBagCollection
-    return {_type_name(EmbeddingBagCollection): "EmbeddingBagCollection",
-            _type_name(FeatureProcessedEmbeddingBagCollection): "FeatureProcessedEmbeddingBagCollection"}
+    return {_type_name(EmbeddingBagCollection): ("EmbeddingBagCollection", True),
+            _type_name(FeatureProcessedEmbeddingBagCollection): ("FeatureProcessedEmbeddingBagCollection", True),
+            _type_name(EmbeddingCollection): ("EmbeddingCollection", False)}
+
+
+#: What a one-line refusal lists as the collections shardlab plans.
+PLANNED = "EmbeddingBagCollection, FeatureProcessedEmbeddingBagCollection, EmbeddingCollection"
 
 
 def resolved_sharders(sharders: Sequence[Any] | None) -> list[Any]:
@@ -92,14 +100,15 @@ def resolved_sharders(sharders: Sequence[Any] | None) -> list[Any]:
 @dataclass(frozen=True)
 class Collection:
     """One collection the plan keys: ``path`` in the planned module, its ``sharder``, ``configs``
-    (its ``EmbeddingBagConfig`` list), ``kind`` (its class name) and ``weighted`` (lookups carry
-    per-sample weights)."""
+    (its table configs), ``kind`` (its class name), ``weighted`` (lookups carry per-sample
+    weights) and ``pooled`` (False: a sequence collection)."""
 
     path: str
     sharder: Any
     configs: tuple[Any, ...]
     kind: str
     weighted: bool
+    pooled: bool = True
 
 
 def collections(module: Any, sharders: Sequence[Any] | None) -> list[Collection]:
@@ -107,10 +116,10 @@ def collections(module: Any, sharders: Sequence[Any] | None) -> list[Collection]
     them: modules matched to a sharder by type (qualified name), children of a matched module
     not visited, the others searched breadth-first. With only an EBC sharder, an FP-EBC's inner
     collection is matched at ``<fp path>._embedding_bag_collection``, as TorchRec keys it. A
-    matched module of a kind shardlab does not plan (sequence, managed-collision or quantised
+    matched module of a kind shardlab does not plan (managed-collision or quantised
     collections) is one line naming its path: leaving it out of the plan would hand TorchRec a
     plan that silently keeps it unsharded."""
-    kinds = _pooled_kinds()
+    kinds = _planned_kinds()
     by_type = {_type_name(s.module_type): s for s in resolved_sharders(sharders)
                if getattr(s, "module_type", None) is not None}
     found: list[Collection] = []
@@ -124,14 +133,17 @@ def collections(module: Any, sharders: Sequence[Any] | None) -> list[Collection]
             continue
         if key not in kinds:
             raise ShardlabError(f"ShardlabPlanner: module '{path}' ({type(m).__name__}) is not one shardlab plans "
-                                "(pooled collections only: EmbeddingBagCollection, "
-                                "FeatureProcessedEmbeddingBagCollection)")
-        inner = getattr(m, "_embedding_bag_collection", m)
-        found.append(Collection(path, sharder, tuple(inner.embedding_bag_configs()), kinds[key],
-                                bool(m.is_weighted())))
+                                f"({PLANNED})")
+        kind, pooled = kinds[key]
+        if pooled:
+            inner = getattr(m, "_embedding_bag_collection", m)
+            configs, weighted = tuple(inner.embedding_bag_configs()), bool(m.is_weighted())
+        else:
+            configs, weighted = tuple(m.embedding_configs()), False
+        found.append(Collection(path, sharder, configs, kind, weighted, pooled))
     if not any(c.configs for c in found):
         raise ShardlabError(f"ShardlabPlanner: module {type(module).__name__} holds no collection the sharders "
-                            "shard (EmbeddingBagCollection, FeatureProcessedEmbeddingBagCollection)")
+                            f"shard ({PLANNED})")
     return found
 
 
@@ -265,7 +277,7 @@ def model_tables(module: Any, sharders: Sequence[Any] | None, constraints: Mappi
         fused = tuple((f, getattr(con, f)) for f in FUSED_FIELDS if getattr(con, f, None) is not None)
         out.append(ModelTable(c.path, config, name, _allowed(name, con, offered[c.path], compute_device),
                               _pooling(name, config, con), c.kind, c.weighted, fused,
-                              _min_cols(name, config, con)))
+                              _min_cols(name, config, con), c.pooled))
     return out
 
 

@@ -27,6 +27,10 @@ WEIGHTED_NOTE = ("weighted lookups costed as unweighted (the per-sample weights,
                  "measured)")
 
 
+#: What a sequence table's ``source`` says: its pooling factor is its mean sequence length.
+SEQUENCE_NOTE = "a sequence table (EmbeddingCollection): pooling factor = mean sequence length"
+
+
 def _kjt_parts(kjt: Any, feature: str, table: str) -> tuple[np.ndarray, np.ndarray]:
     """(values, lengths) of one feature of one batch as int64 arrays; one line naming the feature
     when the batch lacks it."""
@@ -90,4 +94,6 @@ def model_task_tables(tables: Sequence[ModelTable], batch_size: int, sample: Map
                         "pooling_factor": pf, "source": f"torchrec:{t.path}; {said}"})
     made = iter(tables_from_records(records, batch_size, C.ASSUMED_ZIPF, seed) if records else [])
     done = [t if t is not None else next(made) for t in out]
-    return [replace(d, source=f"{d.source}; {WEIGHTED_NOTE}") if t.weighted else d for t, d in zip(tables, done)]
+    done = [replace(d, source=f"{d.source}; {WEIGHTED_NOTE}") if t.weighted else d for t, d in zip(tables, done)]
+    return [d if t.pooled else replace(d, pooled=False, source=f"{d.source}; {SEQUENCE_NOTE}")
+            for t, d in zip(tables, done)]
