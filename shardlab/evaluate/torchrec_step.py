@@ -209,42 +209,68 @@ def run_ranks(job: Job, profile: HardwareProfile, steps: int, warmup_steps: int,
     an array (R, S, G, 2) of forward/backward step ms. A rank that fails or dies is a one-line
     error naming it."""
     g = job.task.ngpu
+    spec = {"task": job.task.to_dict(), "kinds": list(job.kinds), "exports": dict(job.exports),
+            "profile": profile.to_dict(), "orders": [list(o) for o in job.orders], "steps": steps,
+            "warmup_steps": warmup_steps, "budget_bytes": rank_budget_bytes(g)}
+    got = spawn_ranks(_rank_main, spec, g, timeout_s, "torchrec evaluator")
+    return {item: np.stack([np.asarray(got[r][item]) for r in range(g)], axis=2) for item in job.exports}
+
+
+def spawn_ranks(target: Any, spec: dict, world_size: int, timeout_s: float, who: str) -> dict[int, Any]:
+    """Run ``target(rank, spec, results)`` on ``world_size`` spawned ranks of this host and return
+    {rank: payload}; ``spec`` gains ``world_size``, ``port`` (of a TCP store this process
+    serves, for :func:`join_group`) and ``timeout_s``. Each rank puts ``(rank, "ok", payload)`` or
+    ``(rank, "error", one line)`` on ``results``. A rank that fails, dies or is late is a
+    one-line error naming it and ``who``."""
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=timeout_s))
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    spec = {"task": job.task.to_dict(), "kinds": list(job.kinds), "exports": dict(job.exports),
-            "profile": profile.to_dict(), "orders": [list(o) for o in job.orders], "steps": steps,
-            "warmup_steps": warmup_steps, "world_size": g, "port": store.port, "timeout_s": timeout_s,
-            "budget_bytes": rank_budget_bytes(g)}
-    procs = [ctx.Process(target=_rank_main, args=(r, spec, results), daemon=True, name=f"shardlab-torchrec-rank{r}")
-             for r in range(g)]
+    spec = {**spec, "world_size": world_size, "port": store.port, "timeout_s": timeout_s}
+    procs = [ctx.Process(target=target, args=(r, spec, results), daemon=True, name=f"shardlab-rank{r}")
+             for r in range(world_size)]
     with sigint_ignored():
         for p in procs:
             p.start()
     got: dict[int, Any] = {}
     deadline = time.monotonic() + timeout_s
     try:
-        while len(got) < g:
+        while len(got) < world_size:
             try:
                 rank, status, payload = results.get(timeout=1.0)
             except queue.Empty:
                 dead = [r for r, p in enumerate(procs) if r not in got and not p.is_alive()]
                 if dead:
-                    raise ShardlabError(f"torchrec evaluator: rank {dead[0]} died (exit code {procs[dead[0]].exitcode}) "
+                    raise ShardlabError(f"{who}: rank {dead[0]} died (exit code {procs[dead[0]].exitcode}) "
                                         "before reporting") from None
                 if time.monotonic() > deadline:
-                    raise ShardlabError(f"torchrec evaluator: no result from every rank in {timeout_s:g} s") from None
+                    raise ShardlabError(f"{who}: no result from every rank in {timeout_s:g} s") from None
                 continue
             if status == "error":
-                raise ShardlabError(f"torchrec evaluator: rank {rank} failed: {payload}")
+                raise ShardlabError(f"{who}: rank {rank} failed: {payload}")
             got[rank] = payload
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.terminate()
-    return {item: np.stack([np.asarray(got[r][item]) for r in range(g)], axis=2) for item in job.exports}
+    return got
+
+
+def join_group(rank: int, spec: Mapping[str, Any], cuda: bool = False) -> None:
+    """Join the process group of :func:`spawn_ranks`'s ranks (gloo, or nccl where ``cuda``)."""
+    timeout = datetime.timedelta(seconds=spec["timeout_s"])
+    store = dist.TCPStore("127.0.0.1", spec["port"], spec["world_size"], is_master=False, timeout=timeout)
+    dist.init_process_group("nccl" if cuda else "gloo", store=store, rank=rank, world_size=spec["world_size"],
+                            timeout=timeout)
+
+
+def report_failure(rank: int, results: Any, e: BaseException) -> None:
+    """Put a rank's failure on ``results`` as :func:`spawn_ranks` reads it: its last line."""
+    last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+    results.put((rank, "error", f"{type(e).__name__}: {last}"))
+    if os.environ.get("SHARDLAB_DEBUG"):
+        traceback.print_exc()
 
 
 def _rank_main(rank: int, job: dict, results: Any) -> None:
@@ -257,10 +283,7 @@ def _rank_main(rank: int, job: dict, results: Any) -> None:
         cuda = prof.device == "cuda"
         if cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-        timeout = datetime.timedelta(seconds=job["timeout_s"])
-        store = dist.TCPStore("127.0.0.1", job["port"], job["world_size"], is_master=False, timeout=timeout)
-        dist.init_process_group("nccl" if cuda else "gloo", store=store, rank=rank, world_size=job["world_size"],
-                                timeout=timeout)
+        join_group(rank, job, cuda)
         try:
             out = rank_rounds(Task.from_dict(job["task"]), job["exports"], prof, job["orders"], job["steps"],
                               job["warmup_steps"], rank, job["world_size"], tuple(job["kinds"]), job["budget_bytes"])
@@ -268,10 +291,7 @@ def _rank_main(rank: int, job: dict, results: Any) -> None:
             dist.destroy_process_group()
         results.put((rank, "ok", out))
     except BaseException as e:  # noqa: BLE001 -- reported to the parent in one line
-        last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-        results.put((rank, "error", f"{type(e).__name__}: {last}"))
-        if os.environ.get("SHARDLAB_DEBUG"):
-            traceback.print_exc()
+        report_failure(rank, results, e)
 
 
 def quiet_torchrec_logs() -> None:
