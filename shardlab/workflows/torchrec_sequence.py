@@ -20,6 +20,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from shardlab.errors import ShardlabError
+from shardlab.evaluate.torchrec_step import join_group, quiet_torchrec_logs, report_failure, spawn_ranks
+from shardlab.torchrec import ShardlabPlanner
 
 #: Name of TorchRec's own plan.
 TORCHREC = "torchrec (EmbeddingShardingPlanner)"
@@ -77,8 +79,6 @@ def plan_sequence_both(ngpu: int = 2, batch_size: int = 512, method: str = "neur
     from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
     from torchrec.distributed.sharding_plan import get_default_sharders
 
-    from shardlab.torchrec import ShardlabPlanner
-
     topology = Topology(world_size=ngpu, compute_device="cpu", local_world_size=ngpu)
     constraints = {n: ParameterConstraints(pooling_factors=[mean]) for n, _, _, mean in POOLED_TABLES + SEQUENCE_TABLES}
     per_rank = max(1, batch_size // ngpu)
@@ -102,8 +102,6 @@ def train_sequence_plans(plans: Mapping[str, Any], ngpu: int = 2, batch_size: in
                          seed: int = 0, timeout_s: float = 300.0) -> dict[str, list[list[float]]]:
     """Each plan trained ``steps`` steps in DMP on ``ngpu`` gloo ranks (module docstring):
     {plan: per rank, the loss of each step}. A rank that fails is one line naming it."""
-    from shardlab.evaluate.torchrec_step import spawn_ranks
-
     if steps < 2:
         raise ShardlabError(f"train_sequence_plans: field 'steps' = {steps} must be >= 2 (a loss to fall)")
     spec = {"plans": dict(plans), "batch_size": batch_size, "steps": steps, "seed": seed}
@@ -113,8 +111,6 @@ def train_sequence_plans(plans: Mapping[str, Any], ngpu: int = 2, batch_size: in
 
 def _train_rank(rank: int, spec: dict, results: Any) -> None:
     """One rank of :func:`train_sequence_plans`: every plan in turn, its losses reported."""
-    from shardlab.evaluate.torchrec_step import join_group, quiet_torchrec_logs, report_failure
-
     try:
         import torch
         import torch.distributed as dist
