@@ -8,7 +8,10 @@ size, said in the record). Every table's ``ParameterConstraints`` carries its po
 ``space`` picks what else: ``"tw-fused"`` also allows only table-wise shards and the fused kernel
 (the search NeuroShard table-wise makes; TorchRec's smallest search space), ``"default"`` leaves
 TorchRec every sharding type and kernel (ShardlabPlanner still places table- and column-wise
-fused shards only, what it costs).
+fused shards only, what it costs), ``"mixed"`` is ``"default"`` over a model of every collection
+kind both plan: every eighth table in a position-weighted ``FeatureProcessedEmbeddingBagCollection``,
+every fourth in a sequence ``EmbeddingCollection`` (one per dim, as TorchRec requires), the rest
+in the ``EmbeddingBagCollection``, planned with TorchRec's default sharders.
 
 Both planners' plans are turned into shardlab Plans of the same Task (ShardlabPlanner's) and
 costed by one neutral judge: the analytic h100 model (fitted to H100 kernel measurements, GPU
@@ -45,16 +48,32 @@ def model_and_constraints(ntables: int, ngpu: int, space: str, seed: int = 0) ->
     configs = embedding_configs(task)
     extra = {"sharding_types": ["table_wise"], "compute_kernels": ["fused"]} if space == "tw-fused" else {}
     constraints = {t.name: ParameterConstraints(pooling_factors=[t.pooling_factor], **extra) for t in task.tables}
+    model = torch.nn.Module()
+    meta = torch.device("meta")
+    if space != "mixed":
+        model.ebc = EmbeddingBagCollection(tables=configs, device=meta)
+    else:
+        from torchrec.modules.embedding_configs import EmbeddingConfig
+        from torchrec.modules.embedding_modules import EmbeddingCollection
+        from torchrec.modules.feature_processor_ import PositionWeightedModule
+        from torchrec.modules.fp_embedding_modules import FeatureProcessedEmbeddingBagCollection
 
-    class Model(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ebc = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
-
+        weighted = [c for i, c in enumerate(configs) if i % 8 == 7]
+        sequence = [c for i, c in enumerate(configs) if i % 4 == 1]
+        model.ebc = EmbeddingBagCollection(tables=[c for i, c in enumerate(configs) if i % 8 != 7 and i % 4 != 1],
+                                           device=meta)
+        model.fp_ebc = FeatureProcessedEmbeddingBagCollection(
+            EmbeddingBagCollection(tables=weighted, device=meta, is_weighted=True),
+            {f: PositionWeightedModule(max_feature_length=64, device=meta) for c in weighted for f in c.feature_names})
+        for dim in sorted({c.embedding_dim for c in sequence}):
+            setattr(model, f"ec_{dim}", EmbeddingCollection(tables=[
+                EmbeddingConfig(name=c.name, num_embeddings=c.num_embeddings, embedding_dim=dim,
+                                feature_names=list(c.feature_names)) for c in sequence if c.embedding_dim == dim],
+                device=meta))
     logging.getLogger("torchrec").setLevel(logging.ERROR)
     topology = Topology(world_size=ngpu, compute_device="cuda", hbm_cap=int(HBM_GB * C.GB),
                         local_world_size=min(LOCAL_WORLD, ngpu))
-    return Model(), constraints, topology, drawn
+    return model, constraints, topology, drawn
 
 
 def run_point(planner: str, ntables: int, ngpu: int, space: str, seed: int = 0) -> dict[str, Any]:
@@ -68,8 +87,10 @@ def run_point(planner: str, ntables: int, ngpu: int, space: str, seed: int = 0) 
     from shardlab.search.torchrec_planner import plan_from_sharding_plan
     from shardlab.torchrec import ShardlabPlanner
 
+    from torchrec.distributed.sharding_plan import get_default_sharders
+
     module, constraints, topology, drawn = model_and_constraints(ntables, ngpu, space, seed)
-    sharders = [EmbeddingBagCollectionSharder()]
+    sharders = get_default_sharders() if space == "mixed" else [EmbeddingBagCollectionSharder()]
     ours = ShardlabPlanner(topology, constraints=constraints, method="neuroshard[columns=false]", seed=seed)
     t0 = time.perf_counter()
     if planner == "shardlab":
@@ -87,7 +108,8 @@ def run_point(planner: str, ntables: int, ngpu: int, space: str, seed: int = 0) 
         else:
             task, _ = ours.task(module, sharders)
             plan = plan_from_sharding_plan(task, sharding_plan, "torchrec-default")
-        cost, judged = estimate_plan(task, plan, judge, lower_bound=False).cost_ms, judge.source
+        ev = estimate_plan(task, plan, judge, lower_bound=False)
+        cost, judged = ev.cost_ms, ev.source             # the judge's label, with what it extrapolated
     except Exception as e:  # noqa: BLE001
         cost, judged = None, f"not judged: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
     return {"planner": planner, "tables": ntables, "ranks": ngpu, "space": space, "seed": seed,

@@ -135,7 +135,8 @@ def main() -> int:
     ap.add_argument("--point", nargs=4, metavar=("PLANNER", "TABLES", "RANKS", "SPACE"),
                     help="plan once in this process and print its JSON row")
     ap.add_argument("--points", default="1000x64:tw-fused,1000x64:default",
-                    help="comma-separated TABLESxRANKS:SPACE (space: tw-fused or default)")
+                    help="comma-separated TABLESxRANKS:SPACE (space: tw-fused, default, or mixed: default over "
+                         "pooled, position-weighted and sequence collections)")
     ap.add_argument("--grid", help="TABLES,...xRANKS,...: every combination, both spaces (instead of --points)")
     ap.add_argument("--repeats", type=int, default=3, help="ShardlabPlanner runs per point")
     ap.add_argument("--timeout", type=float, default=2700.0, help="seconds per planning before it is stopped")
