@@ -160,6 +160,12 @@ PORTFOLIO_METHODS = BASELINE_METHODS
 #: The methods a portfolio may name (with options): the baselines, TorchRec's free planner and
 #: the exact planner (which then plans on the search's own cost model).
 PORTFOLIO_CANDIDATES = BASELINE_METHODS + ("torchrec_free", "optimal")
+#: Most tables a portfolio runs TorchRec's planner on (``torchrec``, ``torchrec_free``). Its
+#: greedy proposer partitions once per table, each partition over every shard: measured on this
+#: 2-core machine (``studies/torchrec_planner``), 2.3 s at 200 tables x 16 GPUs, 6.4 s at 500 x 32,
+#: 25-30 s at 1,000 x 16 or 32 -- most of a 1,000 x 64 ShardlabPlanner call. Above it the
+#: portfolio skips TorchRec's planner and says so in its record.
+PORTFOLIO_TORCHREC_MAX_TABLES = 500
 
 #: Upper bound on ``ngpu`` for any search (``search.registry.run_sharder`` refuses more with a
 #: one-line error naming 'ngpu'). Every registered sharder answers at this many devices or

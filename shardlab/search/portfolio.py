@@ -9,6 +9,8 @@ task-calibrated one where calibration ran) and its row-wise comm model; the chea
 (infeasible, over its bounds, TorchRec not installed, or any error of its own), or whose plan
 lies outside the search's space (a column split where the search makes none or a table must stay
 whole, a row split where row blocks are off), is skipped, and the record says why in one line.
+TorchRec's planner is skipped, said the same way, above ``constants.PORTFOLIO_TORCHREC_MAX_TABLES``
+tables: there it takes longer than the whole search.
 
 A portfolio method that takes a cost model (the exact planner, ``optimal``) and names none plans
 with the search's own bundle (for a learned one, on a linearisation of it around the task, as
@@ -27,6 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
+from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.model import estimate_plan
 from shardlab.plan import Plan
@@ -70,6 +73,10 @@ def choose_from_portfolio(task: Task, own: Plan, methods: Sequence[str], bundle:
     plans: dict[str, Plan] = {OWN: own}
     skipped: dict[str, str] = {}
     for m in methods:
+        if parse_method(m)[0] in ("torchrec", "torchrec_free") and len(task.tables) > C.PORTFOLIO_TORCHREC_MAX_TABLES:
+            skipped[m] = (f"{len(task.tables):,} tables: over the portfolio's bound of "
+                          f"{C.PORTFOLIO_TORCHREC_MAX_TABLES} for TorchRec's planner (it would take longer than the search)")
+            continue
         try:
             config = {"model": bundle} if "model" in sharder_options(m) and "model" not in parse_method(m)[1] else {}
             if "whole" in sharder_options(m) and whole:

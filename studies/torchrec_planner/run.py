@@ -139,6 +139,8 @@ def main() -> int:
                          "pooled, position-weighted and sequence collections)")
     ap.add_argument("--grid", help="TABLES,...xRANKS,...: every combination, both spaces (instead of --points)")
     ap.add_argument("--repeats", type=int, default=3, help="ShardlabPlanner runs per point")
+    ap.add_argument("--planners", default="shardlab,torchrec",
+                    help="which planners to run (comma-separated; e.g. shardlab alone after a change to it)")
     ap.add_argument("--timeout", type=float, default=2700.0, help="seconds per planning before it is stopped")
     ap.add_argument("--report", help="write the markdown report of every kept run to this file; measure nothing")
     args = ap.parse_args()
@@ -167,7 +169,8 @@ def main() -> int:
     for spec in specs:
         size, _, space = spec.strip().partition(":")
         n, _, g = size.partition("x")
-        plan = ["shardlab"] * args.repeats + ["torchrec"]
+        wanted = args.planners.split(",")
+        plan = ["shardlab"] * args.repeats * ("shardlab" in wanted) + ["torchrec"] * ("torchrec" in wanted)
         for planner in plan:
             row = {**point_row(planner, int(n), int(g), space or "tw-fused", args.timeout), "run": stamp,
                    "environment": env}
