@@ -301,7 +301,11 @@ def _train_position_weighted_on_two_ranks(rank, world, port, out):
         torch.manual_seed(0)
         model = WithPositionWeighted(device="meta")
         sharders = get_default_sharders()
-        plan = ShardlabPlanner(topology(world=world, device="cpu"), profile="cpu").collective_plan(model, sharders)
+        # on CPU TorchRec's FP-EBC sharder offers the row layouts its EBC sharder does not
+        cons = {"p0": ParameterConstraints(sharding_types=["table_row_wise"]),
+                "p1": ParameterConstraints(sharding_types=["row_wise"])}
+        plan = ShardlabPlanner(topology(world=world, device="cpu"), constraints=cons,
+                               profile="cpu").collective_plan(model, sharders)
         dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
                                        device=torch.device("cpu"), plan=plan, sharders=sharders)
         batch = kjt(16, np.random.default_rng(rank))
@@ -310,7 +314,8 @@ def _train_position_weighted_on_two_ranks(rank, world, port, out):
             loss = dmp.module.ebc(batch).values().sum() + dmp.module.fp_ebc(batch).values().sum()
             loss.backward()
             losses.append(float(loss))
-        out.put((rank, sorted(plan.plan), losses))
+        kinds = {name: ps.sharding_type for name, ps in plan.plan["fp_ebc"].items()}
+        out.put((rank, sorted(plan.plan), kinds, losses))
     finally:
         dist.destroy_process_group()
 
@@ -446,8 +451,10 @@ def test_dmp_trains_with_the_planners_plan_on_two_gloo_ranks(free_port):
 
 
 def test_dmp_trains_a_position_weighted_collection_with_the_planners_plan_on_two_gloo_ranks(free_port):
-    (_, modules0, losses0), (_, modules1, losses1) = on_two_ranks(_train_position_weighted_on_two_ranks, free_port)
+    (_, modules0, kinds0, losses0), (_, modules1, kinds1, losses1) = on_two_ranks(
+        _train_position_weighted_on_two_ranks, free_port)
     assert modules0 == modules1 == ["ebc", "fp_ebc"]               # the FP-EBC planned at its own path, not left out
+    assert kinds0 == kinds1 == {"p0": "table_row_wise", "p1": "row_wise"}
     assert all(np.isfinite(losses0 + losses1))
     assert losses0[2] < losses0[1] < losses0[0] and losses1[2] < losses1[1] < losses1[0]   # it trains
 
