@@ -109,6 +109,25 @@ def test_a_position_weighted_collection_is_planned_at_its_own_path_as_torchrec_k
                                                     WithPositionWeighted(), get_default_sharders())
 
 
+def test_a_managed_collision_collection_is_refused_in_one_line_not_left_out():
+    from torchrec.modules.mc_embedding_modules import ManagedCollisionEmbeddingCollection
+    from torchrec.modules.mc_modules import (DistanceLFU_EvictionPolicy, ManagedCollisionCollection,
+                                             MCHManagedCollisionModule)
+
+    cpu = torch.device("cpu")
+    inner = EmbeddingCollection(tables=[EmbeddingConfig(name="m0", num_embeddings=1000, embedding_dim=16,
+                                                        feature_names=["mf0"])], device=cpu)
+    collisions = ManagedCollisionCollection(
+        {"m0": MCHManagedCollisionModule(zch_size=1000, device=cpu, eviction_policy=DistanceLFU_EvictionPolicy(),
+                                         eviction_interval=1)}, inner.embedding_configs())
+    m = WithSequence()
+    m.mc = ManagedCollisionEmbeddingCollection(inner, collisions)
+    with pytest.raises(PlannerError) as e:                     # TorchRec's default sharders shard it
+        planner().plan(m, None)
+    assert "module 'mc' (ManagedCollisionEmbeddingCollection) is not one shardlab plans" in str(e.value)
+    assert "\n" not in str(e.value) and e.value.error_type.value == "other"
+
+
 def test_no_sharders_give_the_empty_plan():
     assert planner().plan(WithSequence(), []).plan == {}
 

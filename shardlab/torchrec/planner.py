@@ -27,7 +27,6 @@ table (TorchRec's ``PlannerError``, ``STRICT_CONSTRAINTS``).
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 import warnings
 from dataclasses import replace
@@ -44,13 +43,10 @@ from shardlab.plan import Placement, Plan, validate_plan
 from shardlab.search.portfolio import outside_space
 from shardlab.search.registry import method_label, run_sharder, sharder_for, sharder_options
 from shardlab.tables import Table, Task, block_bytes
-from shardlab.torchrec.model_tables import (REPLICATED, REPLICATED_KERNEL, ConstraintError, ModelTable, collections,
-                                            model_tables, rank_memory_bytes, resolved_sharders, task_optimizer,
-                                            task_precision)
+from shardlab.torchrec.fixed_layouts import placed_task, pinned_row_layouts, replicas
+from shardlab.torchrec.model_tables import (REPLICATED, ConstraintError, ModelTable, collections, model_tables,
+                                            rank_memory_bytes, resolved_sharders, task_optimizer, task_precision)
 from shardlab.torchrec.sample_stats import model_task_tables, table_stats
-
-PLACED = ("table_wise", "column_wise", "table_column_wise")
-
 
 class ShardlabPlannerError(ShardlabError, PlannerError):
     """A planning failure as TorchRec's code expects it (``except PlannerError``), with
@@ -231,15 +227,15 @@ class ShardlabPlanner(ShardingPlanner):
         replicated = [t for t in tables if t.allowed == (REPLICATED,)]
         if task is None:                               # data-parallel tables only: nothing to place
             self.task_ = self.plan_ = None
-            return self._replicas(replicated)
+            return replicas(replicated, int(self.topology.world_size))
         tables = [t for t in tables if t.allowed != (REPLICATED,)]
         lws = int(getattr(self.topology, "local_world_size", None) or task.ngpu)
-        pinned, kinds = self._pinned(task, tables, lws)
+        pinned, kinds = pinned_row_layouts(task, tables, lws)
         rest = [t for t in tables if t.name not in kinds]
         placements: list[Placement] = list(pinned)
         metadata: dict[str, Any] = {}
         label = method_label(self.method)
-        sub = self._sub_task(task, rest, pinned)
+        sub = placed_task(task, rest, pinned)
         one_host = lws >= task.ngpu                    # table-column-wise blocks may then go anywhere
         whole = tuple(t.name for t in tables if "column_wise" not in t.allowed
                       and not ("table_column_wise" in t.allowed and one_host))
@@ -284,7 +280,7 @@ class ShardlabPlanner(ShardingPlanner):
             raise ConstraintError(f"ShardlabPlanner: method '{label}' {why}: the table's constraints forbid it")
         plan = replace(plan, search_seconds=time.perf_counter() - start)
         sharding_plan = self._sharding_plan(task, tables, plan, lws)
-        for path, entries in self._replicas(replicated).plan.items():     # beside the placed tables of each path
+        for path, entries in replicas(replicated, int(self.topology.world_size)).plan.items():     # beside the placed tables of each path
             if path in sharding_plan.plan:
                 sharding_plan.plan[path].update(entries)
             else:
@@ -322,65 +318,6 @@ class ShardlabPlanner(ShardingPlanner):
         save_plan(self.plan_, plan_path)
 
     # ----------------------------------------------------------------------------- pieces
-    @staticmethod
-    def _pinned(task: Task, tables: Sequence[ModelTable], lws: int) -> tuple[list[Placement], dict[str, str]]:
-        """Placements of the tables allowed neither table- nor column-wise, in TorchRec's row
-        layouts (module docstring): ceil(rows / n) rows per rank, n = the world (row-wise) or
-        one host (table-row-wise, hosts taken in turn)."""
-        out: list[Placement] = []
-        kinds: dict[str, str] = {}
-        hosts = max(1, task.ngpu // lws)
-        turn = 0
-        for t in tables:
-            if set(t.allowed) & set(PLACED):
-                continue
-            rows = task.table(t.name).rows
-            if "row_wise" in t.allowed:
-                kind, first, n = "row_wise", 0, task.ngpu
-            else:
-                kind, first, n = "table_row_wise", (turn % hosts) * lws, lws
-                turn += 1
-            block = math.ceil(rows / n)
-            for k in range(n):
-                if k * block < rows:
-                    out.append(Placement(t.name, 0, task.table(t.name).dim, k * block, min(block, rows - k * block),
-                                         first + k))
-            kinds[t.name] = kind
-        return out, kinds
-
-    @staticmethod
-    def _sub_task(task: Task, rest: Sequence[ModelTable], pinned: Sequence[Placement]) -> Task:
-        """The task of the tables the method places: every rank's memory less the most any rank
-        gives to the pinned row layouts; one line when nothing is left (also when no table is
-        left for the method: the pinned layouts alone must fit)."""
-        used = [0] * task.ngpu
-        for p in pinned:
-            used[p.device] += task.block_bytes(p.rows, p.cols)
-        cap = task.mem_cap_bytes - max(used)
-        if cap <= 0:
-            raise ShardlabError(f"ShardlabPlanner: the tables constrained to row layouts need {max(used) / C.GB:.3f} GB "
-                                f"on a rank, over its {task.mem_cap_gb:.3f} GB")
-        keep = {t.name for t in rest}
-        if not keep:
-            return task
-        return Task(task.name, task.ngpu, cap / C.GB, tuple(t for t in task.tables if t.name in keep),
-                    task.batch_size, task.weights_precision, task.optimizer)
-
-    def _replicas(self, replicated: Sequence[ModelTable]) -> Any:
-        """TorchRec's ``ShardingPlan`` entries of the data-parallel tables: every rank, the dense
-        kernel, no sharding spec (as TorchRec's planner writes them), the constraints' fused
-        parameters carried."""
-        from torchrec.distributed.types import EmbeddingModuleShardingPlan, ParameterSharding
-
-        plans: dict[str, Any] = {}
-        for t in replicated:
-            ps = ParameterSharding(sharding_type=REPLICATED, compute_kernel=REPLICATED_KERNEL,
-                                   ranks=list(range(int(self.topology.world_size))), sharding_spec=None)
-            for field, value in t.fused:
-                setattr(ps, field, value)
-            plans.setdefault(t.path, EmbeddingModuleShardingPlan())[t.table] = ps
-        return ShardingPlan(plans)
-
     def _sharding_plan(self, task: Task, tables: Sequence[ModelTable], plan: Plan, lws: int) -> Any:
         """The plan as TorchRec's ``ShardingPlan``: each table's entry of the export, its sharding
         type checked against the constraints, grouped by collection path under the table's own
