@@ -287,73 +287,6 @@ class WithPositionWeighted(torch.nn.Module):
                     for i in range(2)})
 
 
-def _train_position_weighted_on_two_ranks(rank, world, port, out):
-    import os
-
-    import torch.distributed as dist
-    from torchrec.distributed.model_parallel import DistributedModelParallel
-    from torchrec.distributed.sharding_plan import get_default_sharders
-    from torchrec.distributed.types import ShardingEnv
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        torch.manual_seed(0)
-        model = WithPositionWeighted(device="meta")
-        sharders = get_default_sharders()
-        # on CPU TorchRec's FP-EBC sharder offers the row layouts its EBC sharder does not
-        cons = {"p0": ParameterConstraints(sharding_types=["table_row_wise"]),
-                "p1": ParameterConstraints(sharding_types=["row_wise"])}
-        plan = ShardlabPlanner(topology(world=world, device="cpu"), constraints=cons,
-                               profile="cpu").collective_plan(model, sharders)
-        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
-                                       device=torch.device("cpu"), plan=plan, sharders=sharders)
-        batch = kjt(16, np.random.default_rng(rank))
-        losses = []
-        for _ in range(3):                       # the sum of the pooled embeddings, fused SGD in backward
-            loss = dmp.module.ebc(batch).values().sum() + dmp.module.fp_ebc(batch).values().sum()
-            loss.backward()
-            losses.append(float(loss))
-        kinds = {name: ps.sharding_type for name, ps in plan.plan["fp_ebc"].items()}
-        out.put((rank, sorted(plan.plan), kinds, losses))
-    finally:
-        dist.destroy_process_group()
-
-
-def _train_layouts_on_two_ranks(rank, world, port, out):
-    """DMP training with a plan holding every layout TorchRec's CPU sharder offers: table-wise,
-    column-wise, table-column-wise and data-parallel."""
-    import os
-
-    import torch.distributed as dist
-    from torchrec.distributed.model_parallel import DistributedModelParallel
-    from torchrec.distributed.types import ShardingEnv
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        torch.manual_seed(0)
-        model = TwoCollections(device="meta")
-        cons = {"t1": ParameterConstraints(sharding_types=["data_parallel"]),
-                "t2": ParameterConstraints(sharding_types=["column_wise"]),
-                "t3": ParameterConstraints(sharding_types=["table_column_wise"]),
-                "t4": ParameterConstraints(sharding_types=["table_wise"])}
-        planner = ShardlabPlanner(topology(world=world, device="cpu"), constraints=cons, profile="cpu")
-        plan = planner.collective_plan(model, SHARDERS, dist.group.WORLD)
-        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
-                                       device=torch.device("cpu"), plan=plan, sharders=SHARDERS)
-        batch = kjt(16, np.random.default_rng(rank))
-        losses = []
-        for _ in range(3):
-            loss = dmp.module.top(batch).values().sum() + dmp.module.tower[0]["emb"](batch).values().sum()
-            loss.backward()
-            losses.append(float(loss))
-        kinds = {name: ps.sharding_type for name, ps in plan.plan["top"].items()}
-        out.put((rank, kinds, losses))
-    finally:
-        dist.destroy_process_group()
-
-
 class WithSequence(torch.nn.Module):
     """A pooled collection beside a sequence one (TorchRec's EmbeddingCollection: one dim)."""
 
@@ -368,7 +301,41 @@ class WithSequence(torch.nn.Module):
                                        device=torch.device(device))
 
 
-def _train_sequence_on_two_ranks(rank, world, port, out):
+def _collections_loss(module, batch, paths):
+    """The sum of every pooled value and every returned sequence row of the collections at
+    ``paths``: fused SGD lowers it."""
+    total = 0.0
+    for path in paths:
+        got = module.get_submodule(path)(batch)
+        values = got.values()                      # a pooled collection's KeyedTensor: one tensor of sums
+        total = total + (values.sum() if torch.is_tensor(values)
+                         else sum(jt.values().sum() for jt in values))   # a sequence one's JaggedTensors of rows
+    return total
+
+
+#: DMP training cases on CPU gloo ranks, between them every layout TorchRec's CPU sharders offer:
+#: name -> (model, constraints, the collection whose layouts are reported, expected layouts).
+TRAIN_CASES = {
+    "ebc layouts": (lambda: TwoCollections(device="meta"),
+                    {"t1": ["data_parallel"], "t2": ["column_wise"], "t3": ["table_column_wise"],
+                     "t4": ["table_wise"]}, "top",
+                    {"t1": "data_parallel", "t2": "column_wise", "t3": "table_column_wise", "t4": "table_wise"}),
+    # on CPU TorchRec's FP-EBC sharder offers the row layouts its EBC sharder does not
+    "position weighted": (lambda: WithPositionWeighted(device="meta"),
+                          {"p0": ["table_row_wise"], "p1": ["row_wise"]}, "fp_ebc",
+                          {"p0": "table_row_wise", "p1": "row_wise"}),
+    "sequence": (lambda: WithSequence(device="meta"), {"s0": ["column_wise"], "s1": ["row_wise"]}, "seq",
+                 {"s0": "column_wise", "s1": "row_wise"}),
+}
+
+
+#: The collections each case's plan must key (TorchRec's paths).
+MODULE_PATHS = {"ebc layouts": ["top", "tower.0.emb"], "position weighted": ["ebc", "fp_ebc"], "sequence": ["ebc", "seq"]}
+
+
+def _train_case(case, rank, world, port, out):
+    """One rank: ShardlabPlanner's plan of ``TRAIN_CASES[case]`` from TorchRec's default
+    sharders, trained 3 steps in DMP; puts (rank, module paths, reported layouts, losses)."""
     import os
 
     import torch.distributed as dist
@@ -376,27 +343,27 @@ def _train_sequence_on_two_ranks(rank, world, port, out):
     from torchrec.distributed.sharding_plan import get_default_sharders
     from torchrec.distributed.types import ShardingEnv
 
+    make, allowed, path, _ = TRAIN_CASES[case]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    try:                                           # a failure is reported, so the test fails at once, saying why
         torch.manual_seed(0)
-        model = WithSequence(device="meta")
-        sharders = get_default_sharders()
-        cons = {"s0": ParameterConstraints(sharding_types=["column_wise"], pooling_factors=[1.0]),
-                "s1": ParameterConstraints(sharding_types=["row_wise"])}
-        planner = ShardlabPlanner(topology(world=world, device="cpu"), constraints=cons, profile="cpu")
-        plan = planner.collective_plan(model, sharders)
+        model, sharders = make(), get_default_sharders()
+        cons = {n: ParameterConstraints(sharding_types=kinds) for n, kinds in allowed.items()}
+        plan = ShardlabPlanner(topology(world=world, device="cpu"), constraints=cons,
+                               profile="cpu").collective_plan(model, sharders)
         dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
                                        device=torch.device("cpu"), plan=plan, sharders=sharders)
         batch = kjt(16, np.random.default_rng(rank))
         losses = []
-        for _ in range(3):                       # pooled sums plus every looked-up sequence row, fused SGD
-            rows = dmp.module.seq(batch)
-            loss = dmp.module.ebc(batch).values().sum() + sum(jt.values().sum() for jt in rows.values())
+        for _ in range(3):
+            loss = _collections_loss(dmp.module, batch, sorted(plan.plan))
             loss.backward()
-            losses.append(float(loss))
-        kinds = {name: ps.sharding_type for name, ps in plan.plan["seq"].items()}
+            losses.append(float(loss.detach()))
+        kinds = {name: ps.sharding_type for name, ps in plan.plan[path].items()}
         out.put((rank, sorted(plan.plan), kinds, losses))
+    except Exception as e:  # noqa: BLE001
+        out.put((rank, [f"failed: {type(e).__name__}: {e}"], {}, []))
     finally:
         dist.destroy_process_group()
 
@@ -450,24 +417,6 @@ def test_dmp_trains_with_the_planners_plan_on_two_gloo_ranks(free_port):
     assert losses0[2] < losses0[1] < losses0[0] and losses1[2] < losses1[1] < losses1[0]   # it trains
 
 
-def test_dmp_trains_a_position_weighted_collection_with_the_planners_plan_on_two_gloo_ranks(free_port):
-    (_, modules0, kinds0, losses0), (_, modules1, kinds1, losses1) = on_two_ranks(
-        _train_position_weighted_on_two_ranks, free_port)
-    assert modules0 == modules1 == ["ebc", "fp_ebc"]               # the FP-EBC planned at its own path, not left out
-    assert kinds0 == kinds1 == {"p0": "table_row_wise", "p1": "row_wise"}
-    assert all(np.isfinite(losses0 + losses1))
-    assert losses0[2] < losses0[1] < losses0[0] and losses1[2] < losses1[1] < losses1[0]   # it trains
-
-
-def test_dmp_trains_data_parallel_and_table_column_wise_tables_on_two_gloo_ranks(free_port):
-    (_, kinds0, losses0), (_, kinds1, losses1) = on_two_ranks(_train_layouts_on_two_ranks, free_port)
-    assert kinds0 == kinds1
-    assert (kinds0["t1"], kinds0["t2"], kinds0["t3"], kinds0["t4"]) == (
-        "data_parallel", "column_wise", "table_column_wise", "table_wise")
-    assert all(np.isfinite(losses0 + losses1))
-    assert losses0[2] < losses0[1] < losses0[0] and losses1[2] < losses1[1] < losses1[0]   # it trains
-
-
 def test_data_parallel_tables_take_their_replica_from_every_rank_and_stay_out_of_the_task():
     cons = {"t1": ParameterConstraints(sharding_types=["data_parallel"])}
     base = ShardlabPlanner(topology(device="cpu"), profile="cpu")
@@ -489,10 +438,14 @@ def test_data_parallel_tables_take_their_replica_from_every_rank_and_stay_out_of
     assert planner.task_ is None and planner.plan_ is None
 
 
-def test_dmp_trains_a_sequence_collection_with_the_planners_plan_on_two_gloo_ranks(free_port):
-    (_, modules0, kinds0, losses0), (_, modules1, kinds1, losses1) = on_two_ranks(_train_sequence_on_two_ranks,
-                                                                                 free_port)
-    assert modules0 == modules1 == ["ebc", "seq"]                  # the EC planned at its own path
-    assert kinds0 == kinds1 == {"s0": "column_wise", "s1": "row_wise"}
+@pytest.mark.parametrize("case", list(TRAIN_CASES))
+def test_dmp_trains_every_layout_and_collection_kind_with_the_planners_plan_on_two_gloo_ranks(case, free_port):
+    import functools
+
+    (_, modules0, kinds0, losses0), (_, modules1, kinds1, losses1) = on_two_ranks(
+        functools.partial(_train_case, case), free_port)
+    make, _, path, expected = TRAIN_CASES[case]
+    assert modules0 == modules1 == MODULE_PATHS[case]               # every collection planned, at its path
+    assert {k: kinds0[k] for k in expected} == {k: kinds1[k] for k in expected} == expected
     assert all(np.isfinite(losses0 + losses1))
     assert losses0[2] < losses0[1] < losses0[0] and losses1[2] < losses1[1] < losses1[0]   # it trains

@@ -215,38 +215,11 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
     if len(groups) > 1 or not groups[0][0]:
         if inputs is not None:
             raise ShardlabError("measure_compute: field 'inputs' is for one pooled op (sequence tables make their own)")
-        parts = [measure_compute(list(g), profile, max_gb, first_batch, None) if pooled
-                 else _measure_sequence(list(g), profile, first_batch) for pooled, g in groups]
+        parts = [_timed_op(list(g), profile, pooled, first_batch) for pooled, g in groups]
         return ComputeRecord("", tuple(tables), sum(p.fw_ms for p in parts), sum(p.bw_ms for p in parts),
                              sum(p.total_ms for p in parts), profile.to_dict(),
                              {**parts[0].provenance, "ops": len(parts)}, None, None, None)
-    device = torch.device("cuda" if profile.device == "cuda" else "cpu")
-    if inputs is None:
-        inputs = [fused_inputs(tables, profile.batch_size, k)
-                  for k in range(first_batch, first_batch + profile.input_batches)]
-    batches = [tuple(x.to(device) for x in batch) for batch in inputs]
-    fw, bw, tot = [], [], []
-    with _threads(profile.threads):
-        op = build_tbe(tables, profile, device)
-        grad = torch.ones(profile.batch_size, sum(t.dim for t in tables), device=device)
-        timer = timer_for(device)
-        if device.type == "cuda":
-            torch.cuda.synchronize()      # the inputs' copies and the op's initialisation are done
-        for i in range(profile.warmup + profile.repeats):
-            indices, offsets = batches[i % len(batches)]
-            timer.start()
-            out = op(indices, offsets)
-            timer.mark()
-            out.backward(grad)
-            f, b, t = timer.stop()
-            if i >= profile.warmup:
-                fw.append(f)
-                bw.append(b)
-                tot.append(t)
-        del op
-    return ComputeRecord("", tuple(tables), float(np.median(fw)), float(np.median(bw)), float(np.median(tot)),
-                         profile.to_dict(), {"compute_timing": timer.method}, spread_ms(fw), spread_ms(bw),
-                         spread_ms(tot))
+    return _timed_op(list(tables), profile, True, first_batch, inputs)
 
 
 def _op_groups(tables: Sequence[Table]) -> list[tuple[bool, list[Table]]]:
@@ -258,19 +231,27 @@ def _op_groups(tables: Sequence[Table]) -> list[tuple[bool, list[Table]]]:
                                                    for d in dims]
 
 
-def _measure_sequence(tables: list[Table], profile: HardwareProfile, first_batch: int) -> ComputeRecord:
-    """One sequence op (tables of one dim, no pooling) timed as :func:`measure_compute` times a
-    pooled one; its gradient is one row per lookup."""
+def _timed_op(tables: list[Table], profile: HardwareProfile, pooled: bool, first_batch: int,
+              inputs: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None) -> ComputeRecord:
+    """One fused op of ``tables`` (pooled, or fbgemm's sequence op: one dim, every looked-up row
+    returned), timed as :func:`measure_compute` says: ``warmup`` then ``repeats`` passes over
+    the lookup batches, forward and backward (+ optimizer) each by :func:`timer_for` the device;
+    the gradient is ones of the output's shape (a row per sample, or per lookup)."""
     device = torch.device("cuda" if profile.device == "cuda" else "cpu")
-    batches = [tuple(x.to(device) for x in fused_inputs(tables, profile.batch_size, k))
-               for k in range(first_batch, first_batch + profile.input_batches)]
-    grads = [torch.ones(len(idx), tables[0].dim, device=device) for idx, _ in batches]
+    if inputs is None:
+        inputs = [fused_inputs(tables, profile.batch_size, k)
+                  for k in range(first_batch, first_batch + profile.input_batches)]
+    batches = [tuple(x.to(device) for x in batch) for batch in inputs]
+    if pooled:
+        grads = [torch.ones(profile.batch_size, sum(t.dim for t in tables), device=device)] * len(batches)
+    else:
+        grads = [torch.ones(len(idx), tables[0].dim, device=device) for idx, _ in batches]
     fw, bw, tot = [], [], []
     with _threads(profile.threads):
-        op = build_tbe(tables, profile, device, pooled=False)
+        op = build_tbe(tables, profile, device, pooled=pooled)
         timer = timer_for(device)
         if device.type == "cuda":
-            torch.cuda.synchronize()
+            torch.cuda.synchronize()      # the inputs' copies and the op's initialisation are done
         for i in range(profile.warmup + profile.repeats):
             indices, offsets = batches[i % len(batches)]
             timer.start()

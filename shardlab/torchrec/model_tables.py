@@ -165,12 +165,18 @@ def task_optimizer(found: Sequence[Collection]) -> str:
         if name not in OPTIMIZERS:
             raise ShardlabError(f"ShardlabPlanner: sharder field 'optimizer' = {name} is not one shardlab costs "
                                 f"({', '.join(sorted(OPTIMIZERS))})")
-        seen.setdefault(OPTIMIZERS[name], c.path)
+        seen.setdefault(OPTIMIZERS[name], f"the sharder of '{c.path}'")
+    return _one_per_model(seen, "optimizer", "trains with") or "exact_sgd"
+
+
+def _one_per_model(seen: Mapping[str, str], field: str, verb: str) -> str | None:
+    """The one value of ``field`` in ``seen`` ({value: who first has it}), None when empty; one
+    line naming two holders when there are several (shardlab plans one per model)."""
     if len(seen) > 1:
-        (a, pa), (b, pb) = list(seen.items())[:2]
-        raise ShardlabError(f"ShardlabPlanner: the sharder of '{pb}' trains with {b} but that of '{pa}' with {a}: "
-                            "shardlab plans one optimizer per model")
-    return next(iter(seen), "exact_sgd")
+        (a, wa), (b, wb) = list(seen.items())[:2]
+        raise ShardlabError(f"ShardlabPlanner: {wb} {verb} {b} but {wa} {verb} {a}: shardlab plans one {field} "
+                            "per model")
+    return next(iter(seen), None)
 
 
 def _kernels(sharder: Any, sharding_type: str, device: str) -> list[str]:
@@ -289,12 +295,8 @@ def task_precision(tables: Sequence[ModelTable]) -> str:
         if dtype not in PRECISIONS:
             raise ShardlabError(f"ShardlabPlanner: table '{t.name}': data_type {dtype} is not one shardlab costs "
                                 f"({', '.join(PRECISIONS)})")
-        seen.setdefault(PRECISIONS[dtype], t.name)
-    if len(seen) > 1:
-        (a, ta), (b, tb) = list(seen.items())[:2]
-        raise ShardlabError(f"ShardlabPlanner: table '{tb}' is {b} but table '{ta}' is {a}: shardlab plans one "
-                            "weights precision per model")
-    return next(iter(seen))
+        seen.setdefault(PRECISIONS[dtype], f"table '{t.name}'")
+    return str(_one_per_model(seen, "weights precision", "is"))
 
 
 def rank_memory_bytes(topology: Any) -> int:
