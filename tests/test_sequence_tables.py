@@ -111,3 +111,14 @@ def test_the_measured_evaluator_runs_sequence_tables_as_fbgembs_sequence_ops():
     assert rec.provenance["ops"] == 1 + len({t.dim for t in tables if not t.pooled})   # pooled op + one per dim
     assert rec.fw_ms > 0 and rec.bw_ms > 0 and rec.tables == tuple(tables)
     assert isinstance(profile, HardwareProfile)
+
+
+def test_the_torchrec_step_evaluator_refuses_sequence_tables_rather_than_timing_them_pooled():
+    pytest.importorskip("torchrec")
+    from shardlab.evaluate import TorchRecEvaluator
+
+    task = task_with_sequences(n=4, ngpu=2)
+    plan = run_sharder(sharder_for("lookup_greedy", "cpu"), task, 0)
+    with pytest.raises(ShardlabError, match="table 't0' is a sequence table") as e:
+        TorchRecEvaluator("cpu", rounds=1, steps=1).evaluate(task, {"a": plan})
+    assert "\n" not in str(e.value)

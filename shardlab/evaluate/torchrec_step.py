@@ -99,6 +99,11 @@ class TorchRecEvaluator:
         if prof.batch_size < task.ngpu:
             raise ShardlabError(f"torchrec evaluator: profile '{prof.name}': field 'batch_size' = {prof.batch_size} "
                                 f"must be >= ngpu ({task.ngpu})")
+        sequence = [t.name for t in task.tables if not t.pooled]
+        if sequence:                                   # it builds pooled collections: it would time them pooled
+            raise ShardlabError(f"torchrec evaluator: task '{task.name}': table '{sequence[0]}' is a sequence table "
+                                "(field 'pooled' = false), and this evaluator trains pooled collections only; "
+                                "measure it on fused ops (compare --measure)")
         if prof.device == "cuda":
             if torch.cuda.device_count() < task.ngpu:
                 raise ShardlabError(f"torchrec evaluator: task '{task.name}': field 'ngpu' = {task.ngpu} exceeds "
