@@ -140,7 +140,11 @@ class Table:
         """Values each sample's lookups of this table produce, what its output all-to-all and
         output writes carry: ``dim`` for a pooled table, ``dim x pooling_factor`` for a sequence
         table (every looked-up row is returned)."""
-        return float(self.dim) if self.pooled else self.dim * self.pooling_factor
+        return self.out_width(self.dim)
+
+    def out_width(self, cols: int) -> float:
+        """:attr:`out_dim` of ``cols`` of the table's columns (a column block)."""
+        return float(cols) if self.pooled else cols * self.pooling_factor
 
     @property
     def distribution_params(self) -> dict[str, Any]:

@@ -361,12 +361,12 @@ def comm_pattern(task: Task, plan: Plan, batch_size: int) -> tuple[list[float], 
     for (name, _, cols), blocks in ranges.items():
         t = task.table(name)
         if len(blocks) == 1 and blocks[0].rows == t.rows:
-            dims[blocks[0].device] += t.with_dim(cols).out_dim
+            dims[blocks[0].device] += t.out_width(cols)
             continue
         made = [placed_row_block(t, b.row_offset, b.rows, task.batch_size) for b in blocks]
         if not t.pooled:
             for b, sub in zip(blocks, made):
-                dims[b.device] += sub.with_dim(cols).out_dim
+                dims[b.device] += sub.out_width(cols)
         elif {b.device for b in blocks} == set(range(g)) and g > 1:
             rw_dim += cols
         else:

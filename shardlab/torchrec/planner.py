@@ -32,7 +32,7 @@ import warnings
 from dataclasses import replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from torchrec.distributed.planner.types import PlannerError
+from torchrec.distributed.planner.types import PlannerError, PlannerErrorType
 from torchrec.distributed.types import ShardingPlan, ShardingPlanner
 
 from shardlab import constants as C
@@ -52,11 +52,8 @@ class ShardlabPlannerError(ShardlabError, PlannerError):
     """A planning failure as TorchRec's code expects it (``except PlannerError``), with
     shardlab's one-line message; still a :class:`~shardlab.errors.ShardlabError`."""
 
-    def __init__(self, message: str, error_type: Any = None) -> None:
-        if error_type is None:
-            PlannerError.__init__(self, message)
-        else:
-            PlannerError.__init__(self, message, error_type)
+    def __init__(self, message: str, error_type: PlannerErrorType = PlannerErrorType.OTHER) -> None:
+        PlannerError.__init__(self, message, error_type)
 
 
 class ShardlabPlanner(ShardingPlanner):
@@ -206,8 +203,6 @@ class ShardlabPlanner(ShardingPlanner):
         fit is ``INSUFFICIENT_STORAGE`` when the tables' total bytes exceed all ranks' memory
         together, else ``STRICT_CONSTRAINTS`` (as is a constraint that cannot be honoured);
         anything else ``OTHER``."""
-        from torchrec.distributed.planner.types import PlannerErrorType
-
         if isinstance(e, ConstraintError):
             return PlannerErrorType.STRICT_CONSTRAINTS
         if not isinstance(e, InfeasibleError):
@@ -239,18 +234,18 @@ class ShardlabPlanner(ShardingPlanner):
         one_host = lws >= task.ngpu                    # table-column-wise blocks may then go anywhere
         whole = tuple(t.name for t in tables if "column_wise" not in t.allowed
                       and not ("table_column_wise" in t.allowed and one_host))
+        no_rows = tuple(t.name for t in rest if not {"row_wise", "table_row_wise"} & set(t.allowed))
+        min_cols = tuple((t.name, t.min_cols) for t in rest if t.min_cols)
         if rest:
             config: dict[str, Any] = {"model": self.model} if self.model else {}
             options = sharder_options(self.method)
             kept = tuple(n for n in whole if n not in kinds)
             if kept and "whole" in options:
                 config["whole"] = kept
-            no_rows = tuple(t.name for t in rest if not {"row_wise", "table_row_wise"} & set(t.allowed))
             if "row_wise" in options and len(no_rows) == len(rest):
                 config["row_wise"] = False
             elif no_rows and "no_rows" in options:
                 config["no_rows"] = no_rows
-            min_cols = tuple((t.name, t.min_cols) for t in rest if t.min_cols)
             if min_cols and "min_cols" in options:
                 config["min_cols"] = min_cols
             if "host_size" in options:                  # table-row-wise layouts inside the topology's hosts
@@ -272,16 +267,13 @@ class ShardlabPlanner(ShardingPlanner):
                                         "local_world_size": lws}
         plan = Plan(task.name, label, task.ngpu, tuple(placements), self.seed, metadata=metadata)
         validate_plan(task, plan)
-        why = outside_space(task, plan, True, True, whole,
-                            tuple(t.name for t in tables if t.name not in kinds
-                                  and not {"row_wise", "table_row_wise"} & set(t.allowed)),
-                            tuple((t.name, t.min_cols) for t in tables if t.min_cols))
+        why = outside_space(task, plan, True, True, whole, no_rows, min_cols)   # every method, one check
         if why is not None:
             raise ConstraintError(f"ShardlabPlanner: method '{label}' {why}: the table's constraints forbid it")
         plan = replace(plan, search_seconds=time.perf_counter() - start)
         sharding_plan = self._sharding_plan(task, tables, plan, lws)
-        for path, entries in replicas(replicated, int(self.topology.world_size)).plan.items():     # beside the placed tables of each path
-            if path in sharding_plan.plan:
+        for path, entries in replicas(replicated, int(self.topology.world_size)).plan.items():
+            if path in sharding_plan.plan:                 # beside the placed tables of that collection
                 sharding_plan.plan[path].update(entries)
             else:
                 sharding_plan.plan[path] = entries
