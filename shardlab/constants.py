@@ -234,6 +234,21 @@ TORCHREC_DEFAULT_POOLING = 1.0
 #: Share of each rank's memory TorchRec's default storage reservation keeps free
 #: (``HeuristicalStorageReservation(percentage=0.15)``); ShardlabPlanner keeps the same by default.
 TORCHREC_RESERVED_SHARE = 0.15
+#: Host-memory offload. TorchRec's compute kernels of a table in HBM, offloaded with an HBM cache,
+#: and offloaded without one (``Table.kernel``).
+OFFLOAD_KERNELS = ("fused", "fused_uvm_caching", "fused_uvm")
+#: Share of an offloaded table's rows its HBM cache holds where neither the constraints
+#: (``cache_params.load_factor``) nor the sharder (fused param ``cache_load_factor``) set one:
+#: TorchRec's default (``UVM_CACHING_RATIO``, torchrec/distributed/planner/constants.py).
+UVM_CACHE_SHARE = 0.2
+#: Host-link bandwidth the analytic offload cost divides its traffic by, GB/s (10^9 bytes/s) one
+#: way: PCIe Gen5 x16, 32 GT/s x 16 lanes with 128b/130b coding = 63 GB/s (PCI-SIG PCIe 5.0 base
+#: specification; NVIDIA's H100 and H200 datasheets: "PCIe Gen5: 128 GB/s", both ways together).
+#: TorchRec's own default is 32 GB/s (``HBM_TO_DDR_MEM_BW``, a PCIe Gen4 x16 figure).
+UVM_LINK_GBPS = 63.0
+#: ShardlabPlanner offloads tables (largest first) until the tables it places need at most this
+#: share of all ranks' HBM together, room for the search to pack them.
+OFFLOAD_FILL = 0.9
 #: Zipf exponent of the lookups assumed where a table's real lookups are unknown (the Criteo
 #: workflow's and the drop-in planner's labelled assumption).
 ASSUMED_ZIPF = 1.05

@@ -5,7 +5,8 @@
 JSON shape: ``{"module": "<path>", "plan": {table: {"sharding_type", "compute_kernel",
 "ranks", "shards": [{"shard_offsets": [row, col], "shard_sizes": [rows, cols],
 "placement": "rank:r/cuda:r"}]}}, "constraints": {table: {"sharding_types",
-"compute_kernels", "pooling_factors"}}}``. Sharding types are inferred from the placements:
+"compute_kernels", "pooling_factors"}}}``; an offloaded table's kernel is ``fused_uvm_caching``
+(with ``"cache_load_factor"``, its ``hbm_share``) or ``fused_uvm`` (``Table.kernel``). Sharding types are inferred from the placements:
 one whole block = table_wise; full-row column blocks = column_wise; full-column row blocks on
 ranks 0, 1, ... in order = row_wise, or table_row_wise when the plan's
 ``metadata["torchrec_sharding_types"]`` says so (TorchRec's planner's plans: the two look alike
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.plan import Plan, validate_plan
 from shardlab.tables import Task
@@ -78,10 +80,12 @@ def export_torchrec(task: Task, plan: Plan, module: str = "sparse.ebc", local_wo
         kind = sharding_type_of(t.name, t.rows, t.dim, blocks, lws, requested.get(t.name))
         shards = _padded(kind, blocks, t.rows, t.dim, plan.ngpu, lws)
         out["plan"][t.name] = {
-            "sharding_type": kind, "compute_kernel": "fused", "ranks": [s[4] for s in shards],
+            "sharding_type": kind, "compute_kernel": t.kernel, "ranks": [s[4] for s in shards],
             "shards": [{"shard_offsets": [r0, c0], "shard_sizes": [nr, nc], "placement": f"rank:{g}/cuda:{g % lws}"}
                        for r0, c0, nr, nc, g in shards]}
-        out["constraints"][t.name] = {"sharding_types": [kind], "compute_kernels": ["fused"],
+        if t.kernel == C.OFFLOAD_KERNELS[1]:
+            out["plan"][t.name]["cache_load_factor"] = t.hbm_share
+        out["constraints"][t.name] = {"sharding_types": [kind], "compute_kernels": [t.kernel],
                                       "pooling_factors": [t.pooling_factor]}
     return out
 
@@ -103,7 +107,7 @@ def export_for_device(data: Mapping[str, Any], device: str) -> dict[str, Any]:
 #: Sharding types and compute kernels an export may name (what TorchRec's EmbeddingBagCollection
 #: sharder takes for the layouts shardlab places).
 SHARDING_TYPES = ("table_wise", "column_wise", "row_wise", "table_row_wise")
-COMPUTE_KERNELS = ("fused", "dense")
+COMPUTE_KERNELS = C.OFFLOAD_KERNELS + ("dense",)
 #: fbgemm's fused optimizer (``EmbOptimType`` name) of each Task ``optimizer``, and TorchRec's
 #: ``DataType`` name of each ``weights_precision`` that trains in TorchRec here.
 OPTIMIZERS = {"exact_sgd": "EXACT_SGD", "exact_adagrad": "EXACT_ADAGRAD", "exact_rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD"}
@@ -155,8 +159,12 @@ def parameter_sharding(entry: Mapping[str, Any]) -> Any:
     spec = EnumerableShardingSpec([ShardMetadata(shard_offsets=list(s["shard_offsets"]),
                                                  shard_sizes=list(s["shard_sizes"]), placement=s["placement"])
                                    for s in entry["shards"]])
+    cache = None
+    if entry.get("cache_load_factor") is not None:     # an offloaded table's HBM cache share
+        from torchrec.distributed.types import CacheParams
+        cache = CacheParams(load_factor=float(entry["cache_load_factor"]))
     return ParameterSharding(sharding_type=entry["sharding_type"], compute_kernel=entry["compute_kernel"],
-                             ranks=list(entry["ranks"]), sharding_spec=spec)
+                             ranks=list(entry["ranks"]), sharding_spec=spec, cache_params=cache)
 
 
 def sharding_plan_of(modules: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Any:

@@ -39,7 +39,7 @@ def device_loads(task: Task, plan: Plan) -> list[DeviceLoad]:
     names: list[list[str]] = [[] for _ in range(plan.ngpu)]
     for p in plan.placements:
         t = task.table(p.table)
-        mem[p.device] += task.block_bytes(p.rows, p.cols)
+        mem[p.device] += task.hbm_bytes(t, p.rows, p.cols)
         dims[p.device] += p.cols
         lookups[p.device] += task.batch_size * t.pooling_factor * p.cols * (p.rows / t.rows)
         names[p.device].append(p.table)

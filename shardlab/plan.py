@@ -129,10 +129,11 @@ class Plan:
 
 
 def device_memory_bytes(task: Task, plan: Plan) -> list[int]:
-    """Bytes used on each device (length ``plan.ngpu``): weights plus optimizer state."""
+    """HBM bytes used on each device (length ``plan.ngpu``): weights plus optimizer state, an
+    offloaded table's cache only (``Task.hbm_bytes``)."""
     used = [0] * plan.ngpu
     for p in plan.placements:
-        used[p.device] += task.block_bytes(p.rows, p.cols)
+        used[p.device] += task.hbm_bytes(task.table(p.table), p.rows, p.cols)
     return used
 
 

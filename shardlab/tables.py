@@ -10,7 +10,7 @@ the table and the field.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from shardlab import constants as C
@@ -73,7 +73,10 @@ class Table:
     generator's parameters, enough to regenerate its lookups deterministically), and ``pooled``
     (default True: each sample's lookups are summed into one row of ``dim`` values; False: a
     sequence table, which returns every looked-up row, ``pooling_factor`` rows a sample on
-    average -- TorchRec's ``EmbeddingCollection``).
+    average -- TorchRec's ``EmbeddingCollection``), and ``hbm_share`` (default 1: the table lives
+    in HBM, TorchRec's ``fused`` kernel; below 1 it is offloaded: its weights and optimizer state
+    live in host memory and HBM holds a cache of that share of its rows, TorchRec's
+    ``fused_uvm_caching`` with ``cache_load_factor`` = ``hbm_share``; 0: no cache, ``fused_uvm``).
     """
 
     name: str
@@ -85,6 +88,7 @@ class Table:
     index_seed: int | None = None
     distribution: tuple[tuple[str, Any], ...] = field(default=())
     pooled: bool = True
+    hbm_share: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -129,6 +133,21 @@ class Table:
             raise field_error(owner, "source", self.source, "must be a string (where the table came from)")
         if not isinstance(self.pooled, bool):
             raise field_error(owner, "pooled", self.pooled, "must be true (pooled lookups) or false (a sequence table)")
+        share = checked_float(owner, "hbm_share", self.hbm_share, 0.0)
+        if share > 1.0:
+            raise field_error(owner, "hbm_share", share, "must be in [0, 1] (the share of its rows cached in HBM)")
+        object.__setattr__(self, "hbm_share", share)
+
+    @property
+    def offloaded(self) -> bool:
+        """Whether the table lives in host memory (``hbm_share`` < 1), HBM caching a share of it."""
+        return self.hbm_share < 1.0
+
+    @property
+    def kernel(self) -> str:
+        """TorchRec's compute kernel of the table: ``fused`` (in HBM), ``fused_uvm_caching``
+        (offloaded with an HBM cache) or ``fused_uvm`` (offloaded, no cache)."""
+        return C.OFFLOAD_KERNELS[0] if not self.offloaded else C.OFFLOAD_KERNELS[1 if self.hbm_share > 0 else 2]
 
     @property
     def size(self) -> int:
@@ -157,8 +176,7 @@ class Table:
 
     def with_dim(self, dim: int, name: str | None = None) -> "Table":
         """A copy with another dim (and optionally another name); lookups are unchanged."""
-        return Table(name or self.name, self.rows, dim, self.pooling_factor, self.reuse_bins,
-                     self.source, self.index_seed, self.distribution, self.pooled)
+        return replace(self, name=name or self.name, dim=dim)
 
     def to_dict(self) -> dict[str, Any]:
         """The table as Task JSON (optional fields only when set)."""
@@ -173,6 +191,8 @@ class Table:
             out["distribution"] = dict(self.distribution)
         if not self.pooled:
             out["pooled"] = False
+        if self.offloaded:
+            out["hbm_share"] = self.hbm_share
         return out
 
     @classmethod
@@ -180,10 +200,10 @@ class Table:
         """Parse Task JSON's table entry; raises naming the table and the missing/bad field."""
         check_fields(data, "table", "name", ("name", "rows", "dim", "pooling_factor", "reuse_bins"),
                      ("name", "rows", "dim", "pooling_factor", "reuse_bins", "source", "index_seed",
-                      "distribution", "pooled"))
+                      "distribution", "pooled", "hbm_share"))
         return cls(data["name"], data["rows"], data["dim"], data["pooling_factor"],
                    data["reuse_bins"], data.get("source"), data.get("index_seed"),
-                   data.get("distribution") or (), data.get("pooled", True))
+                   data.get("distribution") or (), data.get("pooled", True), data.get("hbm_share", 1.0))
 
 
 @dataclass(frozen=True)
@@ -258,9 +278,22 @@ class Task:
         """Bytes of a rows x cols block under this task's precision and optimizer."""
         return block_bytes(rows, cols, self.weights_precision, self.optimizer)
 
+    def hbm_bytes(self, table: Table, rows: int, cols: int) -> int:
+        """HBM bytes a device holds for a rows x cols block of ``table``: the block's bytes, or
+        for an offloaded table its cache, ``hbm_share`` of them rounded (TorchRec's storage rule
+        for a cached kernel; the rest lives in host memory, :meth:`host_bytes`)."""
+        full = self.block_bytes(rows, cols)
+        return full if not table.offloaded else int(round(full * table.hbm_share))
+
+    def host_bytes(self, table: Table, rows: int, cols: int) -> int:
+        """Host-memory bytes of a rows x cols block of ``table``: all of them for an offloaded
+        table (TorchRec keeps the whole table there, the cache besides), else 0."""
+        return self.block_bytes(rows, cols) if table.offloaded else 0
+
     def table_bytes(self, table: Table) -> int:
-        """Bytes of a whole table under this task's precision and optimizer."""
-        return table.memory_bytes(self.weights_precision, self.optimizer)
+        """HBM bytes of a whole table under this task's precision and optimizer (its cache
+        when offloaded, :meth:`hbm_bytes`)."""
+        return self.hbm_bytes(table, table.rows, table.dim)
 
     def check_feasible(self, column_wise: bool = False) -> None:
         """Raise :class:`InfeasibleError` if no plan can meet the cap.
@@ -275,7 +308,7 @@ class Task:
             if column_wise:
                 while cols % (2 * C.DIM_MULTIPLE) == 0:
                     cols //= 2
-            need = self.block_bytes(t.rows, cols)
+            need = self.hbm_bytes(t, t.rows, cols)
             if need > cap:
                 what = "its narrowest column shard" if column_wise and cols != t.dim else "it"
                 raise InfeasibleError(

@@ -11,7 +11,8 @@ per weight):
   table writes every looked-up row, B L D s -- an extrapolation, the constants being fitted to
   pooled ops);
   TorchRec's block penalty p(D) = 1 (D >= 128), 1.15 (64 <= D < 128), 1.75 (D < 64);
-- forward  = c_call + c_table * T + k_f * sum p(D) (read + lookup + write);
+- forward  = c_call + c_table * T + k_f * sum p(D) (read + lookup + write) [+ an offloaded
+  table's host-link ms, :mod:`shardlab.costmodel.offload`: not fitted, added to fw and bw];
 - backward = c_call' + c_table' * T + k_b * sum p(D) (read + lookup + write) + k_u * sum U D s,
   where U = min(rows, B L / m) are the rows touched and m the mean accesses per touched row
   from the reuse bins (an addition to TorchRec: backward follows the rows touched).
@@ -36,6 +37,7 @@ is >= 0, which non-negative least squares guarantees and the floors check):
   rows min(U, kappa U0), U the whole table's touched rows, U0 the distinct rows that batch
   touches and kappa = min(1, B / B_task x rho), rho the smallest access count / bin access over
   those rows (the model's touched-row estimate of any row block is >= kappa x its distinct rows).
+  Offloaded tables' host-link ms (>= 0) are left out: the floor stays a floor.
   Valid because every term is non-negative and, per row, the blocks holding it split the D
   columns: a block of c columns pays p(c) >= p(D) (the penalty falls with dim),
   sum max(c, 32) >= max(D, 32) and sum c = D.
@@ -57,6 +59,7 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.costmodel.base import Estimator
+from shardlab.costmodel.offload import offload_ms
 from shardlab.data.features import reuse_bin_of_counts
 from shardlab.data.fit_lookups import fit_table_lookups
 from shardlab.data.lookups import table_lookups
@@ -218,6 +221,12 @@ class AnalyticCompute(AnalyticModel):
         self.weights_precision = weights_precision
         self._reset()
 
+    def offload(self, tables: Sequence[Table], batch_size: int | None = None) -> np.ndarray:
+        """(n, 2) fw/bw ms of each table's host-link traffic (:mod:`shardlab.costmodel.offload`;
+        0 for a table in HBM), at ``batch_size`` (default: :meth:`setting`). Not fitted: added."""
+        b, s = self.setting("batch_size", batch_size), C.BYTES_PER_WEIGHT[self.setting("weights_precision")]
+        return np.array([offload_ms(t, b, s, touched_rows(t, b)) for t in tables], dtype=float).reshape(len(tables), 2)
+
     @staticmethod
     def _features(shard: Sequence[Table], b: int, precision: str) -> tuple[np.ndarray, np.ndarray]:
         s = C.BYTES_PER_WEIGHT[precision]
@@ -232,16 +241,17 @@ class AnalyticCompute(AnalyticModel):
         return self._features(shard, self.setting("batch_size", batch_size), self.setting("weights_precision"))
 
     def embed(self, tables: Sequence[Table], batch_size: int | None = None) -> np.ndarray:
-        """(n, 3) per-table terms [1, moved bytes, touched-row bytes]; a shard's cost is a
-        function of their SUM (see :meth:`predict_sums`)."""
+        """(n, 5) per-table terms [1, moved bytes, touched-row bytes, offload fw ms, offload bw
+        ms]; a shard's cost is a function of their SUM (see :meth:`predict_sums`)."""
         self.check_fitted()
         rows = [self.features([t], batch_size) for t in tables]
-        return np.array([[1.0, f[2], b[3]] for f, b in rows]).reshape(len(tables), 3)
+        terms = np.array([[1.0, f[2], b[3]] for f, b in rows]).reshape(len(tables), 3)
+        return np.concatenate([terms, self.offload(tables, batch_size)], axis=1)
 
-    embed_dim = 3
+    embed_dim = 5
 
     def predict_sums(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """(m, 2) fw/bw ms from summed :meth:`embed` rows (m, 3) and table counts (m,)."""
+        """(m, 2) fw/bw ms from summed :meth:`embed` rows (m, 5) and table counts (m,)."""
         self.check_fitted()
         assert self.coef_fw_ is not None and self.coef_bw_ is not None
         s = np.atleast_2d(np.asarray(sums, dtype=float))
@@ -249,7 +259,7 @@ class AnalyticCompute(AnalyticModel):
         fw = self.coef_fw_[0] * nonempty + self.coef_fw_[1] * s[:, 0] + self.coef_fw_[2] * s[:, 1]
         bw = (self.coef_bw_[0] * nonempty + self.coef_bw_[1] * s[:, 0] + self.coef_bw_[2] * s[:, 1]
               + self.coef_bw_[3] * s[:, 2])
-        return np.stack([fw, bw], axis=1)
+        return np.stack([fw, bw], axis=1) + s[:, 3:5]
 
     def fit(self, samples: Sequence[ComputeRecord | Mapping[str, Any]],
             val_samples: Sequence[ComputeRecord | Mapping[str, Any]] | None = None) -> "AnalyticCompute":
@@ -270,13 +280,14 @@ class AnalyticCompute(AnalyticModel):
         return self
 
     def predict(self, shards: Sequence[Sequence[Table]], batch_size: int | None = None) -> np.ndarray:
-        """(n, 2) forward and backward ms per shard (0 for an empty shard)."""
+        """(n, 2) forward and backward ms per shard (0 for an empty shard), offloaded tables'
+        host-link traffic included."""
         self.check_fitted()
         out = np.zeros((len(shards), 2))
         for i, shard in enumerate(shards):
             if shard:
                 f, b = self.features(shard, batch_size)
-                out[i] = (f @ self.coef_fw_, b @ self.coef_bw_)
+                out[i] = np.array([f @ self.coef_fw_, b @ self.coef_bw_]) + self.offload(shard, batch_size).sum(axis=0)
         return out
 
     def floor_ms(self, tables: Sequence[Table], lookup_batch: int) -> tuple[float, float] | None:

@@ -17,10 +17,12 @@ the shard's columns are added to one rank of an otherwise idle all-to-all, by th
 model over ``topology.world_size`` ranks. A row shard pays the all-to-all of the table's full
 width (each row shard sends partial sums for every sample, as TorchRec's estimator counts it).
 
-**Kernels** other than ``fused`` (what shardlab measured) get the fused estimate's compute times
-TorchRec's own ratio for that kernel: the fused kernel's bandwidth over this kernel's
-(``kernel_bw_lookup`` with the topology's bandwidths and the option's cache load factor), so a
-UVM option stays as much slower than HBM as TorchRec's model says; comm is unchanged.
+**Kernels.** ``fused`` and the host-memory kernels (``fused_uvm_caching`` with the option's cache
+load factor, ``fused_uvm``) are costed by shardlab: the block offloaded as the kernel says, its
+host-link traffic the labelled analytic model's (:mod:`shardlab.costmodel.offload`). Other
+kernels get the fused estimate's compute times TorchRec's own ratio for that kernel: the fused
+kernel's bandwidth over this kernel's (``kernel_bw_lookup`` with the topology's bandwidths);
+comm is unchanged.
 
 Both are approximations a per-shard estimate must make: shardlab's plan cost is not a sum over
 shards (a device runs its shards as one fused op; all-to-all time depends on every rank's
@@ -103,6 +105,9 @@ class ShardlabPerfEstimator:
         for i, option in enumerate(sharding_options):
             batch = int(option.batch_size) * world
             table = self._table(option, batch)
+            share = self._hbm_share(option)
+            if share is not None:                      # fused or host-memory kernels: shardlab's own costs
+                table = replace(table, hbm_share=share)
             kind = str(getattr(option.sharding_type, "value", option.sharding_type))
             for j, shard in enumerate(option.shards):
                 rows, cols = (int(x) for x in shard.size)
@@ -111,7 +116,8 @@ class ShardlabPerfEstimator:
                 else:
                     share = rows / table.rows
                     blocks.append(Table(f"{table.name}[{j}]", rows, cols, table.pooling_factor * share,
-                                        table.reuse_bins, table.source, pooled=table.pooled) if share < 1
+                                        table.reuse_bins, table.source, pooled=table.pooled,
+                                        hbm_share=table.hbm_share) if share < 1
                                   else table.with_dim(cols))
                 # a pooled row-wise shard sends its table's full width of partial sums; a sequence
                 # shard (and a pooled whole or column shard) its own output rows
@@ -132,13 +138,28 @@ class ShardlabPerfEstimator:
             shard.perf = Perf(fwd_compute=float(compute[k, 0]), fwd_comms=float(comm[k, 0]),
                               bwd_compute=float(compute[k, 1]), bwd_comms=float(comm[k, 1]))
 
+    @staticmethod
+    def _hbm_share(option: Any) -> float | None:
+        """The share of the option's table its kernel keeps in HBM: 1 for ``fused``, the cache
+        load factor (default ``constants.UVM_CACHE_SHARE``) for ``fused_uvm_caching``, 0 for
+        ``fused_uvm``; None for another kernel."""
+        kernel = str(getattr(option.compute_kernel, "value", option.compute_kernel))
+        if kernel not in C.OFFLOAD_KERNELS:
+            return None
+        if kernel == C.OFFLOAD_KERNELS[1]:
+            factor = getattr(getattr(option, "cache_params", None), "load_factor", None)
+            return float(C.UVM_CACHE_SHARE if factor is None else factor)
+        return 1.0 if kernel == C.OFFLOAD_KERNELS[0] else 0.0
+
     def _kernel_factor(self, option: Any) -> float:
-        """TorchRec's compute ratio of the option's kernel to ``fused`` (module docstring); a
-        one-line error naming the table for a kernel TorchRec's model has no bandwidth for."""
+        """TorchRec's compute ratio of the option's kernel to ``fused`` (module docstring); 1 for
+        the kernels shardlab costs itself (``fused`` and the host-memory ones, whose host-link
+        traffic the analytic model adds); a one-line error naming the table for a kernel
+        TorchRec's model has no bandwidth for."""
         from torchrec.distributed.planner.constants import kernel_bw_lookup
 
         kernel = str(getattr(option.compute_kernel, "value", option.compute_kernel))
-        if kernel == "fused":
+        if kernel in C.OFFLOAD_KERNELS:
             return 1.0
         topo = self.topology
         cache = getattr(option, "cache_params", None)

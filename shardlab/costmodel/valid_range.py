@@ -94,11 +94,13 @@ class ComputeRange:
 
     def rows(self, tables: Sequence[Table]) -> np.ndarray:
         """(n, 5) additive rows per table: 1, dim, pooling x dim, rows x dim, and 1 where the
-        table itself lies outside the per-table range (else 0: a sequence table never lies
-        inside, every model being trained on pooled ops). A shard's row is their sum."""
+        table itself lies outside the per-table range (else 0: a sequence or an offloaded table
+        never lies inside, every model being trained on pooled ops of tables in memory). A shard's
+        row is their sum."""
         out = np.array([[1.0, t.dim, t.pooling_factor * t.dim, float(t.rows) * t.dim,
                          float(not (self.min_dim <= t.dim <= self.max_dim and t.rows <= self.max_rows
-                                    and t.pooling_factor <= self.max_pooling and t.pooled))] for t in tables],
+                                    and t.pooling_factor <= self.max_pooling and t.pooled
+                                    and not t.offloaded))] for t in tables],
                        dtype=float)
         return out.reshape(len(tables), len(SHARD_SUMS) + 1)
 

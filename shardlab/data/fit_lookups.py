@@ -181,7 +181,7 @@ def fit_table_lookups(table: Table, batch_size: int = C.DEFAULT_BATCH_SIZE) -> T
                 seed)
     l1 = float(dict(dist)["fit_l1"])
     return Table(table.name, table.rows, table.dim, table.pooling_factor, table.reuse_bins,
-                 _fit_source(table.source, l1, batch_size), seed, dist, table.pooled)
+                 _fit_source(table.source, l1, batch_size), seed, dist, table.pooled, table.hbm_share)
 
 
 def with_lookups(task: Task, batch_size: int | None = None) -> Task:

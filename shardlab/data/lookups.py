@@ -167,7 +167,8 @@ def row_block_table(table: Table, row_offset: int, rows: int, batch_size: int, n
     idx, off = _block_lookups(parent, start + int(row_offset), rows, batch_size, 0)
     stats = table_stats_from_lookups(idx, np.diff(off))
     return Table(name or f"{table.name}[r{row_offset}:{row_offset + rows}]", rows, table.dim,
-                 stats["pooling_factor"], tuple(stats["reuse_bins"]), table.source, None, dist, table.pooled)
+                 stats["pooling_factor"], tuple(stats["reuse_bins"]), table.source, None, dist, table.pooled,
+                 table.hbm_share)
 
 
 @lru_cache(maxsize=4096)

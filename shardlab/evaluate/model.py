@@ -35,6 +35,7 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.costmodel.base import simulate
 from shardlab.costmodel.bundle import load_bundle
+from shardlab.costmodel.offload import offload_note
 from shardlab.costmodel.rowwise_comm import WithRowWise, load_rowwise_comm
 from shardlab.costmodel.valid_range import range_label, range_report
 from shardlab.evaluate.values import (DeviceCost, Evaluation, check_plans, comm_pattern, compare_to_reference,
@@ -104,7 +105,7 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True, 
     devices = tuple(DeviceCost(g, float(sim.fw_compute[g]), float(sim.bw_compute[g]), float(sim.fw_comm[g]),
                                float(sim.bw_comm[g]), mem[g]) for g in range(plan.ngpu))
     bound = model_bound_ms(task, model, rowwise_comm) if lower_bound else None
-    note = row_lookup_note(task, {plan.method: plan}) + sequence_note(task)
+    note = row_lookup_note(task, {plan.method: plan}) + sequence_note(task) + offload_note(task.tables)
     return Evaluation(task.name, plan.method, model.source + comm_label + note, devices, bound,
                       bound_source=floor_label(model) if bound is not None else None)
 

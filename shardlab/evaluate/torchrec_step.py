@@ -104,6 +104,11 @@ class TorchRecEvaluator:
             raise ShardlabError(f"torchrec evaluator: task '{task.name}': table '{sequence[0]}' is a sequence table "
                                 "(field 'pooled' = false), and this evaluator trains pooled collections only; "
                                 "measure it on fused ops (compare --measure)")
+        offloaded = [t for t in task.tables if t.offloaded]
+        if offloaded:                                  # its shards are built in HBM: it would time them there
+            raise ShardlabError(f"torchrec evaluator: task '{task.name}': table '{offloaded[0].name}' is offloaded "
+                                f"(field 'hbm_share' = {offloaded[0].hbm_share:g}), and this evaluator builds every "
+                                "table in device memory; its host-link cost is the analytic model's (compare)")
         if prof.device == "cuda":
             if torch.cuda.device_count() < task.ngpu:
                 raise ShardlabError(f"torchrec evaluator: task '{task.name}': field 'ngpu' = {task.ngpu} exceeds "

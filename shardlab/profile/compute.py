@@ -211,6 +211,12 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
         big = max(tables, key=lambda t: t.size)
         raise ShardlabError(f"measure_compute: tables need {total / C.GB:.2f} GB, over max_gb = {max_gb:g} "
                             f"(largest: table '{big.name}', {big.rows} x {big.dim})")
+    offloaded = [t for t in tables if t.offloaded]
+    if offloaded:
+        raise ShardlabError(f"measure_compute: table '{offloaded[0].name}' is offloaded (field 'hbm_share' = "
+                            f"{offloaded[0].hbm_share:g}): fbgemm's CPU kernels have no host-memory mode (CPU "
+                            "ops take EmbeddingLocation.HOST only) and its GPU mode is not measured yet; its "
+                            "host-link cost is the analytic model's")
     groups = _op_groups(tables)
     if len(groups) > 1 or not groups[0][0]:
         if inputs is not None:

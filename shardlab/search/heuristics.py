@@ -50,7 +50,7 @@ WEIGHTS: dict[str, Callable[[Table], float]] = {
 
 def _blocks(task: Task) -> list[list[tuple[int, int, int]]]:
     """Per table: its row ranges with their bytes, (row_offset, rows, bytes)."""
-    return [[(off, n, task.block_bytes(n, t.dim) if len(r) > 1 else task.table_bytes(t)) for off, n in r]
+    return [[(off, n, task.hbm_bytes(t, n, t.dim) if len(r) > 1 else task.table_bytes(t)) for off, n in r]
             for t, r in zip(task.tables, row_split(task))]
 
 

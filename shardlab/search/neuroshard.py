@@ -192,7 +192,7 @@ class NeuroShardSharder:
             distinct[i].row_offset)))
         pinned = np.array([b.device for b in distinct])
         dims = np.array([b.out_dim for b in distinct])
-        mem_need = np.array([task.block_bytes(b.table.rows, b.cols) for b in distinct], dtype=np.int64)
+        mem_need = np.array([task.hbm_bytes(b.table, b.table.rows, b.cols) for b in distinct], dtype=np.int64)
         dim_caps = np.array(self.caps)[None, :] * np.array([sum(b.out_dim for b in st) for st in states])[:, None] / task.ngpu
         head = HeadCoster(coster.model)
         grid = greedy_grid(head.rows(emb), local, order, mem_need, dims, dim_caps, task.mem_cap_bytes, task.ngpu, head,

@@ -259,9 +259,9 @@ def build(task: Task, bundle: Any, rowwise_comm: Any = None, columns: bool = Tru
         comm["fw0"] = comm.get("fw0", np.zeros(g)) + inc[:, 0]
     used = np.zeros(g)
     for p in fixed:
-        used[p.device] += task.block_bytes(p.rows, p.cols)
+        used[p.device] += task.hbm_bytes(task.table(p.table), p.rows, p.cols)
     program = Program(np.repeat(load[:, None], g, axis=1), np.array([it.sub.out_dim for it in items], dtype=float),
-                      np.array([task.block_bytes(it.sub.rows, it.cols) for it in items], dtype=float),
+                      np.array([task.hbm_bytes(it.sub, it.sub.rows, it.cols) for it in items], dtype=float),
                       task.mem_cap_bytes - used, np.array([it.table for it in items], dtype=int),
                       np.array([it.alt for it in items], dtype=int), op_ms=op, fixed_ms=fixed_ms,
                       fixed_dim=fixed_dim, busy=np.array([bool(s) for s in fixed_shards]),

@@ -22,10 +22,10 @@ def fewest_row_blocks(task: Task, table: Table) -> int:
     if task.table_bytes(table) <= cap:
         return 1
     for k in range(2, min(task.ngpu, table.rows) + 1):
-        if task.block_bytes(math.ceil(table.rows / k), table.dim) <= cap:
+        if task.hbm_bytes(table, math.ceil(table.rows / k), table.dim) <= cap:
             return k
     k = min(task.ngpu, table.rows)
-    need = task.block_bytes(math.ceil(table.rows / k), table.dim)
+    need = task.hbm_bytes(table, math.ceil(table.rows / k), table.dim)
     raise InfeasibleError(f"task '{task.name}': table '{table.name}' fits no device even in {k} row blocks: "
                           f"each needs {need / C.GB:.3f} GB, {(need - cap) / C.GB:.3f} GB over the "
                           f"{task.mem_cap_gb:g} GB cap", table.name, (need - cap) / C.GB)
@@ -48,7 +48,7 @@ def row_split(task: Task) -> list[list[tuple[int, int]]]:
     (module docstring); InfeasibleError for a table that fits no device in any split, or when
     all tables together exceed the devices' memory."""
     out = [equal_row_ranges(t.rows, fewest_row_blocks(task, t)) for t in task.tables]
-    total = sum(task.block_bytes(n, t.dim) for t, ranges in zip(task.tables, out) for _, n in ranges)
+    total = sum(task.hbm_bytes(t, n, t.dim) for t, ranges in zip(task.tables, out) for _, n in ranges)
     if total > task.mem_cap_bytes * task.ngpu:
         excess = (total - task.mem_cap_bytes * task.ngpu) / C.GB
         raise InfeasibleError(f"task '{task.name}': tables need {total / C.GB:.3f} GB in all, {excess:.3f} GB over "

@@ -142,7 +142,7 @@ def _crowding(task: Task, blocks: Sequence[Any]) -> int:
     per = [0] * task.ngpu
     for b in blocks:
         if b.device >= 0:
-            per[b.device] += task.block_bytes(b.table.rows, b.cols)
+            per[b.device] += task.hbm_bytes(b.table, b.table.rows, b.cols)
     return max(per)
 
 
@@ -189,7 +189,7 @@ def _pinned(task: Task, blocks: list[tuple[int, int, int, int]], rest_devices: S
     if rest_devices is None:
         used = [0.0] * task.ngpu
         for i, _, n, d in blocks:
-            used[d] += task.block_bytes(n, task.tables[i].dim)
+            used[d] += task.hbm_bytes(task.tables[i], n, task.tables[i].dim)
         if max(used) > task.mem_cap_bytes:
             return None
         rest_devices = pack([task.mem_cap_bytes - u for u in used], [task.table_bytes(t) for t in rest])

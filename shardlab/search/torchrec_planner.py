@@ -52,7 +52,7 @@ _API = {
     "FixedPercentageStorageReservation": "torchrec.distributed.planner.storage_reservations",
     "EmbeddingEnumerator": "torchrec.distributed.planner.enumerators",
     "EmbeddingStorageEstimator": "torchrec.distributed.planner.shard_estimators",
-    "EmbeddingBagConfig": "torchrec.modules.embedding_configs",
+    "EmbeddingBagConfig": "torchrec.modules.embedding_configs", "CacheParams": "torchrec.distributed.types",
     "EmbeddingBagCollection": "torchrec.modules.embedding_modules",
     "EmbeddingConfig": "torchrec.modules.embedding_configs",
     "EmbeddingCollection": "torchrec.modules.embedding_modules",
@@ -114,8 +114,9 @@ class TorchRecSharder:
             trainer_config=tr.TrainerConfig(world_size=task.ngpu, local_world_size=task.ngpu),
             hardware_config=tr.HardwareConfig(hbm_cap_bytes=task.mem_cap_bytes),
             kernel_config=tr.KernelConfig(compute_device=self.compute_device))
-        constraints = {names[t.name]: tr.ParameterConstraints(sharding_types=list(self.sharding_types),
-                                                    compute_kernels=["fused"], pooling_factors=[t.pooling_factor])
+        constraints = {names[t.name]: tr.ParameterConstraints(       # an offloaded table keeps its kernel and cache
+            sharding_types=list(self.sharding_types), compute_kernels=[t.kernel], pooling_factors=[t.pooling_factor],
+            cache_params=tr.CacheParams(load_factor=t.hbm_share) if t.kernel == C.OFFLOAD_KERNELS[1] else None)
                        for t in task.tables}
         fast = len(task.tables) > self.fast_above
         kwargs = {"proposer": [tr.GreedyProposer(), tr.UniformProposer()]} if fast else {}

@@ -51,7 +51,7 @@ def placed_task(task: Task, rest: Sequence[ModelTable], pinned: Sequence[Placeme
     for the method: the pinned layouts alone must fit)."""
     used = [0] * task.ngpu
     for p in pinned:
-        used[p.device] += task.block_bytes(p.rows, p.cols)
+        used[p.device] += task.hbm_bytes(task.table(p.table), p.rows, p.cols)
     cap = task.mem_cap_bytes - max(used)
     if cap <= 0:
         raise ShardlabError(f"ShardlabPlanner: the tables constrained to row layouts need {max(used) / C.GB:.3f} GB "
