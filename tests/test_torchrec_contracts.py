@@ -139,11 +139,25 @@ def test_a_planning_failure_is_torchrecs_planner_error_with_one_line():
     assert str(e.value).startswith("task 'torchrec-") or "ShardlabPlanner" in str(e.value)
 
 
-def test_a_sharder_offering_no_fused_kernel_is_refused_not_given_fused():
+def test_a_sharder_offering_only_host_memory_kernels_gets_every_table_offloaded_never_fused():
     class OffloadOnly(EmbeddingBagCollectionSharder):
         def compute_kernels(self, sharding_type, compute_device_type):
             return ["fused_uvm_caching"]
 
+    p = planner()
+    plan = p.plan(WithSequence(), [OffloadOnly()])
+    assert {ps.compute_kernel for mp in plan.plan.values() for ps in mp.values()} == {"fused_uvm_caching"}
+    assert {ps.cache_params.load_factor for mp in plan.plan.values() for ps in mp.values()} == {0.2}
+    assert all(t.hbm_share == 0.2 for t in p.task_.tables)
+    assert all("allow no 'fused' kernel" in why for why in p.plan_.metadata["offloaded"].values())
+
+
+def test_a_sharder_offering_no_kernel_shardlab_plans_is_one_line():
+    class KeyValueOnly(EmbeddingBagCollectionSharder):
+        def compute_kernels(self, sharding_type, compute_device_type):
+            return ["key_value"]
+
     with pytest.raises(PlannerError) as e:
-        planner().plan(WithSequence(), [OffloadOnly()])
-    assert "no sharding type with the 'fused' kernel" in str(e.value) and "\n" not in str(e.value)
+        planner().plan(WithSequence(), [KeyValueOnly()])
+    assert "offers no kernel shardlab plans (fused, fused_uvm_caching, fused_uvm)" in str(e.value)
+    assert "\n" not in str(e.value)

@@ -18,6 +18,7 @@ from torchrec.distributed.planner.enumerators import EmbeddingEnumerator  # noqa
 from torchrec.distributed.planner.shard_estimators import EmbeddingStorageEstimator  # noqa: E402
 from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
 from torchrec.modules.embedding_modules import EmbeddingBagCollection  # noqa: E402
+from torchrec.distributed.types import CacheParams  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 
 from shardlab import constants as C  # noqa: E402
@@ -29,6 +30,13 @@ from shardlab.io import load_plan  # noqa: E402
 from shardlab.torchrec import ShardlabPerfEstimator, ShardlabPlanner, table_stats  # noqa: E402
 
 SHARDERS = [EmbeddingBagCollectionSharder()]
+
+
+class FusedOnly(EmbeddingBagCollectionSharder):
+    """TorchRec's EBC sharder offering the fused kernel only (no host-memory offload)."""
+
+    def compute_kernels(self, sharding_type, compute_device_type):
+        return ["fused"]
 
 
 def ebc(specs, device="meta"):
@@ -144,10 +152,14 @@ def test_a_table_not_allowed_row_layouts_is_split_by_columns_when_it_fits_no_ran
 
 
 @pytest.mark.parametrize("cons, words", [
-    ({"t1": ParameterConstraints(compute_kernels=["fused_uvm"])}, "table 't1': constraint field 'compute_kernels'"),
+    ({"t1": ParameterConstraints(compute_kernels=["key_value"])},
+     "table 't1': constraint field 'compute_kernels' = \\[.key_value.\\] leaves out every kernel shardlab plans shards"),
+    ({"t1": ParameterConstraints(cache_params=CacheParams(load_factor=1.5))},
+     "table 't1': constraint field 'cache_params.load_factor' = 1.5 must be in"),
     ({"t1": ParameterConstraints(sharding_types=["grid_shard"])}, "table 't1': constraint field 'sharding_types'"),
     ({"t1": ParameterConstraints(sharding_types=["data_parallel"], compute_kernels=["fused"])},
-     "table 't1': constraint field 'compute_kernels' = \\[.fused.\\] leaves out 'dense'"),
+     "table 't1': constraint field 'compute_kernels' = \\[.fused.\\] leaves out every kernel shardlab plans "
+     "data-parallel tables with"),
     ({"nope": ParameterConstraints()}, "constraints name table 'nope'"),
     ({"t1": ParameterConstraints(pooling_factors=[2.0, 3.0])}, "table 't1': constraint field 'pooling_factors' has 2"),
 ])
@@ -170,6 +182,9 @@ def test_bad_arguments_and_models_are_one_line_errors():
         cons = {"big": ParameterConstraints(sharding_types=["table_row_wise"])}
         ShardlabPlanner(topology(gb=0.00128, local_world_size=2), constraints=cons, profile="cpu").plan(model, SHARDERS)
     with pytest.raises(ShardlabError, match="the tables need 0.007 GB, over the 0.003 GB all 4 ranks hold"):
+        ShardlabPlanner(topology(gb=0.0015), profile="cpu").plan(TwoCollections(), [FusedOnly()])
+    # offload is offered: the tables are offloaded, then host memory (ddr_cap) is what is short
+    with pytest.raises(ShardlabError, match="offloaded tables need 0.002 GB of host memory, over the 0.001 GB"):
         ShardlabPlanner(topology(gb=0.0015), profile="cpu").plan(TwoCollections(), SHARDERS)
     with pytest.raises(ShardlabError, match="storage reservation leaves 0.000 GB on a rank"):
         ShardlabPlanner(topology(gb=0.0004), profile="cpu").plan(TwoCollections(), SHARDERS)

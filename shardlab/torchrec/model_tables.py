@@ -16,8 +16,6 @@ from shardlab.errors import ShardlabError
 from shardlab.export import DTYPES, SHARDING_TYPES
 from shardlab.export import OPTIMIZERS as FUSED_OPTIMIZERS
 
-#: The kernel shardlab's costs were measured with (fbgemm's fused TBE: update in backward).
-KERNEL = "fused"
 #: The sharding types shardlab's methods place (row layouts pinned first where only they are
 #: allowed; table-column-wise where column blocks stay inside one host).
 PLACED_TYPES = SHARDING_TYPES + ("table_column_wise",)
@@ -47,8 +45,12 @@ class ModelTable:
     sample over its features, from the constraints; None when they give none), ``kind`` of its
     collection, ``weighted`` (lookups carry per-sample weights), ``fused`` (the constraint's
     :data:`FUSED_FIELDS` that are set, carried into the plan), ``min_cols`` (the constraint's
-    ``min_partition``: the narrowest column block allowed; None: no bound) and ``pooled``
-    (False: a sequence table)."""
+    ``min_partition``: the narrowest column block allowed; None: no bound), ``pooled``
+    (False: a sequence table), ``kernels`` (the kernels it may take of ``constants.OFFLOAD_KERNELS``:
+    offered by its sharder and allowed by its constraint, in that order) and ``cache_share`` (the
+    HBM cache share it takes if offloaded with a cache: the constraint's
+    ``cache_params.load_factor``, else the sharder's fused param ``cache_load_factor``, else
+    ``constants.UVM_CACHE_SHARE``)."""
 
     path: str
     config: Any
@@ -60,6 +62,8 @@ class ModelTable:
     fused: tuple[tuple[str, Any], ...] = ()
     min_cols: int | None = None
     pooled: bool = True
+    kernels: tuple[str, ...] = (C.OFFLOAD_KERNELS[0],)
+    cache_share: float = C.UVM_CACHE_SHARE
 
     @property
     def table(self) -> str:
@@ -184,29 +188,48 @@ def _kernels(sharder: Any, sharding_type: str, device: str) -> list[str]:
     return [str(getattr(k, "value", k)) for k in sharder.compute_kernels(sharding_type, device)]
 
 
-def _allowed(name: str, constraint: Any, offered: Sequence[str], device: str) -> tuple[str, ...]:
+def _allowed(name: str, constraint: Any, offered: Sequence[str], offered_kernels: Sequence[str], device: str
+             ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Sharding types a table may take: the constraint's (in its order) among what the sharder
     offers and shardlab places (:data:`PLACED_TYPES`); ``("data_parallel",)`` for a table the
-    constraint allows no placed type but data-parallel, where the sharder offers it. One line
-    naming the table when none is left, or when the constraint's kernels leave out the kernel
-    of what is left (``fused``; ``dense`` for data-parallel)."""
+    constraint allows no placed type but data-parallel, where the sharder offers it. And the
+    kernels it may take: ``offered_kernels`` the constraint's kernels allow (``dense`` for
+    data-parallel). One line naming the table when no type or no kernel is left."""
     asked = getattr(constraint, "sharding_types", None)
     asked = [str(getattr(t, "value", t)) for t in asked] if asked else list(SHARDING_TYPES)
     kept = tuple(t for t in asked if t in PLACED_TYPES and t in offered)
-    kernel = KERNEL
+    shard_kernels = tuple(offered_kernels)
     if not kept and REPLICATED in asked and REPLICATED in offered:
-        kept, kernel = (REPLICATED,), REPLICATED_KERNEL
+        kept, shard_kernels = (REPLICATED,), (REPLICATED_KERNEL,)
     kernels = getattr(constraint, "compute_kernels", None)
-    if kernels and kernel not in [str(getattr(k, "value", k)) for k in kernels]:
-        raise ConstraintError(f"ShardlabPlanner: table '{name}': constraint field 'compute_kernels' = {list(kernels)} "
-                              f"leaves out '{kernel}', the only kernel shardlab plans "
-                              f"{'data-parallel tables with' if kernel == REPLICATED_KERNEL else 'shards with'}")
+    if kernels:
+        named = [str(getattr(k, "value", k)) for k in kernels]
+        left = tuple(k for k in shard_kernels if k in named)
+        if not left:
+            raise ConstraintError(f"ShardlabPlanner: table '{name}': constraint field 'compute_kernels' = {named} "
+                                  f"leaves out every kernel shardlab plans "
+                                  f"{'data-parallel tables with' if kept == (REPLICATED,) else 'shards with'} "
+                                  f"that the sharder offers ({', '.join(shard_kernels)})")
+        shard_kernels = left
     if not kept:
         both = [t for t in PLACED_TYPES + (REPLICATED,) if t in offered]
         raise ConstraintError(f"ShardlabPlanner: table '{name}': constraint field 'sharding_types' = {asked} "
                               f"allows none of the types the sharder offers on {device} and shardlab plans "
                               f"({', '.join(both) or 'none'})")
-    return kept
+    return kept, shard_kernels
+
+
+def _cache_share(name: str, constraint: Any, sharder: Any) -> float:
+    """:attr:`ModelTable.cache_share` of a table, checked: in [0, 1]."""
+    got = getattr(getattr(constraint, "cache_params", None), "load_factor", None)
+    field = "constraint field 'cache_params.load_factor'"
+    if got is None:
+        got, field = _fused_params(sharder).get("cache_load_factor"), "sharder field 'cache_load_factor'"
+    if got is None:
+        return C.UVM_CACHE_SHARE
+    if isinstance(got, bool) or not isinstance(got, (int, float)) or not 0.0 <= float(got) <= 1.0:
+        raise ConstraintError(f"ShardlabPlanner: table '{name}': {field} = {got!r} must be in [0, 1]")
+    return float(got)
 
 
 def _pooling(name: str, config: Any, constraint: Any) -> float | None:
@@ -239,19 +262,22 @@ def named_configs(module: Any, sharders: Sequence[Any] | None = None) -> list[tu
             for c, config in found]
 
 
-def _offered(c: Collection, device: str) -> list[str]:
-    """The sharding types ``c``'s sharder offers with the fused kernel on ``device`` (a sharder
-    offering only host-memory kernels is one line: shardlab never hands it a ``fused`` plan it
-    did not offer), and data-parallel where it offers it with the dense kernel."""
+def _offered(c: Collection, device: str) -> tuple[list[str], tuple[str, ...]]:
+    """The sharding types ``c``'s sharder offers on ``device`` with a kernel shardlab plans
+    (``constants.OFFLOAD_KERNELS``: ``fused``, or host memory), data-parallel where it offers it
+    with the dense kernel; and the kernels of those every such type offers (that order). One line
+    when there are none: shardlab never hands a sharder a kernel it did not offer."""
     types = [str(getattr(t, "value", t)) for t in c.sharder.sharding_types(device)]
-    offered = [t for t in types if KERNEL in _kernels(c.sharder, t, device)]
-    if not offered:
-        raise ShardlabError(f"ShardlabPlanner: the sharder of '{c.path}' ({c.kind}) offers no sharding type with the "
-                            f"'{KERNEL}' kernel on {device}, the only kernel shardlab costs (host-memory offload, "
-                            "fused_uvm / fused_uvm_caching, is not planned yet)")
+    per = {t: set(_kernels(c.sharder, t, device)) & set(C.OFFLOAD_KERNELS) for t in types if t != REPLICATED}
+    offered = [t for t, ks in per.items() if ks]
+    common = set.intersection(*(per[t] for t in offered)) if offered else set()
+    if not common:
+        raise ShardlabError(f"ShardlabPlanner: the sharder of '{c.path}' ({c.kind}) offers no kernel shardlab plans "
+                            f"({', '.join(C.OFFLOAD_KERNELS)}) on {device}"
+                            + (" for every sharding type it offers" if offered else ""))
     if REPLICATED in types and REPLICATED_KERNEL in _kernels(c.sharder, REPLICATED, device):
         offered.append(REPLICATED)
-    return offered
+    return offered, tuple(k for k in C.OFFLOAD_KERNELS if k in common)
 
 
 def _min_cols(name: str, config: Any, constraint: Any) -> int | None:
@@ -268,7 +294,7 @@ def _min_cols(name: str, config: Any, constraint: Any) -> int | None:
 def model_tables(module: Any, sharders: Sequence[Any] | None, constraints: Mapping[str, Any] | None,
                  compute_device: str) -> list[ModelTable]:
     """Every table of the model (:func:`named_configs`) with the constraints read: sharding types
-    among those its collection's sharder offers with the fused kernel, pooling factors,
+    among those its collection's sharder offers with a kernel shardlab plans, the kernels, pooling factors,
     ``min_partition`` and the fused parameters to carry into the plan; one line for a
     constraint naming no table of the model."""
     found = named_configs(module, sharders)
@@ -281,9 +307,9 @@ def model_tables(module: Any, sharders: Sequence[Any] | None, constraints: Mappi
     for c, config, name in found:
         con = constraints.get(config.name)
         fused = tuple((f, getattr(con, f)) for f in FUSED_FIELDS if getattr(con, f, None) is not None)
-        out.append(ModelTable(c.path, config, name, _allowed(name, con, offered[c.path], compute_device),
-                              _pooling(name, config, con), c.kind, c.weighted, fused,
-                              _min_cols(name, config, con), c.pooled))
+        types, kernels = _allowed(name, con, *offered[c.path], compute_device)
+        out.append(ModelTable(c.path, config, name, types, _pooling(name, config, con), c.kind, c.weighted, fused,
+                              _min_cols(name, config, con), c.pooled, kernels, _cache_share(name, con, c.sharder)))
     return out
 
 

@@ -44,6 +44,7 @@ from shardlab.search.portfolio import outside_space
 from shardlab.search.registry import method_label, run_sharder, sharder_for, sharder_options
 from shardlab.tables import Table, Task, block_bytes
 from shardlab.torchrec.fixed_layouts import placed_task, pinned_row_layouts, replicas
+from shardlab.torchrec.offload_choice import check_host_memory, first_offloads, min_hbm_bytes, offload_next
 from shardlab.torchrec.model_tables import (REPLICATED, ConstraintError, ModelTable, collections, model_tables,
                                             rank_memory_bytes, resolved_sharders, task_optimizer, task_precision)
 from shardlab.torchrec.sample_stats import model_task_tables, table_stats
@@ -143,8 +144,9 @@ class ShardlabPlanner(ShardingPlanner):
         def held(t: ModelTable) -> int:
             return block_bytes(int(t.config.num_embeddings), int(t.config.embedding_dim), precision, optimizer)
 
-        placed = [t for t in tables if t.allowed != (REPLICATED,)]
-        need = sum(held(t) for t in placed) + world * sum(held(t) for t in tables if t.allowed == (REPLICATED,))
+        placed = [t for t in tables if t.allowed != (REPLICATED,)]       # each offloaded where it may be
+        need = (sum(min_hbm_bytes(t, held(t)) for t in placed)
+                + world * sum(held(t) for t in tables if t.allowed == (REPLICATED,)))
         if need > world * cap:                         # before the tables are checked: TorchRec's storage verdict first
             raise InfeasibleError(f"ShardlabPlanner: the tables need {need / C.GB:,.3f} GB, over the "
                                   f"{world * cap / C.GB:,.3f} GB all {world} ranks hold for them together")
@@ -225,6 +227,35 @@ class ShardlabPlanner(ShardingPlanner):
             return replicas(replicated, int(self.topology.world_size))
         tables = [t for t in tables if t.allowed != (REPLICATED,)]
         lws = int(getattr(self.topology, "local_world_size", None) or task.ngpu)
+        task, offloaded = first_offloads(task, tables)
+        more = 1
+        while True:                                    # offload 1, 2, 4 ... more tables while no plan fits HBM
+            self._tried = task
+            try:
+                plan, kinds = self._place(task, tables, lws)
+                break
+            except InfeasibleError as e:
+                task, more = offload_next(task, tables, offloaded, e, more), 2 * more
+        check_host_memory(task, plan, min(int(d.storage.ddr) for d in self.topology.devices))
+        metadata = dict(plan.metadata)
+        if replicated:
+            metadata["data_parallel"] = {t.name: "replicated on every rank (TorchRec's dense kernel, gradients "
+                                         "all-reduced); not in the Task and not costed" for t in replicated}
+        if offloaded:
+            metadata["offloaded"] = {n: offloaded[n] for n in sorted(offloaded)}
+        plan = replace(plan, metadata=metadata, search_seconds=time.perf_counter() - start)
+        sharding_plan = self._sharding_plan(task, tables, plan, lws)
+        for path, entries in replicas(replicated, int(self.topology.world_size)).plan.items():
+            if path in sharding_plan.plan:                 # beside the placed tables of that collection
+                sharding_plan.plan[path].update(entries)
+            else:
+                sharding_plan.plan[path] = entries
+        self.task_, self.plan_ = task, plan
+        return sharding_plan
+
+    def _place(self, task: Task, tables: Sequence[ModelTable], lws: int) -> tuple[Plan, dict[str, str]]:
+        """The method's plan of ``task`` (row layouts the constraints pin laid out first), checked
+        against the constraints, and the pinned tables' sharding types."""
         pinned, kinds = pinned_row_layouts(task, tables, lws)
         rest = [t for t in tables if t.name not in kinds]
         placements: list[Placement] = list(pinned)
@@ -254,9 +285,6 @@ class ShardlabPlanner(ShardingPlanner):
             placements.extend(got.placements)
             metadata = dict(got.metadata)
             label = got.method
-        if replicated:
-            metadata["data_parallel"] = {t.name: "replicated on every rank (TorchRec's dense kernel, gradients "
-                                         "all-reduced); not in the Task and not costed" for t in replicated}
         if kinds:
             metadata["pinned_row_layouts"] = dict(sorted(kinds.items()))
             metadata["torchrec_sharding_types"] = {**metadata.get("torchrec_sharding_types", {}), **kinds}
@@ -270,15 +298,7 @@ class ShardlabPlanner(ShardingPlanner):
         why = outside_space(task, plan, True, True, whole, no_rows, min_cols)   # every method, one check
         if why is not None:
             raise ConstraintError(f"ShardlabPlanner: method '{label}' {why}: the table's constraints forbid it")
-        plan = replace(plan, search_seconds=time.perf_counter() - start)
-        sharding_plan = self._sharding_plan(task, tables, plan, lws)
-        for path, entries in replicas(replicated, int(self.topology.world_size)).plan.items():
-            if path in sharding_plan.plan:                 # beside the placed tables of that collection
-                sharding_plan.plan[path].update(entries)
-            else:
-                sharding_plan.plan[path] = entries
-        self.task_, self.plan_ = task, plan
-        return sharding_plan
+        return plan, kinds
 
     def collective_plan(self, module: Any, sharders: Sequence[Any] | None = None, pg: Any = None) -> Any:
         """:meth:`plan` on rank 0 of ``pg`` (default: the world), its ``ShardingPlan`` broadcast to
@@ -333,6 +353,9 @@ class ShardlabPlanner(ShardingPlanner):
             modules.setdefault(t.path, {})[t.table] = entry
         made = sharding_plan_of(modules)
         for t in tables:                               # the constraints' fused parameters, as TorchRec carries them
+            share = task.table(t.name).hbm_share
             for field, value in t.fused:
+                if field == "cache_params" and 0 < share < 1 and getattr(value, "load_factor", None) is None:
+                    value = replace(value, load_factor=share)          # the cache share the plan was costed at
                 setattr(made.plan[t.path][t.table], field, value)
         return made
