@@ -75,9 +75,9 @@ def test_waiting_for_a_slow_rank_is_measured(bench2):
 def test_bigger_messages_take_longer(bench2):
     small = bench2.measure([8, 8], repeats=7, warmup=2)  # 128 KB of fp32 per rank
     big = bench2.measure([1024, 1024], repeats=7, warmup=2)  # 16 MB per rank
-    for g in range(2):
-        assert big.fw_comm_ms[g] > 2 * small.fw_comm_ms[g]
-        assert big.bw_comm_ms[g] > 2 * small.bw_comm_ms[g]
+    for g in range(2):          # the fastest of 7 runs each: a busy machine slows runs, never speeds them
+        assert big.fw_spread_ms[g][2] > 2 * small.fw_spread_ms[g][2]
+        assert big.bw_spread_ms[g][2] > 2 * small.bw_spread_ms[g][2]
 
 
 def test_sample_records_settings(bench2):

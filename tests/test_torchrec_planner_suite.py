@@ -131,8 +131,49 @@ def test_every_shardable_module_of_torchrecs_test_model_is_in_the_plan():
     model = TestSparseNN(tables=tables(3), weighted_tables=[EmbeddingBagConfig(
         num_embeddings=200, embedding_dim=32, name="weighted_0", feature_names=["weighted_feature_0"])],
         sparse_device=META, feature_processor_modules=fp)
-    plan = ShardlabPlanner(two_ranks(hbm_cap=None) if False else Topology(world_size=2, compute_device="cuda"),
-                           ).plan(model, get_default_sharders())
+    plan = ShardlabPlanner(Topology(world_size=2, compute_device="cuda")).plan(model, get_default_sharders())
     validate_modules_inclusion_in_sharding_plan(plan, model, get_default_sharders())
     planned = {(path, name) for path, mp in plan.plan.items() for name in mp}
     assert {name for _, name in planned} == {"table_0", "table_1", "table_2", "weighted_0"}
+
+
+class AutoSharder(RowOrTableSharder):
+    """Offers row- and table-wise with every kernel shardlab or TorchRec's estimator costs
+    (TorchRec's test's ``AutoSharder``, less the kernels TorchRec 1.8's estimator refuses)."""
+
+    def compute_kernels(self, sharding_type: str, compute_device_type: str) -> List[str]:
+        return ["dense", "fused", "fused_uvm", "fused_uvm_caching"]
+
+
+def kernels_and_ranks(plan):
+    return sorted((name, ps.compute_kernel, ps.ranks) for name, ps in plan.plan["sparse.ebc"].items())
+
+
+def test_auto_sharder_setup_plans_as_torchrecs_planner_with_its_default_proposer():
+    """``test_auto_sharder_solution`` asserts what TorchRec's ``EmbeddingOffloadScaleupProposer``
+    proposes (every table with cache params on ``fused_uvm_caching``, row-wise). With its default
+    proposer TorchRec's own planner keeps these four 25 KB tables in HBM, table-wise; so does
+    ShardlabPlanner (docs/torchrec.md)."""
+    from torchrec.distributed.planner import EmbeddingShardingPlanner
+
+    model = TestSparseNN(tables=tables(4, dim=64), sparse_device=META)
+    cons = {f"table_{i}": ParameterConstraints(cache_params=CacheParams(algorithm=CacheAlgorithm.LRU))
+            for i in range(4)}
+    ours = ShardlabPlanner(two_ranks(), constraints=cons).plan(model, [AutoSharder()])
+    theirs = EmbeddingShardingPlanner(topology=two_ranks(), constraints=cons).plan(model, [AutoSharder()])
+    assert kernels_and_ranks(ours) == kernels_and_ranks(theirs)
+    assert {k for _, k, _ in kernels_and_ranks(ours)} == {"fused"}
+
+
+def test_a_table_larger_than_all_hbm_is_offloaded_by_both_planners():
+    """TorchRec's fallback for a table HBM cannot hold: ``fused_uvm_caching``; shardlab's too."""
+    from torchrec.distributed.planner import EmbeddingShardingPlanner
+
+    configs = [EmbeddingBagConfig(num_embeddings=n, embedding_dim=64, name=f"table_{i}", feature_names=[f"feature_{i}"])
+               for i, n in enumerate([200_000, 1000, 1000, 1000])]                 # table_0: 48.8 MiB
+    model = TestSparseNN(tables=configs, sparse_device=META)
+    topo = Topology(world_size=2, hbm_cap=20 * 2**20, compute_device="cuda")
+    sharders = [EmbeddingBagCollectionSharder()]
+    ours = kernels_and_ranks(ShardlabPlanner(topo).plan(model, sharders))
+    theirs = kernels_and_ranks(EmbeddingShardingPlanner(topology=topo).plan(model, sharders))
+    assert [k for _, k, _ in ours] == [k for _, k, _ in theirs] == ["fused_uvm_caching", "fused", "fused", "fused"]
