@@ -31,6 +31,13 @@ def offloaded_task(n=8, ngpu=4, cap_gb=1.0, share=0.2):
                                            for i, t in enumerate(tables)), 4096)
 
 
+def two_tables_one_each():
+    """A task of two tables, the second offloaded, and the plan putting each on its own device."""
+    task = offloaded_task(n=2, ngpu=2)
+    return task, Plan(task.name, "hand", 2, tuple(Placement(t.name, 0, t.dim, 0, t.rows, g)
+                                                  for g, t in enumerate(task.tables)))
+
+
 def test_an_offloaded_table_round_trips_and_names_its_kernel():
     t = offloaded_task().tables[1]
     assert t.offloaded and t.kernel == "fused_uvm_caching" and t.to_dict()["hbm_share"] == 0.2
@@ -44,10 +51,8 @@ def test_an_offloaded_table_round_trips_and_names_its_kernel():
 
 
 def test_hbm_holds_an_offloaded_tables_cache_only():
-    task = offloaded_task(n=2, ngpu=2)
+    task, plan = two_tables_one_each()
     a, b = task.tables
-    plan = Plan(task.name, "hand", 2, (Placement(a.name, 0, a.dim, 0, a.rows, 0),
-                                       Placement(b.name, 0, b.dim, 0, b.rows, 1)))
     mem = device_memory_bytes(task, plan)
     assert mem[0] == task.block_bytes(a.rows, a.dim)
     assert mem[1] == round(0.2 * task.block_bytes(b.rows, b.dim))          # TorchRec's rule: share x bytes
@@ -103,10 +108,8 @@ def test_every_method_plans_a_task_with_offloaded_tables_within_hbm(method):
 
 
 def test_the_export_names_the_kernel_and_cache_share_as_torchrec_reads_them():
-    task = offloaded_task(n=2, ngpu=2)
+    task, plan = two_tables_one_each()
     a, b = task.tables
-    plan = Plan(task.name, "hand", 2, (Placement(a.name, 0, a.dim, 0, a.rows, 0),
-                                       Placement(b.name, 0, b.dim, 0, b.rows, 1)))
     out = export_torchrec(task, plan)
     check_export(out, task)
     assert out["plan"][a.name]["compute_kernel"] == "fused" and "cache_load_factor" not in out["plan"][a.name]
