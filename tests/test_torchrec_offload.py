@@ -13,7 +13,8 @@ torchrec = pytest.importorskip("torchrec", reason="torchrec is installed by scri
 import torch  # noqa: E402
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # noqa: E402
 from torchrec.distributed.planner.planners import validate_modules_inclusion_in_sharding_plan  # noqa: E402
-from torchrec.distributed.planner.types import ParameterConstraints, Topology  # noqa: E402
+from torchrec.distributed.planner.types import (ParameterConstraints, PlannerError,  # noqa: E402
+                                                PlannerErrorType, Topology)
 from torchrec.distributed.types import CacheParams  # noqa: E402
 from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
 from torchrec.modules.embedding_modules import EmbeddingBagCollection  # noqa: E402
@@ -95,6 +96,7 @@ def test_the_sharders_cache_load_factor_is_the_default_share():
 
 
 def test_host_memory_too_small_for_the_offloaded_tables_is_one_line():
-    with pytest.raises(Exception) as e:
+    with pytest.raises(PlannerError) as e:
         ShardlabPlanner(topology(20, ddr_mb=10), profile="cpu").plan(model([("huge", 200_000, 64)]), SHARDERS)
     assert "offloaded tables need" in str(e.value) and "ddr_cap" in str(e.value) and "\n" not in str(e.value)
+    assert e.value.error_type == PlannerErrorType.INSUFFICIENT_STORAGE      # 48.8 MiB over 2 x 10 MiB of host

@@ -203,14 +203,17 @@ class ShardlabPlanner(ShardingPlanner):
     def _error_type(self, e: ShardlabError) -> Any:
         """TorchRec's ``PlannerErrorType`` of a failure, by TorchRec's rule: a plan that does not
         fit is ``INSUFFICIENT_STORAGE`` when the tables' total bytes exceed all ranks' memory
-        together, else ``STRICT_CONSTRAINTS`` (as is a constraint that cannot be honoured);
+        together (HBM, or host memory for the offloaded ones), else ``STRICT_CONSTRAINTS`` (as is
+        a constraint that cannot be honoured);
         anything else ``OTHER``."""
         if isinstance(e, ConstraintError):
             return PlannerErrorType.STRICT_CONSTRAINTS
         if not isinstance(e, InfeasibleError):
             return PlannerErrorType.OTHER
         task = self._tried
-        if task is None or sum(task.table_bytes(t) for t in task.tables) > task.ngpu * task.mem_cap_bytes:
+        host = task.ngpu * min(int(d.storage.ddr) for d in self.topology.devices) if task is not None else 0
+        if (task is None or sum(task.table_bytes(t) for t in task.tables) > task.ngpu * task.mem_cap_bytes
+                or sum(task.host_bytes(t, t.rows, t.dim) for t in task.tables) > host):
             # no task: the tables' total was already over all ranks' memory (see :meth:`task`)
             return PlannerErrorType.INSUFFICIENT_STORAGE
         return PlannerErrorType.STRICT_CONSTRAINTS
