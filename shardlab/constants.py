@@ -84,13 +84,6 @@ PLAN_PROFILE = "h100"
 #: notebooks' ``measure``, verification): ``cpu``, the one every machine can run.
 MEASURE_PROFILE = "cpu"
 
-#: Per hardware profile, the shipped cost-model bundle NeuroShard searches with by default.
-#: cpu: the analytic form fitted to the pool, broad, rows and many-table (1-80 tables a shard)
-#: campaigns (``--dataset cpu+cpu/broad+cpu/rows+cpu/broad80``): on the development data it orders
-#: measured plans better than the neural bundles trained on the same samples
-#: (``studies/cost_models``, ``studies/heldout_scale``); the neural ones stay selectable (``model=``).
-#: h100: trained on the H100 fused ops (``--dataset h100 --comm topology``).
-SEARCH_MODELS = {"cpu": "analytic_broad80", "h100": "neuroshard"}
 #: The row-wise comm model's file name in ``datasets/<profile>/models/`` (analytic, fitted to
 #: measured row-wise comm: ``studies/row_wise/comm_model.py``).
 ROWWISE_COMM_MODEL = "analytic_rowwise_comm"
@@ -106,11 +99,6 @@ RANGE_ENVELOPE_QUANTILE = 1.0
 #: split to win even when the model under-predicts its shards as badly as in 1 case of 4.
 SPLIT_GUARD_QUANTILE = 0.75
 
-#: Per hardware profile, the judges beside the search's own model that NeuroShard's split guard
-#: asks (shipped bundles of the profile; ``search/split_guard.py``): the analytic model fitted to
-#: the same measurements (cpu: the pool and broad data; h100: the H100 fused ops).
-SPLIT_GUARD_JUDGES = {"cpu": ("analytic_broad",), "h100": ("analytic",)}
-
 #: Guarded scores within this fraction of the best are tied, and the state with fewest column
 #: splits wins: 1% is far below what a paired measurement resolves here (~6%), so a split is
 #: never taken for a gain no one could measure.
@@ -125,15 +113,6 @@ EQUIVALENCE_MARGIN = 0.05
 #: (a 5% gap, the equivalence margin, measured in the target's log units), and the pairwise
 #: logistic loss is softplus(-(difference of predictions) / this) for each pair that is.
 RANK_LOSS_GAP = 0.0488     # log(1.05)
-
-#: Between-sitting spread of a paired ratio per measuring profile (log-sd, dimensionless): how
-#: far the median ratio of the same two plans moves from one sitting to the next beyond what the
-#: rounds' own noise explains. Every measured interval adds it for the sittings it has not seen
-#: (``evaluate/stats.py``: :func:`~shardlab.evaluate.stats.paired_ratio_ci`). ``cpu``: 0.025,
-#: estimated from 120 plan pairs measured in two held-out campaigns hours apart
-#: (``studies/statistics/sitting_spread.py``). A profile without an entry adds none, and its
-#: single-sitting intervals cover only the rounds' noise.
-SITTING_LOG_SD = {"cpu": 0.025}
 
 #: Timed rounds of the selection sitting that picks the best baseline as the reference when
 #: none is named (measured evaluators): the reference is never chosen on the rounds it is judged on.

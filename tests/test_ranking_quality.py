@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from shardlab import constants as C
+from shardlab.data.hardware_profiles import profile_folder
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.ranking import kendall_tau_b, pair_verdicts, ranking_quality, ranking_text
 from shardlab.evaluate.values import DeviceCost, Evaluation
@@ -105,7 +106,7 @@ def test_ranking_text_and_the_compare_line_on_a_committed_measurement():
     evs = {k: Evaluation.from_dict(record["evaluations"][k]) for k in plans}
     args = argparse.Namespace(measure=True, profile=None, seed=None, margin=None)
     line = ranking_line(args, task, plans, evs)
-    assert line.startswith(f"ranking by {C.SEARCH_MODELS['cpu']} (cpu) against these measurements: Kendall tau ")
+    assert line.startswith(f"ranking by {profile_folder('cpu').search_model} (cpu) against these measurements: Kendall tau ")
     assert f"over {len(plans)} plans" in line
     assert ranking_line(argparse.Namespace(measure=False), task, plans, evs) is None
 

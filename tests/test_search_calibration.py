@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from shardlab import constants as C
+from shardlab.data.hardware_profiles import profile_folder
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.costmodel.table_levels import LevelledCompute
 from shardlab.costmodel.task_calibration import TaskCalibratedCompute
@@ -57,7 +58,7 @@ def test_a_cpu_search_measures_the_tasks_tables_and_searches_with_the_correction
     # form the fit chose (which one wins depends on what this machine measured)
     assert sharder._task_bundle is None          # the correction does not outlive the search
     base = sharder.bundle()                      # the profile's search model, uncorrected
-    assert base.source == load_bundle(C.SEARCH_MODELS["cpu"], "cpu").source
+    assert base.source == load_bundle(profile_folder("cpu").search_model, "cpu").source
     own = plan.metadata["portfolio"]["predicted_ms"]["lookup_greedy"]
     plain = estimate_plan(task, run_sharder(get_sharder("lookup_greedy"), task, 4), base, lower_bound=False).cost_ms
     source = plan.metadata["portfolio"]["source"]

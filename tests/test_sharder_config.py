@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from shardlab import constants as C
+from shardlab.data.hardware_profiles import profile_folder
 from shardlab.errors import ShardlabError
 from shardlab.search import get_sharder, sharder_names, sharder_options
 
@@ -16,8 +17,8 @@ def test_config_overrides_the_registration_defaults_once():
     assert (tw.name, tw.columns, tw.model, tw.beam_width) == ("neuroshard[columns=false]", False, "analytic", 5)
     fresh = get_sharder("neuroshard[columns=false]")          # the registration itself is unchanged
     assert (fresh.model, fresh.beam_width, fresh.columns) == ("", 3, False)
-    assert (fresh.profile, fresh.model_name()) == (C.PLAN_PROFILE, C.SEARCH_MODELS[C.PLAN_PROFILE])
-    assert get_sharder("neuroshard", profile="cpu").model_name() == C.SEARCH_MODELS["cpu"]
+    assert (fresh.profile, fresh.model_name()) == (C.PLAN_PROFILE, profile_folder(C.PLAN_PROFILE).search_model)
+    assert get_sharder("neuroshard", profile="cpu").model_name() == profile_folder("cpu").search_model
     assert get_sharder("torchrec_free").sharding_types != get_sharder("torchrec").sharding_types
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from shardlab import Plan
 from shardlab import constants as C
+from shardlab.data.hardware_profiles import profile_folder
 from shardlab.cli import main
 from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
@@ -66,12 +67,12 @@ def test_sittings_that_disagree_widen_the_interval_beyond_pooled_rounds():
 
 def test_profile_spread_comes_from_the_source():
     assert sitting_spread("measured:cpu[batch_size=1024,repeats=5] (lookups fitted for 3/30 tables)") == \
-        C.SITTING_LOG_SD["cpu"]
+        profile_folder("cpu").sitting_log_sd
     assert sitting_spread("model:neuroshard") == 0.0 and sitting_spread("measured:torchrec-cpu") == 0.0
     x = np.random.default_rng(5).lognormal(0, 0.02, 8) * 10
     evs = {"a": _ev("lookup_greedy", [np.full(8, 10.0)]), "b": _ev("neuroshard", [x])}
     assert compare_to_reference(evs, "a")["b"].comparison.ratio_ci95 == \
-        paired_ratio_ci([x], [np.full(8, 10.0)], sitting_sd=C.SITTING_LOG_SD["cpu"])[1]
+        paired_ratio_ci([x], [np.full(8, 10.0)], sitting_sd=profile_folder("cpu").sitting_log_sd)[1]
 
 
 def test_sittings_survive_the_json_and_a_bad_grouping_is_one_line():

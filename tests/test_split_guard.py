@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from shardlab import constants as C
+from shardlab.data.hardware_profiles import profile_folder
 from shardlab.cli import main
 from shardlab.costmodel.bundle import (MIN_SPLIT_SHARDS, CostModelBundle, SplitCalibration, calibrate_splits,
                                        is_column_slice, load_bundle, models_dir, write_calibration)
@@ -100,7 +101,7 @@ def test_bad_calibration_in_a_manifest_is_a_one_line_error_naming_the_field(tmp_
 
 
 def test_every_shipped_bundle_neuroshard_searches_with_is_calibrated():
-    for name in (C.SEARCH_MODELS["cpu"], "neuroshard", *C.SPLIT_GUARD_JUDGES["cpu"]):
+    for name in (profile_folder("cpu").search_model, "neuroshard", *profile_folder("cpu").split_guard_judges):
         cal = load_bundle(name, "cpu").split_calibration()
         assert cal is not None and cal.n >= MIN_SPLIT_SHARDS and cal.quantile == C.SPLIT_GUARD_QUANTILE
         assert "validation and test splits" in cal.data

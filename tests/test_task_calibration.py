@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from shardlab import constants as C
+from shardlab.data.hardware_profiles import profile_folder
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.costmodel.task_calibration import (TaskCalibratedLinearHead, calibrate_to_task, corrected,
                                                  fit_correction, raw_predictions)
@@ -92,7 +93,7 @@ def test_corrected_model_stays_incremental(bundle, task):
 def test_h100_on_a_cpu_host_is_not_applied_and_says_why(task):
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible: h100 can be measured here")
-    b = load_bundle(C.SEARCH_MODELS["h100"], "h100")
+    b = load_bundle(profile_folder("h100").search_model, "h100")
     out, rec = calibrate_to_task(b, task, "h100", seed=0)
     assert out is b and rec["applied"] is False
     assert rec["reason"] == "profile 'h100' cannot be measured on this machine (no GPU)"

@@ -21,7 +21,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection  # noqa: E
 from torchrec.distributed.types import CacheParams  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 
-from shardlab import constants as C  # noqa: E402
+from shardlab.data.hardware_profiles import profile_folder  # noqa: E402
 from shardlab.cli import main  # noqa: E402
 from shardlab.costmodel.bundle import load_bundle  # noqa: E402
 from shardlab.data.features import reuse_histograms  # noqa: E402
@@ -244,7 +244,7 @@ def test_perf_estimator_fills_torchrecs_shards_with_the_models_costs():
     tw = next(o for o in options if o.sharding_type == "table_wise" and o.compute_kernel == "fused" and o.name == "t1")
     uvm = next(o for o in options if o.sharding_type == "table_wise" and o.compute_kernel == "fused_uvm"
                and o.name == "t1")
-    bundle = load_bundle(C.SEARCH_MODELS["cpu"], "cpu")           # the estimator's default: the profile's
+    bundle = load_bundle(profile_folder("cpu").search_model, "cpu")           # the estimator's default: the profile's
     table = est._table(tw, 512 * 4)
     want = bundle.compute.predict([[table]])[0]
     assert table.pooling_factor == pytest.approx(2.0, rel=0.1) and table.rows == 10000 and table.dim == 128

@@ -16,11 +16,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from typing import Sequence
 
 from shardlab.cli.checks import check_args
 from shardlab.cli.parser import build_parser
+from shardlab.data.hardware_profiles import USER_DIR_ENV
 from shardlab.errors import CommBenchError, ShardlabError, printable
 
 __all__ = ["build_parser", "emit", "main"]
@@ -42,6 +44,8 @@ def run_verb(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``shardlab`` / ``python -m shardlab``; returns the exit status."""
     args = build_parser().parse_args(argv)
+    if getattr(args, "profiles_dir", None):            # before anything reads the profiles (and for child processes)
+        os.environ[USER_DIR_ENV] = str(args.profiles_dir)
     try:
         check_args(args)
         run_verb(args)

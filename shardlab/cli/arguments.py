@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Any, Sequence
 
-from shardlab.constants import EQUIVALENCE_MARGIN, SEARCH_MODELS
+from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.errors import printable
 from shardlab.io import option_value
 
@@ -162,13 +162,12 @@ def dataclass_from_args(cls: type, args: argparse.Namespace) -> Any:
 def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, search_model: bool = False) -> None:
     """The options that choose and configure the evaluator (shared by evaluate/compare/report).
     ``search_model``: the default model is the profile's NeuroShard bundle
-    (``constants.SEARCH_MODELS``), else the profile's analytic model."""
+    (its folder's ``search_model``), else the profile's analytic model."""
     how = p.add_mutually_exclusive_group()
     how.add_argument("--measure", action="store_true", help="measure on this machine (real kernels, real ranks)")
     how.add_argument("--model", default=None,
                      help="cost model: a manifest JSON path or a shipped name of the profile (neuroshard, ...) "
-                          + ("(default: the profile's NeuroShard model, "
-                             + ", ".join(f"{k}: {v}" for k, v in SEARCH_MODELS.items()) + ")"
+                          + ("(default: the profile's search model, field 'search_model' of its hardware.json)"
                              if search_model else "(default: the profile's analytic model)"))
     p.set_defaults(search_model=search_model)
     how.add_argument("--analytic", action="store_true", help="the shipped analytic model")

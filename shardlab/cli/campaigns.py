@@ -17,6 +17,7 @@ from shardlab.costmodel.topology_comm import TopologyComm
 from shardlab.costmodel.train import calibrate_held_out, load_records, load_samples, train_bundle
 from shardlab.errors import ShardlabError
 from shardlab.paths import check_output_path
+from shardlab.workflows.hardware_new import new_profile
 from shardlab.workflows.plan_campaign import run_plan_campaign
 from shardlab.workflows.rl_args import AutoShardArgs, DreamShardArgs
 from shardlab.workflows.train_autoshard import train_autoshard
@@ -122,6 +123,16 @@ def cmd_train(args: argparse.Namespace) -> None:
     emit(args, f"train {args.kind}: {len(compute)} compute samples + {comm_note} ({label}); held-out "
                f"compute MAPE {h['compute_total']['mape']:.3f}, Spearman {h['compute_total']['spearman']:.3f}"
                f"{whole} -> {args.out}", {"out": args.out, "heldout": h})
+
+
+def cmd_hardware_new(args: argparse.Namespace) -> None:
+    """Make (or resume) a hardware profile of this machine (:mod:`shardlab.workflows.hardware_new`)."""
+    got = new_profile(args.name, args.minutes, args.like, workers=args.workers, seed=args.seed,
+                      progress=not args.no_progress)
+    held = got["heldout_compute"]
+    emit(args, f"hardware new {args.name}: {got['compute_samples']} compute and {got['comm_samples']} comm samples, "
+               f"analytic model held-out compute MAPE {held['mape']:.3f}, Spearman {held['spearman']:.3f} -> "
+               f"{got['folder']} (use --profile {args.name})", got)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:

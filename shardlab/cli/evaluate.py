@@ -21,6 +21,7 @@ from shardlab.evaluate.torchrec_step import TorchRecEvaluator
 from shardlab.io import load_plan, load_task, write_json_atomic
 from shardlab.paths import safe_filename
 from shardlab.profile.hardware import environment, profile_with
+from shardlab.data.hardware_profiles import profile_folder
 from shardlab.report.html import write_report
 from shardlab.report.uncertainty import ci_text, ratio_text, rounds_text, verdict_text
 from shardlab.search.optimal import quoted_bounds
@@ -47,7 +48,7 @@ def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
                                  progress=not args.no_progress, journal=args.journal, margin=margin,
                                  sittings=args.sittings or 1)
     model = args.model or ("analytic" if args.analytic or not args.search_model
-                           else C.SEARCH_MODELS.get(profile, "analytic"))
+                           else profile_folder(profile).search_model or "analytic")
     return ModelEvaluator(model, profile, lower_bound=not args.no_bound, reference=reference)
 
 
@@ -170,14 +171,14 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
 def ranking_line(args: argparse.Namespace, task: Any, plans: dict[str, Any], evs: dict[str, Any]) -> str | None:
     """With ``--measure`` and two or more plans measured in rounds: how the profile's search
-    model (``constants.SEARCH_MODELS``, else its analytic model) ranks the same plans against
+    model (its folder's ``search_model``, else its analytic model) ranks the same plans against
     the measurement -- Kendall's tau and the share of decisively measured pairs it orders right
     (:func:`~shardlab.evaluate.ranking.ranking_quality`, the verdicts' margin and seed as
     measured); None otherwise. The model predicts at the batch size it was trained at."""
     if not getattr(args, "measure", False) or len(evs) < 2 or not all(e.rounds_ms for e in evs.values()):
         return None
     profile = args.profile or C.MEASURE_PROFILE
-    model = C.SEARCH_MODELS.get(profile, "analytic")
+    model = profile_folder(profile).search_model or "analytic"
     try:
         predicted = ModelEvaluator(model, profile, lower_bound=False).evaluate(task, plans)
     except ShardlabError as e:

@@ -33,9 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="shardlab", description=DESCRIPTION, formatter_class=VerbFormatter,
                                      epilog="example:\n  shardlab tasks --ntables 20 --ngpu 4 --out task.json\n"
                                             "  shardlab shard task.json --method neuroshard --out neuroshard.json")
+    parser.add_argument("--profiles-dir", default=None, metavar="DIR",
+                        help="a folder of your own hardware profile folders (<name>/hardware.json), beside the "
+                             "shipped ones; sets $SHARDLAB_PROFILES for this run")
     sub = parser.add_subparsers(dest="verb", required=True)
     _add_task_verbs(sub)
     _add_profile_verbs(sub)
+    _add_hardware_verbs(sub)
     _add_evaluation_verbs(sub)
     _add_training_verbs(sub)
     return parser
@@ -106,6 +110,24 @@ def _measuring(c: argparse.ArgumentParser) -> None:
     c.add_argument("--batch-size", type=int, default=None, help="override the profile's batch size")
     c.add_argument("--repeats", type=int, default=None, help="override the profile's timed runs")
     c.add_argument("--warmup", type=int, default=None, help="override the profile's warm-up runs")
+
+
+def _add_hardware_verbs(sub: argparse._SubParsersAction) -> None:
+    """``hardware new``: a hardware profile of the machine at hand."""
+    example = ["shardlab hardware new mybox --minutes 10        (into $SHARDLAB_PROFILES; or --profiles-dir DIR "
+               "before the verb)",
+               "shardlab hardware new mybox --minutes 10        (again after a crash or Ctrl-C: it resumes)"]
+    what = add_verb(sub, "hardware", "hardware profiles: make one of this machine", example).add_subparsers(
+        dest="what", required=True)
+    c = add_verb(what, "new", "measure this machine, fit its cost model and write its profile folder (resumable)",
+                 example, command="campaigns:cmd_hardware_new")
+    c.add_argument("name", help="the profile's name (a folder name; not a shipped profile's)")
+    c.add_argument("--minutes", type=float, default=10.0, help="wall-clock budget for all steps (default 10)")
+    c.add_argument("--like", default=None, help="measure with this profile's settings (default cpu, or h200 on a GPU)")
+    c.add_argument("--workers", type=int, default=1, help="processes measuring compute in parallel")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--no-progress", action="store_true", help="no progress bars")
+    c.add_argument("--json", action="store_true")
 
 
 def _add_profile_verbs(sub: argparse._SubParsersAction) -> None:

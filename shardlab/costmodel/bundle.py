@@ -40,6 +40,7 @@ from shardlab.data.tasks import datasets_dir
 from shardlab.errors import ShardlabError
 from shardlab.io import read_json, write_json_atomic
 from shardlab.paths import check_output_path
+from shardlab.data.hardware_profiles import known_profiles
 from shardlab.profile.records import CommRecord, ComputeRecord, as_comm_records, as_compute_records
 from shardlab.tables import Table
 
@@ -304,8 +305,12 @@ def heldout_errors(compute: ComputeModel, comm: CommModel, compute_test: Sequenc
 
 
 def models_dir(profile: str = "cpu") -> Path:
-    """Folder of the shipped pre-trained models of a hardware profile: datasets/<profile>/models."""
-    return datasets_dir() / profile / "models"
+    """Folder of the trained models of a hardware profile: ``models/`` in its profile folder
+    (:mod:`shardlab.data.hardware_profiles`; datasets/<profile>/models for a shipped one, the
+    user's folder for theirs); datasets/<name>/models for a name that is no profile."""
+    known = known_profiles()
+    base = profile.split("[", 1)[0]
+    return known[base].models_dir if base in known else datasets_dir() / profile / "models"
 
 
 def shipped_bundles(profile: str = "cpu") -> list[str]:

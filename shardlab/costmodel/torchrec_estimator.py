@@ -45,6 +45,8 @@ from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.data.importers import tables_from_records
+from shardlab.data.hardware_profiles import FILE as PROFILE_FILE
+from shardlab.data.hardware_profiles import profile_folder
 from shardlab.tables import Table
 
 ROW_TYPES = ("row_wise", "table_row_wise", "grid_shard")
@@ -70,10 +72,11 @@ class ShardlabPerfEstimator:
     def bundle(self) -> CostModelBundle:
         """The cost-model bundle (loaded once)."""
         if self._bundle is None:
-            if not self.model and self.profile not in C.SEARCH_MODELS:
-                raise ShardlabError(f"ShardlabPerfEstimator: profile '{self.profile}' ships no default cost model "
-                                    f"({', '.join(C.SEARCH_MODELS)} do); name one with field 'model'")
-            self._bundle = load_bundle(self.model or C.SEARCH_MODELS[self.profile], self.profile)
+            model = self.model or profile_folder(self.profile).search_model
+            if not model:
+                raise ShardlabError(f"ShardlabPerfEstimator: hardware profile '{self.profile}' names no search model "
+                                    f"(field 'search_model' of its {PROFILE_FILE}); name one with field 'model'")
+            self._bundle = load_bundle(model, self.profile)
         return self._bundle
 
     @property

@@ -226,7 +226,7 @@ class MeasuredEvaluator:
     verdicts (dimensionless, default :data:`~shardlab.constants.EQUIVALENCE_MARGIN` = 0.05:
     :func:`~shardlab.evaluate.stats.verdict`); ``sitting_sd``: the between-sitting log-sd the
     ratio intervals add (dimensionless; None: the profile's
-    :data:`~shardlab.constants.SITTING_LOG_SD`, 0 for a profile without one:
+    the profile folder's ``sitting_log_sd``, 0 for a profile without one:
     :func:`~shardlab.evaluate.values.sitting_spread`); ``progress``: a
     tqdm bar; ``journal``: a JSON-lines file that every measurement is appended to as it is
     taken (sitting, round, item, (G, 4) per-device ms), so an interrupted evaluation loses

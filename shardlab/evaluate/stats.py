@@ -17,7 +17,7 @@ interval shardlab reports goes through it. Pooling rounds of several sittings as
 one sitting understates the interval when sittings differ (``studies/statistics``). A few
 sittings cannot show how far sittings differ, so a paired ratio's interval
 (:func:`paired_ratio_ci`) is at least as wide as the within-sitting interval widened by the
-profile's known between-sitting spread tau (:data:`~shardlab.constants.SITTING_LOG_SD`): in log
+profile's known between-sitting spread tau (``sitting_log_sd`` of its profile folder): in log
 space each half-width is at least sqrt(w^2 + (z tau)^2 / S), w the half-width with the sittings
 held fixed, z = 1.96, S the sittings measured.
 
@@ -162,7 +162,7 @@ def paired_ratio_ci(plan_sittings: Sequence[Sequence[float]], reference_sittings
     """The median paired ratio plan / reference (dimensionless) and its 95% interval from rounds
     grouped by sitting: per sitting the plan's and the reference's per-round costs (ms, paired
     by round, :func:`paired_ratios`), then :func:`hierarchical_median_ci`. ``sitting_sd``: the
-    known between-sitting log-sd tau of the machine (:data:`~shardlab.constants.SITTING_LOG_SD`);
+    known between-sitting log-sd tau of the machine (``sitting_log_sd`` of its profile folder);
     when > 0 the interval is at least the within-sitting one widened by it
     (:func:`with_sitting_spread`; module docstring), except where every round's ratio is exactly
     1 (a plan against its own measurements, which cannot drift apart). One sitting and

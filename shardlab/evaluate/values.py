@@ -24,6 +24,7 @@ from shardlab.errors import ShardlabError, check_fields
 from shardlab.evaluate.stats import (MIN_ROUNDS, OLD_VERDICTS, VERDICTS, check_margin, paired_ratio_ci, read_verdict,
                                      verdict)
 from shardlab.plan import Plan
+from shardlab.data.hardware_profiles import known_profiles
 from shardlab.profile.rowwise_comm import RowWise
 from shardlab.schedule import batch_rows, owner_counts
 from shardlab.tables import Table, Task
@@ -296,12 +297,13 @@ def choose_reference(evaluations: Mapping[str, Evaluation], reference: str | Non
 
 def sitting_spread(source: str) -> float:
     """The between-sitting log-sd (dimensionless) of the profile an Evaluation's ``source``
-    names (``measured:cpu...`` -> :data:`~shardlab.constants.SITTING_LOG_SD` ``["cpu"]``); 0 for
-    a profile without one, TorchRec steps and predictions."""
+    names (``measured:cpu...`` -> the ``sitting_log_sd`` of profile folder ``cpu``); 0 for a
+    profile without one or unknown here, TorchRec steps and predictions."""
     if not source.startswith("measured:"):
         return 0.0
     name = source.split(":", 1)[1].split(" ")[0].split("[")[0]
-    return float(C.SITTING_LOG_SD.get(name, 0.0))
+    known = known_profiles()
+    return known[name].sitting_log_sd if name in known else 0.0
 
 
 def compare_to_reference(evaluations: Mapping[str, Evaluation], reference: str | None = None,

@@ -211,9 +211,10 @@ def comm_sample_spec(world_size: int, index: int, seed: int, max_tables_per_rank
 
 def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
                       profile: str | HardwareProfile = "cpu", seed: int = 0, max_delay_ms: float = 30.0,
-                      progress: bool = True, bench: Any | None = None) -> int:
+                      progress: bool = True, bench: Any | None = None, deadline: float | None = None) -> int:
     """Measure comm samples 0..n_samples-1 for ``world_size`` real ranks (one bench, reused)
-    that are not yet in the store (kind ``comm:<G>``); returns how many were added. The
+    that are not yet in the store (kind ``comm:<G>``); returns how many were added; no sample is
+    started after ``deadline`` (``time.monotonic()``; spawned ranks only). The
     profile's batch size, backend, repeats and warm-ups apply. Callers that are scripts need a
     ``if __name__ == "__main__":`` guard (ranks are spawned).
 
@@ -248,6 +249,8 @@ def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
         if bench is None:
             bench = stack.enter_context(spawned)
         for i in tqdm(todo, desc=f"comm samples G={world_size} ({prof.name})", disable=not progress or not lead):
+            if deadline is not None and spawned is not None and time.monotonic() > deadline:
+                break
             spec = comm_sample_spec(world_size, i, seed, max_delay_ms=max_delay_ms)
             sample = bench.measure(spec["dim_sums"], spec["delays_ms"], repeats=prof.repeats, warmup=prof.warmup)
             if lead:

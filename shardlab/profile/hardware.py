@@ -27,14 +27,15 @@ import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from shardlab import constants as C
-from shardlab.errors import ShardlabError, field_error
+from shardlab.data.hardware_profiles import HardwareProfile, known_profiles, profile_folder
+from shardlab.errors import ShardlabError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,65 +64,36 @@ NVIDIA_SMI_FIELDS = (("name", "name"), ("driver_version", "driver_version"), ("c
 NVIDIA_SMI_QUERY = ["nvidia-smi", "--query-gpu=" + ",".join(q for q, _ in NVIDIA_SMI_FIELDS),
                     "--format=csv,noheader,nounits"]
 
-@dataclass(frozen=True)
-class HardwareProfile:
-    """How to measure. ``batch_size``: samples per timed batch; ``threads``: CPU threads for
-    the kernels (1 is steadier than 2 on CPU); ``warmup`` / ``repeats``: untimed and timed runs
-    (the median of ``repeats`` is the cost); ``input_batches``: distinct lookup batches rotated
-    through the runs so caches do not flatter the result."""
+class _Profiles(Mapping):
+    """Every known hardware profile's :class:`HardwareProfile` by name, read from the profile
+    folders (:mod:`shardlab.data.hardware_profiles`: ``datasets/<name>/hardware.json``, and the
+    user's). Shipped: ``cpu`` (this machine's CPU, batch 4096 so that a campaign is practical
+    on 2 cores), ``h100`` (the fused ops measured on one H100; its comm backend is gloo, one GPU
+    running no NCCL between ranks) and ``h200`` (the seeds' batch of 65536 with NCCL)."""
 
-    name: str
-    device: str
-    batch_size: int
-    weights_precision: str = "fp32"
-    optimizer: str = "exact_sgd"
-    comm_backend: str = "gloo"
-    threads: int = 1
-    warmup: int = 5
-    repeats: int = 10
-    input_batches: int = 3
+    def _all(self) -> dict[str, HardwareProfile]:
+        return {k: v.measure for k, v in known_profiles().items()}
 
-    def __post_init__(self) -> None:
-        owner = f"hardware profile '{self.name}'"
-        if self.device not in ("cpu", "cuda"):
-            raise field_error(owner, "device", self.device, "must be 'cpu' or 'cuda'")
-        if self.weights_precision not in C.BYTES_PER_WEIGHT:
-            raise field_error(owner, "weights_precision", self.weights_precision,
-                              f"must be one of {sorted(C.BYTES_PER_WEIGHT)}")
-        if self.optimizer not in C.OPTIMIZERS:
-            raise field_error(owner, "optimizer", self.optimizer, f"must be one of {list(C.OPTIMIZERS)}")
-        if self.comm_backend not in ("gloo", "nccl"):
-            raise field_error(owner, "comm_backend", self.comm_backend, "must be 'gloo' or 'nccl'")
-        for key in ("batch_size", "threads", "repeats", "input_batches"):
-            if getattr(self, key) < 1:
-                raise field_error(owner, key, getattr(self, key), "must be >= 1")
-        if self.warmup < 0:
-            raise field_error(owner, "warmup", self.warmup, "must be >= 0")
+    def __getitem__(self, name: str) -> HardwareProfile:
+        return self._all()[name]
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form, stored with every sample."""
-        return asdict(self)
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
-#: The shipped profiles. ``cpu`` follows the seeds (EXACT_SGD, fp32, median of 10 after 5
-#: warm-ups) at batch 4096 so a campaign is practical on a 2-core machine; ``h200`` times the
-#: seeds' batch of 65536 with NCCL; ``h100`` times the same compute on the one H100 that
-#: shardlab's lent device machine has (one GPU cannot run NCCL between ranks, so its comm
-#: backend is gloo: comm measured under it is CPU comm, and says so).
-PROFILES: dict[str, HardwareProfile] = {
-    "cpu": HardwareProfile("cpu", "cpu", batch_size=4096),
-    "h200": HardwareProfile("h200", "cuda", batch_size=65536, comm_backend="nccl", threads=1),
-    "h100": HardwareProfile("h100", "cuda", batch_size=65536, comm_backend="gloo", threads=1),
-}
+PROFILES: Mapping[str, HardwareProfile] = _Profiles()
 
 
 def get_profile(name: str | HardwareProfile) -> HardwareProfile:
-    """The shipped profile called ``name`` (or ``name`` itself); one-line error otherwise."""
+    """The known profile called ``name`` (or ``name`` itself); one-line error otherwise."""
     if isinstance(name, HardwareProfile):
         return name
-    if name not in PROFILES:
+    if not isinstance(name, str) or "[" in name:
         raise ShardlabError(f"hardware profile '{name}' is unknown (known: {', '.join(PROFILES)})")
-    return PROFILES[name]
+    return profile_folder(name).measure
 
 
 def measurable_profile(name: str | HardwareProfile) -> HardwareProfile:

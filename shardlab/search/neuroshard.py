@@ -31,7 +31,7 @@ a row). A bundle with a valid range costs what lies outside it by its analytic f
 (``costmodel/valid_range.py``; ``metadata["valid_range"]``). Where no cap and no split fits a
 tight task, the search's plan is the first heuristic plan that does (``metadata["fallback"]``).
 ``profile`` (default ``constants.PLAN_PROFILE``) picks the shipped models (``model`` empty: the
-profile's ``constants.SEARCH_MODELS`` bundle). Bounds: column-wise search refuses
+``search_model`` of the profile's folder). Bounds: column-wise search refuses
 ``ngpu > constants.MAX_NEUROSHARD_GPUS`` and tables x GPUs over ``constants.MAX_NEUROSHARD_WORK``
 at once; ``columns=false`` answers up to ``constants.MAX_SEARCH_GPUS``.
 """
@@ -53,6 +53,8 @@ from shardlab.costmodel.valid_range import range_report
 from shardlab.data.lookups import placed_row_block, row_block_lookups
 from shardlab.errors import InfeasibleError, ShardlabError, check_ranges, is_int
 from shardlab.plan import Placement, Plan
+from shardlab.data.hardware_profiles import FILE as PROFILE_FILE
+from shardlab.data.hardware_profiles import profile_folder
 from shardlab.search.blocks import Block, ShardCoster, split_block, whole_blocks
 from shardlab.search.feasibility import heuristic_plan
 from shardlab.search.greedy_grid import GREEDY_RULES, HeadCoster, greedy_grid
@@ -91,7 +93,7 @@ class Ranked:
 @dataclass
 class NeuroShardSharder:
     """NeuroShard (module docstring) over a cost-model bundle: ``model`` names a shipped one of
-    ``profile`` or a manifest path ("": the profile's default, ``constants.SEARCH_MODELS``)."""
+    ``profile`` or a manifest path ("": the profile's default, its folder's ``search_model``)."""
 
     name: str = "neuroshard"
     model: str | CostModelBundle = ""
@@ -125,16 +127,17 @@ class NeuroShardSharder:
             return "search model"
         if self.model:
             return str(self.model)
-        if self.profile not in C.SEARCH_MODELS:
-            raise ShardlabError(f"method '{self.name}': profile '{self.profile}' ships no NeuroShard cost model "
-                                f"(shipped for {', '.join(C.SEARCH_MODELS)}); name one with field 'model'")
-        return C.SEARCH_MODELS[self.profile]
+        model = profile_folder(self.profile).search_model
+        if model is None:
+            raise ShardlabError(f"method '{self.name}': hardware profile '{self.profile}' names no search model "
+                                f"(field 'search_model' of its {PROFILE_FILE}); name one with field 'model'")
+        return model
 
     def judges(self) -> tuple[str | CostModelBundle, ...]:
         """The split guard's judges beside the search model: ``guard_models``, or the profile's."""
         if self.guard_models is not None:
             return self.guard_models
-        return C.SPLIT_GUARD_JUDGES.get(self.profile, ())
+        return profile_folder(self.profile).split_guard_judges
 
     def bundle(self) -> CostModelBundle:
         """The cost model (loaded once); during a search, the task-calibrated one where

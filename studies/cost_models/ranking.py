@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from shardlab import constants as C  # noqa: E402
+from shardlab.data.hardware_profiles import profile_folder  # noqa: E402
 from shardlab.costmodel.bundle import load_bundle, shipped_bundles  # noqa: E402
 from shardlab.costmodel.task_calibration import replay_calibration  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
@@ -344,9 +344,9 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", default=None,
                     help=f"shipped {PROFILE} bundles or manifest paths of candidates (default: all shipped)")
     ap.add_argument("--max-tasks", type=int, default=None, help="first N tasks of each source (a quick slice)")
-    ap.add_argument("--calibrated", nargs="*", default=[C.SEARCH_MODELS[PROFILE]],
+    ap.add_argument("--calibrated", nargs="*", default=[profile_folder(PROFILE).search_model],
                     help="models also re-costed with the task calibration a plan of the task recorded "
-                         f"(default: the {PROFILE} search model, {C.SEARCH_MODELS[PROFILE]})")
+                         f"(default: the {PROFILE} search model, {profile_folder(PROFILE).search_model})")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     models = args.models or shipped_bundles(PROFILE)

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from shardlab import constants as C
+from shardlab.data.hardware_profiles import profile_folder
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.data.tasks import Augmentation, augment_tables, generate_task, pool_tables
 from shardlab.evaluate import estimate_plan
@@ -76,7 +76,7 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
-def time_search(ntables: int, ngpu: int, column_wise: bool, model: str = C.SEARCH_MODELS["cpu"],
+def time_search(ntables: int, ngpu: int, column_wise: bool, model: str = profile_folder("cpu").search_model,
                 mem_cap_gb: float = 16.0, seed: int = 0) -> dict[str, Any]:
     """One point (module docstring): search time (s, the model already loaded), the plan's
     simulated cost under ``model`` (ms), splits, RSS before and at peak (MB), and how far the

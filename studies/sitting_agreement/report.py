@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from shardlab import constants as C
+from shardlab.data.hardware_profiles import profile_folder
 from shardlab.evaluate.stats import VERDICTS, paired_ratio_ci, verdict
 from shardlab.io import write_json_atomic, write_text_atomic
 from shardlab.plan import Plan
@@ -22,7 +23,7 @@ REPORT = HERE.parents[1] / "reports" / "sitting_agreement.md"
 OPPOSITE = {("faster", "slower"), ("slower", "faster")}
 #: How each sitting's intervals are made: with the profile's between-sitting spread (what
 #: shardlab reports) and from the rounds alone (the spread left out), side by side.
-RULES = {"with the cpu spread": C.SITTING_LOG_SD["cpu"], "rounds alone": 0.0}
+RULES = {"with the cpu spread": profile_folder("cpu").sitting_log_sd, "rounds alone": 0.0}
 
 
 def plan_pairs(entry: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -67,7 +68,7 @@ def cmd_report(sittings: Sequence[Mapping[str, Any]], comparisons: Mapping[str, 
     complete = [s for s in sittings if len(s["tasks"]) == ntasks]
     pairs = [agreement(a, b, comparisons) for a, b in itertools.combinations(complete, 2)]
     data = {"made": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": git_revision(),
-            "margin": C.EQUIVALENCE_MARGIN, "sitting_log_sd": C.SITTING_LOG_SD["cpu"],
+            "margin": C.EQUIVALENCE_MARGIN, "sitting_log_sd": profile_folder("cpu").sitting_log_sd,
             "sittings": [{"file": s["file"], "started_utc": s["header"]["started_utc"], "tasks": len(s["tasks"]),
                           "complete": len(s["tasks"]) == ntasks} for s in sittings],
             "pairs_of_sittings": pairs}

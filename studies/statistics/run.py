@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
-from shardlab.constants import EQUIVALENCE_MARGIN, SITTING_LOG_SD  # noqa: E402
+from shardlab.constants import EQUIVALENCE_MARGIN  # noqa: E402
+from shardlab.data.hardware_profiles import profile_folder  # noqa: E402
 from shardlab.evaluate.stats import (N_BOOT, VERDICTS, hierarchical_median_ci, verdict,  # noqa: E402
                                      with_sitting_spread)
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
@@ -44,10 +45,10 @@ WITHIN = 0.05
 TRUE_RATIOS = (1.0, 1.03, 1.10)
 #: The ways of making the interval: every sitting its own (hierarchical), all rounds as one sitting
 #: (flat), or hierarchical widened by the cpu profile's known between-sitting spread (what shardlab
-#: reports on that profile: ``paired_ratio_ci(..., sitting_sd=SITTING_LOG_SD["cpu"])``).
+#: reports on that profile: ``paired_ratio_ci(..., sitting_sd=profile_folder("cpu").sitting_log_sd)``).
 METHODS = ("hierarchical", "flat", "with_spread")
 #: The between-sitting log-sd the ``with_spread`` intervals assume (the cpu profile's estimate).
-KNOWN_SPREAD = SITTING_LOG_SD["cpu"]
+KNOWN_SPREAD = profile_folder("cpu").sitting_log_sd
 
 
 def simulate(rounds: int, sittings: int, between: float, within: float, comparisons: int,

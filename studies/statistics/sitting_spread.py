@@ -3,7 +3,7 @@
 between sittings on this machine, estimated from the two held-out campaigns that measured the
 same tasks with the same plans (``datasets/cpu_heldout_v2`` and ``datasets/cpu_heldout_verify``,
 5 rounds each, made hours apart). The estimate is
-:data:`shardlab.constants.SITTING_LOG_SD` ``["cpu"]``, the between-sitting spread every measured
+the ``sitting_log_sd`` of ``datasets/cpu/hardware.json``, the between-sitting spread every measured
 interval on the ``cpu`` profile accounts for (``shardlab.evaluate.stats.paired_ratio_ci``).
 
     .venv/bin/python studies/statistics/sitting_spread.py
@@ -121,7 +121,7 @@ def main() -> None:
         "Simulated median abs change by tau: " + ", ".join(f"{t:g}: {m:.3f}" for t, m in simulated.items()
                                                           if t in (0.0, 0.02, 0.03, 0.04, 0.06, 0.1)) + ".", "",
         "Most of the change between the two sittings is what 5 noisy rounds per sitting give on their own; "
-        "the matched tau is what remains. It is `shardlab.constants.SITTING_LOG_SD['cpu']`, the spread every "
+        "the matched tau is what remains. It is the `sitting_log_sd` of `datasets/cpu/hardware.json`, the spread every "
         "measured interval of the `cpu` profile adds for sittings it has not seen "
         "(`shardlab.evaluate.stats.paired_ratio_ci`).", ""]))
     print(f"{len(rows)} pairs; tau moments {tau_moments:.4f}, matched {tau_matched:.4f}; "

@@ -1,0 +1,142 @@
+"""``shardlab hardware new NAME``: a hardware profile of the machine at hand, in one command.
+
+Within ``minutes`` (wall clock, all steps together) it
+
+1. writes the profile folder ``<profiles dir>/NAME/`` (the user's folder of profiles,
+   ``$SHARDLAB_PROFILES`` or ``profiles_dir``) with its ``hardware.json``: the measuring settings of
+   ``like`` (default: ``cpu`` on a CPU machine, ``h200`` where a GPU is visible), no search model yet;
+2. measures fused TBE ops (compute samples of the default pool's train split) until
+   :data:`COMPUTE_SHARE` of the budget is spent, then all-to-alls between ranks until
+   :data:`COMM_SHARE` is -- gloo ranks on the CPU's cores, NCCL ranks on the GPUs where there are two or
+   more; with one GPU no comm can be measured, and the profile takes the analytic GPU-cluster
+   topology comm model, labelled as such -- into ``campaign.db``, a crash-safe store: after a crash
+   or Ctrl-C the same command resumes where it stopped;
+3. fits the analytic cost model to those samples (``models/analytic.json``: compute, and comm where
+   measured), its held-out errors on the test split of the samples (never fitted on) recorded, and
+   names it the profile's ``search_model``; writes ``PROVENANCE.md``.
+
+Every verb's ``--profile NAME``, the notebooks and ``ShardlabPlanner(profile=NAME)`` then use it.
+A name of a shipped profile, or a folder whose settings differ from the ones asked, is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from shardlab.costmodel.topology_comm import TopologyComm
+from shardlab.costmodel.train import load_records, train_bundle
+from shardlab.data.hardware_profiles import FILE, FORMAT, MEASURE_FIELDS, USER_DIR_ENV, known_profiles, profile_folder
+from shardlab.data.tasks import datasets_dir
+from shardlab.errors import ShardlabError
+from shardlab.io import write_json_atomic, write_text_atomic
+from shardlab.paths import safe_filename
+from shardlab.profile.campaign import run_comm_campaign, run_compute_campaign
+from shardlab.profile.hardware import environment, get_profile, hardware_name
+
+#: Shares of the budget by the end of which compute, then comm, stop taking samples; the rest fits.
+COMPUTE_SHARE = 0.7
+COMM_SHARE = 0.9
+#: More samples than any budget takes: the deadline ends each campaign.
+UNBOUNDED = 100_000
+#: Fewest compute samples a fit takes (its train, validation and test splits need some each).
+MIN_COMPUTE = 12
+STORE = "campaign.db"
+BUNDLE = "analytic"
+
+
+def user_profiles_dir(profiles_dir: str | os.PathLike | None) -> Path:
+    """The folder of the user's profiles: ``profiles_dir`` (then also set as
+    ``$SHARDLAB_PROFILES`` for this process, so the profile is found), else that variable."""
+    if profiles_dir:
+        os.environ[USER_DIR_ENV] = str(profiles_dir)
+    got = os.environ.get(USER_DIR_ENV, "").strip()
+    if not got:
+        raise ShardlabError(f"hardware new: no folder for your profiles: set ${USER_DIR_ENV} or pass --profiles-dir")
+    return Path(got)
+
+
+def _facts(name: str, like: str, about: str, search_model: str | None, sources: dict[str, str]) -> dict[str, Any]:
+    template = profile_folder(like).measure
+    return {"format": FORMAT, "name": name, "about": about,
+            **{k: getattr(template, k) for k in MEASURE_FIELDS},
+            "search_model": search_model, "split_guard_judges": [], "sitting_log_sd": 0.0, "sources": sources}
+
+
+def _start_folder(folder: Path, name: str, like: str, about: str) -> None:
+    """Write ``hardware.json`` without a search model, or check that the one there measures as
+    ``like`` does (a resumed run)."""
+    path = folder / FILE
+    want = _facts(name, like, about, None, {"sitting_log_sd": "unknown: one sitting measured"})
+    if path.is_file():
+        have = json.loads(path.read_text())
+        differ = [k for k in MEASURE_FIELDS if have.get(k) != want[k]]
+        if differ:
+            raise ShardlabError(f"hardware new: '{path}' measures with another {differ[0]} ({have.get(differ[0])!r}, "
+                                f"not {want[differ[0]]!r}): resume with the same --like, or choose another name")
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, want)
+
+
+def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
+                profiles_dir: str | os.PathLike | None = None, workers: int = 1, seed: int = 0,
+                progress: bool = True) -> dict[str, Any]:
+    """Make (or resume) profile ``name`` of this machine within ``minutes`` (module docstring);
+    returns what was measured and fitted: sample counts, held-out errors, the folder."""
+    start = time.monotonic()
+    if not isinstance(name, str) or not name or safe_filename(name) != name or "[" in name:
+        raise ShardlabError(f"hardware new: field 'name' = {name!r} must be a plain folder name (letters, digits, . _ -)")
+    if not (isinstance(minutes, (int, float)) and 0 < minutes <= 24 * 60):
+        raise ShardlabError(f"hardware new: field 'minutes' = {minutes!r} must be in (0, 1440]")
+    base = user_profiles_dir(profiles_dir)
+    if (datasets_dir() / name / FILE).is_file():
+        raise ShardlabError(f"hardware new: '{name}' is a shipped profile; choose another name")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    like = like or ("h200" if gpus else "cpu")
+    device = profile_folder(like).measure.device
+    if device == "cuda" and not gpus:
+        raise ShardlabError(f"hardware new: field 'like' = {like!r} measures on a GPU, and none is visible")
+    folder = base / name
+    about = f"{hardware_name(device)}: measured here by shardlab hardware new, settings of '{like}'"
+    _start_folder(folder, name, like, about)
+    prof = get_profile(name)
+    store = str(folder / STORE)
+    budget = 60.0 * float(minutes)
+    run_compute_campaign(store, UNBOUNDED, prof, workers=workers, seed=seed, progress=progress,
+                         deadline=start + COMPUTE_SHARE * budget)
+    ranks = (2 if (os.cpu_count() or 1) >= 2 else 0) if device == "cpu" else (gpus if gpus >= 2 else 0)
+    if ranks:
+        run_comm_campaign(store, UNBOUNDED, ranks, prof, seed=seed, progress=progress,
+                          deadline=start + COMM_SHARE * budget)
+    compute = load_records("compute", store, profile=name)
+    if len(compute) < MIN_COMPUTE:
+        raise ShardlabError(f"hardware new: {len(compute)} compute samples measured in {minutes:g} min, fewer than "
+                            f"the {MIN_COMPUTE} a fit needs: run it again with more --minutes (it resumes)")
+    comm = load_records("comm", store, profile=name) if ranks else []
+    topology = None if comm else TopologyComm(batch_size=prof.batch_size)
+    bundle = train_bundle(BUNDLE, compute, comm, seed=seed, progress=progress, data_label=f"store:{STORE}",
+                          comm_model=topology)
+    bundle.save(folder / "models" / f"{BUNDLE}.json")
+    held = bundle.heldout["compute_total"]
+    comm_words = f"{len(comm)} all-to-alls of {ranks} ranks" if comm else f"no comm measured ({topology.source})"
+    fitted = (f"the analytic model fitted here to {len(compute)} fused ops and {comm_words}; held-out compute "
+              f"MAPE {held['mape']:.3f}, Spearman {held['spearman']:.3f} on the samples' test split")
+    write_json_atomic(folder / FILE, _facts(name, like, about, BUNDLE, {
+        "search_model": fitted, "sitting_log_sd": "unknown: one sitting measured"}))
+    env = environment(device)
+    write_text_atomic(folder / "PROVENANCE.md", "\n".join([
+        f"# Hardware profile `{name}`", "", f"Made by `{' '.join(sys.argv)}` in {time.monotonic() - start:.0f} s.", "",
+        f"- machine: {env.get('hardware')}; torch {env.get('torch')}, fbgemm_gpu {env.get('fbgemm_gpu')}; "
+        f"timing: {env.get('compute_timing')}",
+        f"- measured into `{STORE}`: {len(compute)} compute samples; {comm_words}",
+        f"- `models/{BUNDLE}.json`: {fitted}", ""]))
+    known_profiles()                                   # the finished folder reads back, or one line now
+    return {"folder": str(folder), "compute_samples": len(compute), "comm_samples": len(comm), "ranks": ranks,
+            "heldout_compute": held, "search_model": BUNDLE, "seconds": time.monotonic() - start}
