@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from shardlab.costmodel.topology_comm import TopologyComm
 from shardlab.costmodel.train import load_records, train_bundle
@@ -43,8 +44,10 @@ from shardlab.profile.hardware import environment, get_profile, hardware_name
 #: Shares of the budget by the end of which compute, then comm, stop taking samples; the rest fits.
 COMPUTE_SHARE = 0.7
 COMM_SHARE = 0.9
-#: More samples than any budget takes: the deadline ends each campaign.
+#: More samples than any budget takes: the deadline ends the comm campaign.
 UNBOUNDED = 100_000
+#: Compute samples measured per campaign call (the progress bar follows the budget between calls).
+CHUNK = 10
 #: Fewest compute samples a fit takes (its train, validation and test splits need some each).
 MIN_COMPUTE = 12
 STORE = "campaign.db"
@@ -96,6 +99,7 @@ def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
     if not (isinstance(minutes, (int, float)) and 0 < minutes <= 24 * 60):
         raise ShardlabError(f"hardware new: field 'minutes' = {minutes!r} must be in (0, 1440]")
     base = user_profiles_dir(profiles_dir)
+    base.mkdir(parents=True, exist_ok=True)
     if (datasets_dir() / name / FILE).is_file():
         raise ShardlabError(f"hardware new: '{name}' is a shipped profile; choose another name")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -109,12 +113,22 @@ def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
     prof = get_profile(name)
     store = str(folder / STORE)
     budget = 60.0 * float(minutes)
-    run_compute_campaign(store, UNBOUNDED, prof, workers=workers, seed=seed, progress=progress,
-                         deadline=start + COMPUTE_SHARE * budget)
     ranks = (2 if (os.cpu_count() or 1) >= 2 else 0) if device == "cpu" else (gpus if gpus >= 2 else 0)
-    if ranks:
-        run_comm_campaign(store, UNBOUNDED, ranks, prof, seed=seed, progress=progress,
-                          deadline=start + COMM_SHARE * budget)
+    with tqdm(total=round(budget), unit="s", desc=f"hardware new {name}: compute", disable=not progress) as bar:
+        def tick(what: str) -> None:
+            bar.set_description(f"hardware new {name}: {what}")
+            bar.update(max(0, min(round(time.monotonic() - start), bar.total) - bar.n))
+
+        n, deadline = 0, start + COMPUTE_SHARE * budget
+        while time.monotonic() < deadline:             # in chunks, so that the bar follows the budget
+            n += CHUNK
+            run_compute_campaign(store, n, prof, workers=workers, seed=seed, progress=False, deadline=deadline)
+            tick(f"compute, {n} samples")
+        if ranks:
+            tick(f"all-to-alls of {ranks} ranks")
+            run_comm_campaign(store, UNBOUNDED, ranks, prof, seed=seed, progress=False,
+                              deadline=start + COMM_SHARE * budget)
+        tick("fitting")
     compute = load_records("compute", store, profile=name)
     if len(compute) < MIN_COMPUTE:
         raise ShardlabError(f"hardware new: {len(compute)} compute samples measured in {minutes:g} min, fewer than "
