@@ -124,7 +124,7 @@ def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
             n += CHUNK
             run_compute_campaign(store, n, prof, workers=workers, seed=seed, progress=False, deadline=deadline)
             tick(f"compute, {n} samples")
-        if ranks:
+        if ranks and time.monotonic() < start + COMM_SHARE * budget:     # starting ranks takes seconds
             tick(f"all-to-alls of {ranks} ranks")
             run_comm_campaign(store, UNBOUNDED, ranks, prof, seed=seed, progress=False,
                               deadline=start + COMM_SHARE * budget)
