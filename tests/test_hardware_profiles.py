@@ -116,14 +116,15 @@ def tiny_like(tmp_path):
 def test_hardware_new_makes_a_profile_every_verb_and_the_planner_use(tmp_path, monkeypatch, small_task):
     from shardlab.cli import main
     from shardlab.io import save_plan, save_task
-    from shardlab.workflows.hardware_new import new_profile
+    from shardlab.workflows.hardware_new import MIN_COMM, MIN_COMPUTE, new_profile
 
     tiny_like(tmp_path)
     monkeypatch.setenv(USER_DIR_ENV, str(tmp_path / "profiles"))
     got = new_profile("mine", minutes=0.2, like="tiny", progress=False)
     prof = profile_folder("mine")
     assert prof.search_model == "analytic" and (prof.models_dir / "analytic.json").is_file()
-    assert got["compute_samples"] >= 12 and got["comm_samples"] >= 1 and prof.measure.batch_size == 256
+    assert got["compute_samples"] >= MIN_COMPUTE and got["comm_samples"] >= MIN_COMM      # whatever the budget
+    assert prof.measure.batch_size == 256
     assert "held-out compute MAPE" in prof.sources["search_model"]
     assert (prof.folder / "PROVENANCE.md").is_file() and (prof.folder / "campaign.db").is_file()
     # resumed: the same command measures on, and the folder still reads back

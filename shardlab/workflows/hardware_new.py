@@ -7,7 +7,8 @@ Within ``minutes`` (wall clock, all steps together) it
    ``like`` (default: ``cpu`` on a CPU machine, ``h200`` where a GPU is visible), no search model yet;
 2. measures fused TBE ops (compute samples of the default pool's train split) until
    :data:`COMPUTE_SHARE` of the budget is spent, then all-to-alls between ranks until
-   :data:`COMM_SHARE` is -- gloo ranks on the CPU's cores, NCCL ranks on the GPUs where there are two or
+   :data:`COMM_SHARE` is -- at least :data:`MIN_COMPUTE` and :data:`MIN_COMM` samples whatever the
+   budget (``over_budget`` in the result then says so) -- gloo ranks on the CPU's cores, NCCL ranks on the GPUs where there are two or
    more; with one GPU no comm can be measured, and the profile takes the analytic GPU-cluster
    topology comm model, labelled as such -- into ``campaign.db``, a crash-safe store: after a crash
    or Ctrl-C the same command resumes where it stopped;
@@ -40,6 +41,7 @@ from shardlab.io import write_json_atomic, write_text_atomic
 from shardlab.paths import safe_filename
 from shardlab.profile.campaign import run_comm_campaign, run_compute_campaign
 from shardlab.profile.hardware import environment, get_profile, hardware_name
+from shardlab.profile.store import SampleStore
 
 #: Shares of the budget by the end of which compute, then comm, stop taking samples; the rest fits.
 COMPUTE_SHARE = 0.7
@@ -48,8 +50,10 @@ COMM_SHARE = 0.9
 UNBOUNDED = 100_000
 #: Compute samples measured per campaign call (the progress bar follows the budget between calls).
 CHUNK = 10
-#: Fewest compute samples a fit takes (its train, validation and test splits need some each).
+#: Fewest compute and comm samples a fit takes (its train, validation and test splits need some
+#: each): measured whatever the budget, which a slow or busy machine then overruns (the result says so).
 MIN_COMPUTE = 12
+MIN_COMM = 6
 STORE = "campaign.db"
 BUNDLE = "analytic"
 
@@ -63,6 +67,14 @@ def user_profiles_dir(profiles_dir: str | os.PathLike | None) -> Path:
     if not got:
         raise ShardlabError(f"hardware new: no folder for your profiles: set ${USER_DIR_ENV} or pass --profiles-dir")
     return Path(got)
+
+
+def _stored(store: str, kind: str) -> int:
+    """Samples of ``kind`` in the store (0 before it exists)."""
+    if not Path(store).is_file():
+        return 0
+    with SampleStore(store) as s:
+        return s.count(kind)
 
 
 def _facts(name: str, like: str, about: str, search_model: str | None, sources: dict[str, str]) -> dict[str, Any]:
@@ -120,14 +132,17 @@ def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
             bar.update(max(0, min(round(time.monotonic() - start), bar.total) - bar.n))
 
         n, deadline = 0, start + COMPUTE_SHARE * budget
-        while time.monotonic() < deadline:             # in chunks, so that the bar follows the budget
-            n += CHUNK
-            run_compute_campaign(store, n, prof, workers=workers, seed=seed, progress=False, deadline=deadline)
+        while time.monotonic() < deadline or _stored(store, "compute") < MIN_COMPUTE:
+            n += CHUNK                                 # in chunks, so that the bar follows the budget
+            run_compute_campaign(store, n, prof, workers=workers, seed=seed, progress=False,
+                                 deadline=deadline if _stored(store, "compute") >= MIN_COMPUTE else None)
             tick(f"compute, {n} samples")
-        if ranks and time.monotonic() < start + COMM_SHARE * budget:     # starting ranks takes seconds
+        if ranks:
             tick(f"all-to-alls of {ranks} ranks")
-            run_comm_campaign(store, UNBOUNDED, ranks, prof, seed=seed, progress=False,
-                              deadline=start + COMM_SHARE * budget)
+            run_comm_campaign(store, MIN_COMM, ranks, prof, seed=seed, progress=False)   # whatever the budget
+            if time.monotonic() < start + COMM_SHARE * budget:                        # starting ranks takes seconds
+                run_comm_campaign(store, UNBOUNDED, ranks, prof, seed=seed, progress=False,
+                                  deadline=start + COMM_SHARE * budget)
         tick("fitting")
     compute = load_records("compute", store, profile=name)
     if len(compute) < MIN_COMPUTE:
@@ -153,4 +168,5 @@ def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
         f"- `models/{BUNDLE}.json`: {fitted}", ""]))
     known_profiles()                                   # the finished folder reads back, or one line now
     return {"folder": str(folder), "compute_samples": len(compute), "comm_samples": len(comm), "ranks": ranks,
-            "heldout_compute": held, "search_model": BUNDLE, "seconds": time.monotonic() - start}
+            "heldout_compute": held, "search_model": BUNDLE, "seconds": time.monotonic() - start,
+            "over_budget": time.monotonic() - start > budget}
