@@ -105,6 +105,10 @@ def test_every_method_plans_a_task_with_offloaded_tables_within_hbm(method):
     assert max(device_memory_bytes(task, plan)) <= task.mem_cap_bytes
     ev = estimate_plan(task, plan, load_bundle("analytic", "cpu"))
     assert np.isfinite(ev.cost_ms) and "tables offloaded" in ev.source
+    if method.startswith("optimal"):                  # the host-link term is additive: the program stays exact
+        record = plan.metadata["optimality"]
+        assert record["exact"] is True and record["cost_ms"] == pytest.approx(ev.cost_ms, rel=1e-6)
+        assert record["bound_ms"] <= ev.cost_ms + 1e-9
 
 
 def test_the_export_names_the_kernel_and_cache_share_as_torchrec_reads_them():
