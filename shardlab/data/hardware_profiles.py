@@ -149,9 +149,8 @@ def read_profile_folder(folder: Path) -> ProfileFolder:
         raise ShardlabError(f"{owner}: field 'format' = {d['format']!r} must be '{FORMAT}'")
     if d["name"] != folder.name:
         raise ShardlabError(f"{owner}: field 'name' = {d['name']!r} must be its folder's name '{folder.name}'")
-    for key in ("about",):
-        if not isinstance(d[key], str) or not d[key].strip():
-            raise ShardlabError(f"{owner}: field '{key}' must be a non-empty string")
+    if not isinstance(d["about"], str) or not d["about"].strip():
+        raise ShardlabError(f"{owner}: field 'about' must be a non-empty string")
     model = d["search_model"]
     if model is not None and (not isinstance(model, str) or not model or Path(model).name != model):
         raise ShardlabError(f"{owner}: field 'search_model' = {model!r} must be a bundle name in models/ or null")

@@ -52,9 +52,10 @@ def _offload(task: Task, names: Sequence[str], tables: Sequence[ModelTable]) -> 
                                       for t in task.tables))
 
 
-def _reason(t: ModelTable, share: float, why: str) -> str:
-    kernel = CACHING if share > 0 else UVM
-    return f"{kernel}" + (f", cache share {share:g}" if share > 0 else "") + f": {why}"
+def _reason(t: ModelTable, why: str) -> str:
+    """What the plan says of offloaded table ``t``: its kernel, cache share and ``why``."""
+    share = offload_share(t)
+    return (CACHING + f", cache share {share:g}" if share > 0 else UVM) + f": {why}"
 
 
 def hbm_need(task: Task) -> int:
@@ -68,7 +69,7 @@ def first_offloads(task: Task, tables: Sequence[ModelTable]) -> tuple[Task, dict
     by_name = {t.name: t for t in tables}
     must = [t.name for t in task.tables if FUSED not in by_name[t.name].kernels]
     task = _offload(task, must, tables)
-    why = {n: _reason(by_name[n], offload_share(by_name[n]), "its constraints or sharder allow no 'fused' kernel")
+    why = {n: _reason(by_name[n], "its constraints or sharder allow no 'fused' kernel")
            for n in must}
     room = C.OFFLOAD_FILL * task.ngpu * task.mem_cap_bytes
     for name in offload_order(task, tables):
@@ -76,7 +77,7 @@ def first_offloads(task: Task, tables: Sequence[ModelTable]) -> tuple[Task, dict
         if need <= room:
             break
         task = _offload(task, [name], tables)
-        why[name] = _reason(by_name[name], offload_share(by_name[name]),
+        why[name] = _reason(by_name[name],
                             f"the tables need {need / C.GB:,.3f} GB of HBM, over {C.OFFLOAD_FILL:g} of the "
                             f"{task.ngpu * task.mem_cap_bytes / C.GB:,.3f} GB all ranks hold (coldest offloaded first)")
     return task, why
@@ -100,7 +101,7 @@ def offload_next(task: Task, tables: Sequence[ModelTable], why: dict[str, str], 
         raise failure
     by_name = {m.name: m for m in tables}
     for name in order:
-        why[name] = _reason(by_name[name], offload_share(by_name[name]),
+        why[name] = _reason(by_name[name],
                             f"no plan fitted HBM with fewer tables offloaded ({failure})")
     return _offload(task, order, tables)
 
