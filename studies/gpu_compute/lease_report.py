@@ -15,7 +15,7 @@ around ``torch.cuda.synchronize()``), timed again with CUDA events, paired by ke
 new / old ratio, the smallest op time (the floor) and the median relative spread
 (p75 - p25) / median of the repeats.
 
-    .venv/bin/python studies/gpu_compute/lease_report.py --lease DIR [--plans PATH] [--name NAME]
+    .venv/bin/python studies/gpu_compute/lease_report.py --lease DIR [--plans PATH] [--name NAME] [--comm-profile P]
 
 writes ``results/<name>.json`` and ``results/<name>.md`` (never over an earlier run's).
 """
@@ -81,11 +81,12 @@ def plan_costs(task: Task, plan: Plan, compute_ms: Sequence[Sequence[float]], ev
 
 
 def judge_task(entry: dict[str, Any], rounds: list[dict[str, Any]], profile: str, batch_size: int,
-               seed: int = 0) -> dict[str, Any]:
-    """One task's Evaluations (measured compute + modelled comm) against the selected reference."""
+               seed: int = 0, comm_profile: str | None = None) -> dict[str, Any]:
+    """One task's Evaluations (measured compute + modelled comm) against the selected reference.
+    ``comm_profile``: whose analytic comm model prices the all-to-alls (default: ``profile``'s)."""
     task = measurable(Task.from_dict(entry["task"]))[0]
     plans = {m: Plan.from_dict(p) for m, p in entry["plans"].items()}
-    evaluator = ModelEvaluator("analytic", profile)
+    evaluator = ModelEvaluator("analytic", comm_profile or profile)
     bundle = evaluator.bundle()
     rowwise = evaluator.rowwise_model(bundle)
     same = {}
@@ -109,7 +110,8 @@ def judge_task(entry: dict[str, Any], rounds: list[dict[str, Any]], profile: str
     n = min(len(v) for v in judged.values())          # paired: the rounds every plan has
     reference = min(selection, key=lambda m: (float(np.median(selection[m])), list(selection).index(m)))
     label = plan_costs(task, plans[reference], judged[reference][0][:, :2], evaluator, bundle, rowwise, batch_size)[1]
-    source = f"measured:{profile} compute (CUDA events, one GPU) + {label}"
+    comm_of = f"{comm_profile}'s " if comm_profile and comm_profile != profile else ""
+    source = f"measured:{profile} compute (CUDA events, one GPU) + {comm_of}{label}"
     evals = {m: _evaluation(task, plans[m], source, [judged[m][:n]], None, seed) for m in plans}
     evals = compare_to_reference(evals, reference, seed, chosen=SELECTED)
     return {"task": task.name, "ngpu": task.ngpu, "tables": len(task.tables), "complete": True,
@@ -211,12 +213,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--plans", type=Path, default=PLANS)
     ap.add_argument("--name", default=None, help="results/<name>.{json,md} (default: lease-<UTC time of the lease>)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--comm-profile", default=None,
+                    help="whose analytic comm model prices the all-to-alls (default: the lease's profile); "
+                         "for a profile without one, e.g. h200 -> h100: the same NVLink 4 and NVSwitch")
     args = ap.parse_args(argv)
     header, rounds = read_rounds(args.lease / "plan_rounds.jsonl") if (args.lease / "plan_rounds.jsonl").exists() \
         else ({}, [])
     entries = json.loads(args.plans.read_text())["tasks"]
     prof = (header.get("profile") or {})
-    tasks = [judge_task(e, [r for r in rounds if r["task"] == e["task"]["name"]], prof["name"], prof["batch_size"])
+    tasks = [judge_task(e, [r for r in rounds if r["task"] == e["task"]["name"]], prof["name"], prof["batch_size"],
+                        comm_profile=args.comm_profile)
              for e in entries if any(r["task"] == e["task"]["name"] for r in rounds)]
     floor = floor_summary(args.lease / "floor.db") if (args.lease / "floor.db").exists() else {}
     name = args.name or "lease-" + str(header.get("date", "unknown")).replace(":", "").replace("-", "")[:15]
