@@ -276,3 +276,32 @@ def test_the_kernel_check_passes_on_fbgemm_and_stops_a_wrong_kernel(monkeypatch)
     monkeypatch.setattr(compute, "build_tbe", lambda *a: OffByOne(real(*a)))
     with pytest.raises(SystemExit, match="forward is wrong"):
         lease.kernel_check(prof)
+
+
+# What the lease image lacks (it has torch, numpy and tqdm, and fbgemm-gpu once unpacked): the
+# measuring call must load without these. Its first run on a lent H200 stopped at ``import highspy``.
+NOT_ON_THE_IMAGE = ("highspy", "scipy", "sklearn", "pandas", "plotly", "torchrec", "ipywidgets", "yaml")
+
+
+def test_the_measuring_call_loads_without_what_the_image_lacks():
+    blocker = (
+        "import importlib.abc, runpy, sys\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        f"        if name.split('.')[0] in {NOT_ON_THE_IMAGE!r}:\n"
+        "            raise ImportError('not on the image: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "sys.argv = ['lease.py', '--help']\n"
+        "runpy.run_path('scripts/gpu/lease.py', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", blocker], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--minutes" in done.stdout
+
+
+def test_the_exact_planner_without_highspy_says_so_in_one_line(monkeypatch):
+    from shardlab.errors import ShardlabError
+    from shardlab.search import exact
+    monkeypatch.setattr(exact, "highspy", None)
+    with pytest.raises(ShardlabError, match="needs highspy") as err:
+        exact.solver_name()
+    assert "\n" not in str(err.value)

@@ -23,6 +23,7 @@ writes ``results/<name>.json`` and ``results/<name>.md`` (never over an earlier 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -41,7 +42,7 @@ from shardlab.evaluate.values import SELECTED, comm_pattern, compare_to_referenc
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
 from shardlab.profile.records import key_for_profile  # noqa: E402
-from shardlab.profile.store import SampleStore, load_measured  # noqa: E402
+from shardlab.profile.store import SampleStore, kind_file, load_measured  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
 from studies.gpu_compute.lease_plans import PLANS  # noqa: E402
 
@@ -54,7 +55,8 @@ def read_rounds(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The header and the round lines of ``plan_rounds.jsonl`` (a last line cut short by the
     call's limit is dropped)."""
     header, rounds = {}, []
-    for line in path.read_text().splitlines():
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    for line in text.splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
@@ -119,28 +121,38 @@ def judge_task(entry: dict[str, Any], rounds: list[dict[str, Any]], profile: str
             "evaluations": {m: e.to_dict() for m, e in evals.items()}}
 
 
-def floor_summary(store: Path, dataset: str = "h100") -> dict[str, Any]:
+def _floor_samples(lease: Path, kind: str) -> list[dict[str, Any]]:
+    """The floor's samples of ``kind``: from the lease's ``floor.db`` as it came back, or from its
+    export (a ``datasets/<name>`` folder, e.g. ``datasets/h200-events``)."""
+    if (lease / "floor.db").exists():
+        with SampleStore(str(lease / "floor.db"), create=False) as st:
+            return list(st.samples(kind))
+    if (lease / kind_file(kind)).exists():
+        return list(load_measured(kind, lease.name))
+    return []
+
+
+def floor_summary(lease: Path, dataset: str = "h100") -> dict[str, Any]:
     """Per kind (``compute``, ``single``): the ops timed again, paired by key with ``dataset``."""
     out: dict[str, Any] = {}
-    with SampleStore(str(store), create=False) as st:
-        for kind in ("compute", "single"):
-            new = {s["key"]: s for s in st.samples(kind)}
-            if not new:
-                continue
-            profile = next(iter(new)).split(":")[1]          # keys pair with the profile segment as measured
-            old = {k: s for s in load_measured(kind, dataset) if (k := key_for_profile(s["key"], profile)) in new}
-            keys = sorted(old)
-            ratio = np.array([new[k]["total_ms"] / old[k]["total_ms"] for k in keys])
-            spread = np.array([(s["total_spread_ms"][1] - s["total_spread_ms"][0]) / s["total_ms"] for s in new.values()])
-            totals = np.array([s["total_ms"] for s in new.values()])
-            out[kind] = {"ops": len(new), "paired": len(keys), "floor_ms": float(totals.min()),
-                         "median_ms": float(np.median(totals)), "median_relative_spread": float(np.median(spread)),
-                         "old_floor_ms": float(min(old[k]["total_ms"] for k in keys)) if keys else None,
-                         "new_over_old_median": float(np.median(ratio)) if keys else None,
-                         "new_over_old_p10_p90": [float(np.percentile(ratio, 10)), float(np.percentile(ratio, 90))]
-                         if keys else None,
-                         "old_minus_new_median_ms": float(np.median([old[k]["total_ms"] - new[k]["total_ms"]
-                                                                     for k in keys])) if keys else None}
+    for kind in ("compute", "single"):
+        new = {s["key"]: s for s in _floor_samples(lease, kind)}
+        if not new:
+            continue
+        profile = next(iter(new)).split(":")[1]          # keys pair with the profile segment as measured
+        old = {k: s for s in load_measured(kind, dataset) if (k := key_for_profile(s["key"], profile)) in new}
+        keys = sorted(old)
+        ratio = np.array([new[k]["total_ms"] / old[k]["total_ms"] for k in keys])
+        spread = np.array([(s["total_spread_ms"][1] - s["total_spread_ms"][0]) / s["total_ms"] for s in new.values()])
+        totals = np.array([s["total_ms"] for s in new.values()])
+        out[kind] = {"ops": len(new), "paired": len(keys), "floor_ms": float(totals.min()),
+                     "median_ms": float(np.median(totals)), "median_relative_spread": float(np.median(spread)),
+                     "old_floor_ms": float(min(old[k]["total_ms"] for k in keys)) if keys else None,
+                     "new_over_old_median": float(np.median(ratio)) if keys else None,
+                     "new_over_old_p10_p90": [float(np.percentile(ratio, 10)), float(np.percentile(ratio, 90))]
+                     if keys else None,
+                     "old_minus_new_median_ms": float(np.median([old[k]["total_ms"] - new[k]["total_ms"]
+                                                                 for k in keys])) if keys else None}
     return out
 
 
@@ -217,14 +229,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help="whose analytic comm model prices the all-to-alls (default: the lease's profile); "
                          "for a profile without one, e.g. h200 -> h100: the same NVLink 4 and NVSwitch")
     args = ap.parse_args(argv)
-    header, rounds = read_rounds(args.lease / "plan_rounds.jsonl") if (args.lease / "plan_rounds.jsonl").exists() \
-        else ({}, [])
+    found = [p for p in (args.lease / "plan_rounds.jsonl", args.lease / "plan_rounds.jsonl.gz") if p.exists()]
+    header, rounds = read_rounds(found[0]) if found else ({}, [])
     entries = json.loads(args.plans.read_text())["tasks"]
     prof = (header.get("profile") or {})
     tasks = [judge_task(e, [r for r in rounds if r["task"] == e["task"]["name"]], prof["name"], prof["batch_size"],
                         comm_profile=args.comm_profile)
              for e in entries if any(r["task"] == e["task"]["name"] for r in rounds)]
-    floor = floor_summary(args.lease / "floor.db") if (args.lease / "floor.db").exists() else {}
+    floor = floor_summary(args.lease)
     name = args.name or "lease-" + str(header.get("date", "unknown")).replace(":", "").replace("-", "")[:15]
     json_path, md_path = args.out / f"{name}.json", args.out / f"{name}.md"
     if json_path.exists() or md_path.exists():
