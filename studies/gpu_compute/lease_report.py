@@ -82,40 +82,47 @@ def plan_costs(task: Task, plan: Plan, compute_ms: Sequence[Sequence[float]], ev
     return np.column_stack([sim.fw_compute, sim.bw_compute, sim.fw_comm, sim.bw_comm]), label
 
 
-def judge_task(entry: dict[str, Any], rounds: list[dict[str, Any]], profile: str, batch_size: int,
+def judge_task(entry: dict[str, Any], sittings: list[list[dict[str, Any]]], profile: str, batch_size: int,
                seed: int = 0, comm_profile: str | None = None) -> dict[str, Any]:
     """One task's Evaluations (measured compute + modelled comm) against the selected reference.
-    ``comm_profile``: whose analytic comm model prices the all-to-alls (default: ``profile``'s)."""
+    ``sittings``: each lease's rounds of this task (one lease = one sitting); the reference is chosen
+    on every sitting's selection rounds, and every plan judged on the judged rounds of all, grouped
+    by sitting. ``comm_profile``: whose analytic comm model prices the all-to-alls (default:
+    ``profile``'s)."""
     task = measurable(Task.from_dict(entry["task"]))[0]
     plans = {m: Plan.from_dict(p) for m, p in entry["plans"].items()}
     evaluator = ModelEvaluator("analytic", comm_profile or profile)
     bundle = evaluator.bundle()
     rowwise = evaluator.rowwise_model(bundle)
     same = {}
-    for r in rounds:
+    for r in (r for rounds in sittings for r in rounds):
         same.update(r.get("same_as", {}))
 
     def rep(m: str) -> str:
         return same.get(m, m)
 
-    def cost_rows(kind: str, m: str) -> list[np.ndarray]:
+    def cost_rows(rounds: list[dict[str, Any]], kind: str, m: str) -> list[np.ndarray]:
         return [plan_costs(task, plans[m], r["compute_ms"][rep(m)], evaluator, bundle, rowwise, batch_size)[0]
                 for r in rounds if r["sitting"] == kind and rep(m) in r["compute_ms"]]
 
-    selection = {m: [float(x.sum(axis=1).max()) for x in cost_rows("selection", m)] for m in plans
-                 if plans[m].method in C.BASELINE_METHODS}
+    selection = {m: [float(x.sum(axis=1).max()) for rounds in sittings for x in cost_rows(rounds, "selection", m)]
+                 for m in plans if plans[m].method in C.BASELINE_METHODS}
     selection = {m: v for m, v in selection.items() if v}
-    judged = {m: cost_rows("judged", m) for m in plans}
-    if not selection or min(len(v) for v in judged.values()) == 0:
+    judged = [{m: cost_rows(rounds, "judged", m) for m in plans} for rounds in sittings]
+    counts = [min(len(v) for v in j.values()) for j in judged]      # paired: the rounds every plan has
+    judged, counts = [j for j, n in zip(judged, counts) if n], [n for n in counts if n]
+    if not selection or not judged:
         return {"task": task.name, "ngpu": task.ngpu, "tables": len(task.tables), "complete": False,
-                "judged_rounds": min(len(v) for v in judged.values())}
-    n = min(len(v) for v in judged.values())          # paired: the rounds every plan has
+                "judged_rounds": sum(counts)}
     reference = min(selection, key=lambda m: (float(np.median(selection[m])), list(selection).index(m)))
-    label = plan_costs(task, plans[reference], judged[reference][0][:, :2], evaluator, bundle, rowwise, batch_size)[1]
+    label = plan_costs(task, plans[reference], judged[0][reference][0][:, :2], evaluator, bundle, rowwise,
+                       batch_size)[1]
     comm_of = f"{comm_profile}'s " if comm_profile and comm_profile != profile else ""
     source = f"measured:{profile} compute (CUDA events, one GPU) + {comm_of}{label}"
-    evals = {m: _evaluation(task, plans[m], source, [judged[m][:n]], None, seed) for m in plans}
+    evals = {m: _evaluation(task, plans[m], source, [j[m][:n] for j, n in zip(judged, counts)], None, seed)
+             for m in plans}
     evals = compare_to_reference(evals, reference, seed, chosen=SELECTED)
+    n = sum(counts)
     return {"task": task.name, "ngpu": task.ngpu, "tables": len(task.tables), "complete": True,
             "judged_rounds": n, "selection_ms": selection, "reference": reference, "comm_source": label,
             "evaluations": {m: e.to_dict() for m, e in evals.items()}}
@@ -183,7 +190,9 @@ def markdown(name: str, header: dict[str, Any], tasks: list[dict[str, Any]], flo
              f"{header.get('hardware', '?')} ({gpu.get('name', '')}), torch {header.get('torch')}, fbgemm_gpu "
              f"{header.get('fbgemm_gpu')}, timing `{header.get('compute_timing')}`, profile "
              f"`{(header.get('profile') or {}).get('name')}`{' **(dry run: not a GPU result)**' if header.get('dry_run') else ''}; "
-             f"plans `{header.get('plans_file')}` (sha256 {str(header.get('plans_sha256'))[:12]}...).", "",
+             f"plans `{header.get('plans_file')}` (sha256 {str(header.get('plans_sha256'))[:12]}...)."
+             + (f" {len(header['sittings'])} sittings, judged together (rounds grouped by sitting): "
+                + ", ".join(str(d) for d in header["sittings"]) + "." if header.get("sittings") else ""), "",
              "## Verdicts against the best baseline (measured compute + modelled comm)", "",
              "| method | " + " | ".join(("reference", "faster", "equivalent", "slower", "inconclusive")) + " |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -221,7 +230,9 @@ def markdown(name: str, header: dict[str, Any], tasks: list[dict[str, Any]], flo
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lease", type=Path, required=True, help="the folder the lease's files came back to")
+    ap.add_argument("--lease", type=Path, required=True, nargs="+",
+                    help="the folder the lease's files came back to (or its export); several: one sitting "
+                         "each, of the same plans on the same hardware, judged together")
     ap.add_argument("--plans", type=Path, default=PLANS)
     ap.add_argument("--name", default=None, help="results/<name>.{json,md} (default: lease-<UTC time of the lease>)")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -229,14 +240,23 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help="whose analytic comm model prices the all-to-alls (default: the lease's profile); "
                          "for a profile without one, e.g. h200 -> h100: the same NVLink 4 and NVSwitch")
     args = ap.parse_args(argv)
-    found = [p for p in (args.lease / "plan_rounds.jsonl", args.lease / "plan_rounds.jsonl.gz") if p.exists()]
-    header, rounds = read_rounds(found[0]) if found else ({}, [])
+    sittings, headers = [], []
+    for lease in args.lease:
+        found = [p for p in (lease / "plan_rounds.jsonl", lease / "plan_rounds.jsonl.gz") if p.exists()]
+        header, rounds = read_rounds(found[0]) if found else ({}, [])
+        sittings.append(rounds)
+        headers.append(header)
+    header = headers[0]
+    if len({(h.get("hardware"), h.get("plans_sha256")) for h in headers}) > 1:
+        raise SystemExit("lease_report: the leases differ in hardware or plans: judge each on its own")
     entries = json.loads(args.plans.read_text())["tasks"]
     prof = (header.get("profile") or {})
-    tasks = [judge_task(e, [r for r in rounds if r["task"] == e["task"]["name"]], prof["name"], prof["batch_size"],
-                        comm_profile=args.comm_profile)
-             for e in entries if any(r["task"] == e["task"]["name"] for r in rounds)]
-    floor = floor_summary(args.lease)
+    tasks = [judge_task(e, [[r for r in rounds if r["task"] == e["task"]["name"]] for rounds in sittings],
+                        prof["name"], prof["batch_size"], comm_profile=args.comm_profile)
+             for e in entries if any(r["task"] == e["task"]["name"] for rounds in sittings for r in rounds)]
+    floor = next((f for f in map(floor_summary, args.lease) if f), {})
+    if len(headers) > 1:
+        header = {**header, "sittings": [h.get("date") for h in headers]}
     name = args.name or "lease-" + str(header.get("date", "unknown")).replace(":", "").replace("-", "")[:15]
     json_path, md_path = args.out / f"{name}.json", args.out / f"{name}.md"
     if json_path.exists() or md_path.exists():

@@ -1,12 +1,18 @@
 #!/usr/bin/env python
-"""Write results/sitting_spread.{json,md}: how far the paired ratio of the same two plans moves
-between sittings on this machine, estimated from the two held-out campaigns that measured the
-same tasks with the same plans (``datasets/cpu_heldout_v2`` and ``datasets/cpu_heldout_verify``,
-5 rounds each, made hours apart). The estimate is
-the ``sitting_log_sd`` of ``datasets/cpu/hardware.json``, the between-sitting spread every measured
-interval on the ``cpu`` profile accounts for (``shardlab.evaluate.stats.paired_ratio_ci``).
+"""Write results/sitting_spread[_<machine>].{json,md}: how far the paired ratio of the same two
+plans moves between sittings on one machine, from two sittings that measured the same tasks with
+the same plans, 5 rounds each:
 
-    .venv/bin/python studies/statistics/sitting_spread.py
+- ``cpu``: the two held-out campaigns ``datasets/cpu_heldout_v2`` and ``datasets/cpu_heldout_verify``,
+  made hours apart;
+- ``h200``: the two plan sittings of the first H200 lease (``datasets/h200-events`` and its
+  ``plans-sitting-2``, minutes apart on one machine, then on a fresh one), as judged by
+  ``studies/gpu_compute/lease_report.py`` (measured compute + the labelled comm model).
+
+The estimate is the ``sitting_log_sd`` of ``datasets/<machine>/hardware.json``, the between-sitting
+spread every measured interval on that profile accounts for (``shardlab.evaluate.stats.paired_ratio_ci``).
+
+    .venv/bin/python studies/statistics/sitting_spread.py [--machine cpu|h200]
 
 For every task measured in both campaigns and every method whose plan is the same in both, the
 paired log ratio plan / reference is taken per sitting against one fixed reference plan
@@ -17,14 +23,17 @@ e_cr ~ N(0, s^2)) the within-sitting variance of d_c is k_R s_c^2, k_R the varia
 median of R standard normals (simulated, seeded), and E[(d_1 - d_2)^2] = 2 tau^2 + v, v = k_R
 (s_1^2 + s_2^2): the **method-of-moments** estimate is tau^2 = mean((d_1 - d_2)^2 - v) / 2.
 The rounds are heavy-tailed (a disturbed round moves s a lot), which biases that towards 0, so
-the **matched** estimate is the one used: the tau (on a grid of 0.005) whose simulated median
-|d_1 - d_2|, every pair drawn with its own s_1, s_2, comes closest to the observed median.
+there is also the **matched** estimate: the tau (on a grid of 0.005) whose simulated median
+|d_1 - d_2|, every pair drawn with its own s_1, s_2, comes closest to the observed median; it
+rounds a small tau to the grid. The one **used** is the larger of the two.
 Nothing is measured here.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
+import json
 import sys
 from pathlib import Path
 
@@ -39,7 +48,11 @@ from studies.common.heldout import heldout_samples  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CAMPAIGNS = ("cpu_heldout_v2", "cpu_heldout_verify")
+#: The H200's two sittings: the lease reports of each (the same plans file, so the same plans).
+LEASES = ("lease-20261129T214409", "lease-20261129T215351")
+LEASE_RESULTS = Path(__file__).resolve().parents[1] / "gpu_compute" / "results"
 REFERENCE = "lookup_greedy"
+ROUNDS = 5                                                      # every sitting here: 5 paired rounds
 
 
 GRID = np.round(np.arange(0.0, 0.1001, 0.005), 3)
@@ -90,26 +103,55 @@ def pairs() -> list[dict]:
     return rows
 
 
-def main() -> None:
-    rows = pairs()
-    rounds = 5                                                  # both campaigns: --rounds 5
-    d = np.array([r[CAMPAIGNS[0]][0] - r[CAMPAIGNS[1]][0] for r in rows])
-    sds = np.array([[r[c][1] for c in CAMPAIGNS] for r in rows])
+def lease_pairs() -> list[dict]:
+    """One row per (task, distinct plan) judged in both H200 sittings with 5 rounds in each; a
+    method whose rounds repeat another's (the same plan) or the reference's is counted once or not
+    at all."""
+    reports = [json.loads((LEASE_RESULTS / f"{name}.json").read_text()) for name in LEASES]
+    by_task = [{t["task"]: t for t in r["tasks"] if t.get("complete")} for r in reports]
+    rows = []
+    for task in sorted(set(by_task[0]) & set(by_task[1])):
+        evals = [by_task[c][task]["evaluations"] for c in (0, 1)]
+        seen = {tuple(evals[0][REFERENCE]["rounds_ms"])}
+        for m in sorted(set(evals[0]) & set(evals[1])):
+            runs = [np.asarray(e[m]["rounds_ms"]) / np.asarray(e[REFERENCE]["rounds_ms"]) for e in evals]
+            if tuple(evals[0][m]["rounds_ms"]) in seen or any(len(r) != ROUNDS for r in runs):
+                continue
+            seen.add(tuple(evals[0][m]["rounds_ms"]))
+            row = {"set": "h200-lease", "index": task, "method": m}
+            for name, ratio in zip(LEASES, runs):
+                row[name] = median_and_sd(np.log(ratio))
+            rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--machine", choices=("cpu", "h200"), default="cpu")
+    machine = ap.parse_args(argv).machine
+    sittings = CAMPAIGNS if machine == "cpu" else LEASES
+    rows = pairs() if machine == "cpu" else lease_pairs()
+    rounds = ROUNDS
+    d = np.array([r[sittings[0]][0] - r[sittings[1]][0] for r in rows])
+    sds = np.array([[r[c][1] for c in sittings] for r in rows])
     v = median_variance_factor(rounds) * (sds ** 2).sum(axis=1)
     tau_moments = float(np.sqrt(max(0.0, np.mean(d ** 2 - v) / 2)))
     tau_matched, simulated = matched_tau(sds, rounds, float(np.median(np.abs(d))))
     out = {"made": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": git_revision(),
-           "campaigns": list(CAMPAIGNS), "reference": REFERENCE, "pairs": len(rows),
+           "machine": machine, "campaigns": list(sittings), "reference": REFERENCE, "pairs": len(rows),
            "abs_log_change_median": float(np.median(np.abs(d))), "abs_log_change_p90": float(np.quantile(np.abs(d), 0.9)),
            "within_sd_median": float(np.median(sds)), "within_variance_median": float(np.median(v)),
-           "tau_moments": tau_moments, "tau_matched": tau_matched, "simulated_median_abs_change": simulated,
+           "tau_moments": tau_moments, "tau_matched": tau_matched, "tau_used": max(tau_moments, tau_matched), "simulated_median_abs_change": simulated,
            "rows": rows}
     RESULTS.mkdir(exist_ok=True)
-    write_json_atomic(RESULTS / "sitting_spread.json", out)
-    write_text_atomic(RESULTS / "sitting_spread.md", "\n".join([
-        "# Between-sitting spread of paired ratios on the `cpu` profile (`studies/statistics/sitting_spread.py`)", "",
-        f"Made {out['made']} (git {out['git']}; nothing measured: the rounds of {' and '.join(f'`datasets/{c}`' for c in CAMPAIGNS)}).",
-        f"{len(rows)} (task, method) pairs measured with the same plan in both campaigns, each against the "
+    stem = "sitting_spread" + ("" if machine == "cpu" else f"_{machine}")
+    where = (' and '.join(f'`datasets/{c}`' for c in sittings) if machine == "cpu" else
+             ' and '.join(f'`studies/gpu_compute/results/{c}.json`' for c in sittings))
+    write_json_atomic(RESULTS / f"{stem}.json", out)
+    write_text_atomic(RESULTS / f"{stem}.md", "\n".join([
+        f"# Between-sitting spread of paired ratios on the `{machine}` profile (`studies/statistics/sitting_spread.py --machine {machine}`)", "",
+        f"Made {out['made']} (git {out['git']}; nothing measured: the rounds of {where}).",
+        f"{len(rows)} (task, method) pairs measured with the same plan in both sittings, each against the "
         f"same `{REFERENCE}` plan, 5 paired rounds per sitting.", "",
         "| statistic | value |", "|---|---|",
         f"| median abs change of the median log ratio between sittings | {out['abs_log_change_median']:.3f} |",
@@ -117,14 +159,15 @@ def main() -> None:
         f"| median within-sitting sd of one round's log ratio | {out['within_sd_median']:.3f} |",
         f"| median within-sitting variance of d_1 - d_2 | {out['within_variance_median']:.5f} |",
         f"| between-sitting log-sd tau, method of moments | {tau_moments:.3f} |",
-        f"| tau, matched to the median abs change (used) | **{tau_matched:.3f}** |", "",
+        f"| tau, matched to the median abs change | {tau_matched:.3f} |",
+        f"| tau used: the larger | **{out['tau_used']:.3f}** |", "",
         "Simulated median abs change by tau: " + ", ".join(f"{t:g}: {m:.3f}" for t, m in simulated.items()
                                                           if t in (0.0, 0.02, 0.03, 0.04, 0.06, 0.1)) + ".", "",
         "Most of the change between the two sittings is what 5 noisy rounds per sitting give on their own; "
-        "the matched tau is what remains. It is the `sitting_log_sd` of `datasets/cpu/hardware.json`, the spread every "
-        "measured interval of the `cpu` profile adds for sittings it has not seen "
+        f"tau is what remains. It is the `sitting_log_sd` of `datasets/{machine}/hardware.json`, the spread every "
+        f"measured interval of the `{machine}` profile adds for sittings it has not seen "
         "(`shardlab.evaluate.stats.paired_ratio_ci`).", ""]))
-    print(f"{len(rows)} pairs; tau moments {tau_moments:.4f}, matched {tau_matched:.4f}; "
+    print(f"{len(rows)} pairs; tau moments {tau_moments:.4f}, matched {tau_matched:.4f}, used {out['tau_used']:.4f}; "
           f"|d| median {out['abs_log_change_median']:.3f} p90 {out['abs_log_change_p90']:.3f}")
 
 
