@@ -260,34 +260,51 @@ def test_perf_estimator_fills_torchrecs_shards_with_the_models_costs():
     assert est.source == bundle.source           # the estimator says which model its costs are
 
 
-def _train_on_two_ranks(rank, world, port, out):
+def in_gloo_group(rank, world, port, body):
+    """Run ``body()`` on one of ``world`` gloo ranks. What it built (a DMP, its DDP wrapper of the
+    data-parallel tables) is freed and every rank has met at a barrier before the group is torn
+    down: tearing it down under a live DDP let a rank abort at exit ("terminate called without an
+    active exception") after it had reported, once in a CI run."""
+    import gc
     import os
 
     import torch.distributed as dist
-    from torchrec.distributed.model_parallel import DistributedModelParallel
-    from torchrec.distributed.types import ShardingEnv
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        torch.manual_seed(0)
-        model = TwoCollections(device="meta")
-        # on CPU, TorchRec's EBC sharder offers table- and column-wise shards (row layouts: GPU only)
-        cons = {"t2": ParameterConstraints(sharding_types=["column_wise"]),
-                "t4": ParameterConstraints(sharding_types=["table_wise"])}
-        planner = ShardlabPlanner(topology(world=world, device="cpu"), constraints=cons, profile="cpu")
-        plan = planner.collective_plan(model, SHARDERS, dist.group.WORLD)
-        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
-                                       device=torch.device("cpu"), plan=plan, sharders=SHARDERS)
-        batch = kjt(16, np.random.default_rng(rank))
-        losses = []
-        for _ in range(3):                       # the sum of the pooled embeddings, fused SGD in backward
-            loss = dmp.module.top(batch).values().sum() + dmp.module.tower[0]["emb"](batch).values().sum()
-            loss.backward()
-            losses.append(float(loss))
-        out.put((rank, str(plan), losses, planner.plan_ is not None))
+        body()
+        gc.collect()
+        dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def _train_on_two_ranks(rank, world, port, out):
+    in_gloo_group(rank, world, port, lambda: _train_two_collections(rank, world, out))
+
+
+def _train_two_collections(rank, world, out):
+    import torch.distributed as dist
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv
+
+    torch.manual_seed(0)
+    model = TwoCollections(device="meta")
+    # on CPU, TorchRec's EBC sharder offers table- and column-wise shards (row layouts: GPU only)
+    cons = {"t2": ParameterConstraints(sharding_types=["column_wise"]),
+            "t4": ParameterConstraints(sharding_types=["table_wise"])}
+    planner = ShardlabPlanner(topology(world=world, device="cpu"), constraints=cons, profile="cpu")
+    plan = planner.collective_plan(model, SHARDERS, dist.group.WORLD)
+    dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD),
+                                   device=torch.device("cpu"), plan=plan, sharders=SHARDERS)
+    batch = kjt(16, np.random.default_rng(rank))
+    losses = []
+    for _ in range(3):                       # the sum of the pooled embeddings, fused SGD in backward
+        loss = dmp.module.top(batch).values().sum() + dmp.module.tower[0]["emb"](batch).values().sum()
+        loss.backward()
+        losses.append(float(loss))
+    out.put((rank, str(plan), losses, planner.plan_ is not None))
 
 
 class WithPositionWeighted(torch.nn.Module):
@@ -354,18 +371,18 @@ MODULE_PATHS = {"ebc layouts": ["top", "tower.0.emb"], "position weighted": ["eb
 
 
 def _train_case(case, rank, world, port, out):
+    in_gloo_group(rank, world, port, lambda: _train_one_case(case, rank, world, out))
+
+
+def _train_one_case(case, rank, world, out):
     """One rank: ShardlabPlanner's plan of ``TRAIN_CASES[case]`` from TorchRec's default
     sharders, trained 3 steps in DMP; puts (rank, module paths, reported layouts, losses)."""
-    import os
-
     import torch.distributed as dist
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.distributed.sharding_plan import get_default_sharders
     from torchrec.distributed.types import ShardingEnv
 
     make, allowed, path, _ = TRAIN_CASES[case]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
     try:                                           # a failure is reported, so the test fails at once, saying why
         torch.manual_seed(0)
         model, sharders = make(), get_default_sharders()
@@ -384,27 +401,20 @@ def _train_case(case, rank, world, port, out):
         out.put((rank, sorted(plan.plan), kinds, losses))
     except Exception as e:  # noqa: BLE001
         out.put((rank, [f"failed: {type(e).__name__}: {e}"], {}, []))
-    finally:
-        dist.destroy_process_group()
 
 
 def _refused_on_every_rank(rank, world, port, out):
-    import os
+    in_gloo_group(rank, world, port, lambda: _refused(rank, world, out))
 
-    import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _refused(rank, world, out):
+    cons = {"t1": ParameterConstraints(compute_kernels=["dense"])}
     try:
-        cons = {"t1": ParameterConstraints(compute_kernels=["dense"])}
-        try:
-            ShardlabPlanner(topology(world=world, device="cpu"), constraints=cons, profile="cpu").collective_plan(
-                TwoCollections(), SHARDERS)
-            out.put((rank, "planned"))
-        except ShardlabError as e:
-            out.put((rank, str(e)))
-    finally:
-        dist.destroy_process_group()
+        ShardlabPlanner(topology(world=world, device="cpu"), constraints=cons, profile="cpu").collective_plan(
+            TwoCollections(), SHARDERS)
+        out.put((rank, "planned"))
+    except ShardlabError as e:
+        out.put((rank, str(e)))
 
 
 def on_two_ranks(target, port):

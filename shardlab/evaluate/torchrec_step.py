@@ -37,8 +37,9 @@ import os
 import queue
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -229,7 +230,7 @@ def run_ranks(job: Job, profile: HardwareProfile, steps: int, warmup_steps: int,
 def spawn_ranks(target: Any, spec: dict, world_size: int, timeout_s: float, who: str) -> dict[int, Any]:
     """Run ``target(rank, spec, results)`` on ``world_size`` spawned ranks of this host and return
     {rank: payload}; ``spec`` gains ``world_size``, ``port`` (of a TCP store this process
-    serves, for :func:`join_group`) and ``timeout_s``. Each rank puts ``(rank, "ok", payload)`` or
+    serves, for :func:`rank_group`) and ``timeout_s``. Each rank puts ``(rank, "ok", payload)`` or
     ``(rank, "error", one line)`` on ``results``. A rank that fails, dies or is late is a
     one-line error naming it and ``who``."""
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False,
@@ -267,12 +268,23 @@ def spawn_ranks(target: Any, spec: dict, world_size: int, timeout_s: float, who:
     return got
 
 
-def join_group(rank: int, spec: Mapping[str, Any], cuda: bool = False) -> None:
-    """Join the process group of :func:`spawn_ranks`'s ranks (gloo, or nccl where ``cuda``)."""
+@contextmanager
+def rank_group(rank: int, spec: Mapping[str, Any], cuda: bool = False) -> Iterator[None]:
+    """In the process group of :func:`spawn_ranks`'s ranks (gloo, or nccl where ``cuda``) for the
+    block. When the block ends normally, what it built is collected and every rank meets at a
+    barrier before the group is torn down: a group torn down under a live sharded model (DMP's DDP
+    wrapper of data-parallel tables holds it) can abort the rank at exit ("terminate called without
+    an active exception")."""
     timeout = datetime.timedelta(seconds=spec["timeout_s"])
     store = dist.TCPStore("127.0.0.1", spec["port"], spec["world_size"], is_master=False, timeout=timeout)
     dist.init_process_group("nccl" if cuda else "gloo", store=store, rank=rank, world_size=spec["world_size"],
                             timeout=timeout)
+    try:
+        yield
+        gc.collect()
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
 
 
 def report_failure(rank: int, results: Any, e: BaseException) -> None:
@@ -293,12 +305,9 @@ def _rank_main(rank: int, job: dict, results: Any) -> None:
         cuda = prof.device == "cuda"
         if cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-        join_group(rank, job, cuda)
-        try:
+        with rank_group(rank, job, cuda):
             out = rank_rounds(Task.from_dict(job["task"]), job["exports"], prof, job["orders"], job["steps"],
                               job["warmup_steps"], rank, job["world_size"], tuple(job["kinds"]), job["budget_bytes"])
-        finally:
-            dist.destroy_process_group()
         results.put((rank, "ok", out))
     except BaseException as e:  # noqa: BLE001 -- reported to the parent in one line
         report_failure(rank, results, e)

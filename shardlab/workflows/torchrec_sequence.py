@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from shardlab.errors import ShardlabError
-from shardlab.evaluate.torchrec_step import join_group, quiet_torchrec_logs, report_failure, spawn_ranks
+from shardlab.evaluate.torchrec_step import quiet_torchrec_logs, rank_group, report_failure, spawn_ranks
 from shardlab.torchrec import ShardlabPlanner
 
 #: Name of TorchRec's own plan.
@@ -120,9 +120,8 @@ def _train_rank(rank: int, spec: dict, results: Any) -> None:
 
         quiet_torchrec_logs()
         torch.set_num_threads(1)
-        join_group(rank, spec)
         out: dict[str, list[float]] = {}
-        try:
+        with rank_group(rank, spec):
             env = ShardingEnv.from_process_group(dist.group.WORLD)
             local = max(1, spec["batch_size"] // spec["world_size"])
             batch = sequence_batch(local, spec["seed"] * 1000 + rank)
@@ -137,8 +136,7 @@ def _train_rank(rank: int, spec: dict, results: Any) -> None:
                     loss.backward()
                     losses.append(float(loss.detach()))
                 out[name] = losses
-        finally:
-            dist.destroy_process_group()
+                del dmp                                  # freed before the group goes (rank_group)
         results.put((rank, "ok", out))
     except BaseException as e:  # noqa: BLE001 -- reported to the parent in one line
         report_failure(rank, results, e)
