@@ -17,6 +17,7 @@ from shardlab.costmodel.topology_comm import TopologyComm
 from shardlab.costmodel.train import calibrate_held_out, load_records, load_samples, train_bundle
 from shardlab.errors import ShardlabError
 from shardlab.paths import check_output_path
+from shardlab.workflows.hardware_derive import derive_profile
 from shardlab.workflows.hardware_new import new_profile
 from shardlab.workflows.plan_campaign import run_plan_campaign
 from shardlab.workflows.rl_args import AutoShardArgs, DreamShardArgs
@@ -133,6 +134,13 @@ def cmd_hardware_new(args: argparse.Namespace) -> None:
     emit(args, f"hardware new {args.name}: {got['compute_samples']} compute and {got['comm_samples']} comm samples, "
                f"analytic model held-out compute MAPE {held['mape']:.3f}, Spearman {held['spearman']:.3f} -> "
                f"{got['folder']} (use --profile {args.name})", got)
+
+
+def cmd_hardware_derive(args: argparse.Namespace) -> None:
+    """Write an analytic profile's model (:mod:`shardlab.workflows.hardware_derive`)."""
+    got = derive_profile(args.name)
+    emit(args, f"hardware derive {args.name}: nothing measured; {got['compute']} -> {got['out']} "
+               f"(use --profile {args.name})", got)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:

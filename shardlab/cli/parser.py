@@ -113,11 +113,12 @@ def _measuring(c: argparse.ArgumentParser) -> None:
 
 
 def _add_hardware_verbs(sub: argparse._SubParsersAction) -> None:
-    """``hardware new``: a hardware profile of the machine at hand."""
+    """``hardware new``: a hardware profile of the machine at hand; ``hardware derive``: an
+    analytic profile's model from public figures."""
     example = ["shardlab hardware new mybox --minutes 10        (into $SHARDLAB_PROFILES; or --profiles-dir DIR "
                "before the verb)",
                "shardlab hardware new mybox --minutes 10        (again after a crash or Ctrl-C: it resumes)"]
-    what = add_verb(sub, "hardware", "hardware profiles: make one of this machine", example).add_subparsers(
+    what = add_verb(sub, "hardware", "hardware profiles: make one of this machine, or derive an analytic one", example).add_subparsers(
         dest="what", required=True)
     c = add_verb(what, "new", "measure this machine, fit its cost model and write its profile folder (resumable)",
                  example, command="campaigns:cmd_hardware_new")
@@ -128,6 +129,11 @@ def _add_hardware_verbs(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--no-progress", action="store_true", help="no progress bars")
     c.add_argument("--json", action="store_true")
+    d = add_verb(what, "derive", "write an analytic profile's cost model from its facts and the fit of the profile "
+                 "it derives from (nothing measured)", ["shardlab hardware derive b200"],
+                 command="campaigns:cmd_hardware_derive")
+    d.add_argument("name", help="the analytic profile (its hardware.json names derive_from and its facts)")
+    d.add_argument("--json", action="store_true")
 
 
 def _add_profile_verbs(sub: argparse._SubParsersAction) -> None:

@@ -158,15 +158,19 @@ class AnalyticModel(Estimator):
 
     @property
     def source(self) -> str:
-        """Evaluation label: ``analytic:<profile>[batch_size=<B>]``."""
+        """Evaluation label: ``analytic:<profile>[batch_size=<B>]``; a model derived from another
+        profile's fit and public figures (``profile_["derived"]``, nothing measured on its
+        hardware) says so inside the brackets."""
         batch = self.batch_size if self.batch_size is not None else self.profile_.get("batch_size")
-        return f"analytic:{self.profile_.get('name', '?')}[batch_size={batch}]"
+        derived = self.profile_.get("derived")
+        return f"analytic:{self.profile_.get('name', '?')}[batch_size={batch}{f'; {derived}' if derived else ''}]"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready model: the training data's profile name and settings (the fields of the
         ``shardlab-analytic-v1`` format), the configuration and the coefficients."""
         return {"kind": self.KIND, "profile": self.profile_.get("name"),
                 **{k: self.profile_.get(k) for k in self.param_names()}, "config": self.config(),
+                **({"derived": self.profile_["derived"]} if self.profile_.get("derived") else {}),
                 "coef_fw": None if self.coef_fw_ is None else self.coef_fw_.tolist(),
                 "coef_bw": None if self.coef_bw_ is None else self.coef_bw_.tolist()}
 
@@ -179,7 +183,8 @@ class AnalyticModel(Estimator):
         if unknown:
             raise ShardlabError(f"{cls.__name__}: field 'config.{unknown[0]}' is not a parameter")
         m = cls(**config)
-        m.profile_ = {"name": d["profile"], **{k: d[k] for k in cls.param_names() if k in d}}
+        m.profile_ = {"name": d["profile"], **{k: d[k] for k in cls.param_names() if k in d},
+                      **({"derived": str(d["derived"])} if d.get("derived") else {})}
         m.coef_fw_ = None if d["coef_fw"] is None else np.array(d["coef_fw"])
         m.coef_bw_ = None if d["coef_bw"] is None else np.array(d["coef_bw"])
         return m

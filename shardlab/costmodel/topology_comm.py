@@ -49,13 +49,17 @@ INDEX_BYTES = 8
 #: The model file's ``kind``.
 KIND = "topology_comm"
 #: Constructor fields, in order (the model file holds them).
-FIELDS = ("batch_size", "bytes_per_value", "gpus_per_host", "intra_gbps", "inter_gbps", "latency_us", "name")
+FIELDS = ("batch_size", "bytes_per_value", "gpus_per_host", "intra_gbps", "inter_gbps", "latency_us", "name", "cites")
+#: Where the default constants were published (the label's citations when ``cites`` gives none).
+DEFAULT_CITES = {370.0: "nccl-tests all-to-all, 8x H100 NVLink", 48.0: "nccl-tests all-to-all, 400 Gb/s NIC per GPU"}
 
 
 class TopologyComm:
     """The analytic GPU-cluster all-to-all (module docstring). ``batch_size``: samples per step
     (global, B); ``bytes_per_value``: 4 for fp32 pooled rows; bandwidths in GB/s (1e9 bytes/s);
-    ``latency_us`` per collective (µs); ``name`` begins the label."""
+    ``latency_us`` per collective (µs); ``name`` begins the label; ``cites``: where each of
+    ``intra_gbps``, ``inter_gbps`` and ``latency_us`` comes from (a hardware profile's sources),
+    else the published figures of the defaults."""
 
     target = "comm"
     #: Its model file is JSON (the constants).
@@ -65,7 +69,7 @@ class TopologyComm:
 
     def __init__(self, batch_size: int = 65536, bytes_per_value: int = 4, gpus_per_host: int = 8,
                  intra_gbps: float = 370.0, inter_gbps: float = 48.0, latency_us: float = 0.0,
-                 name: str = "h100-nvlink4+ib400"):
+                 name: str = "h100-nvlink4+ib400", cites: Mapping[str, str] | None = None):
         self.batch_size = batch_size
         self.bytes_per_value = bytes_per_value
         self.gpus_per_host = gpus_per_host
@@ -73,15 +77,21 @@ class TopologyComm:
         self.inter_gbps = inter_gbps
         self.latency_us = latency_us
         self.name = name
+        self.cites = dict(cites) if cites else None
 
     @property
     def source(self) -> str:
         """Evaluation label: analytic, with every constant and where it was published."""
-        cite = {370.0: " (nccl-tests all-to-all, 8x H100 NVLink)", 48.0: " (nccl-tests all-to-all, 400 Gb/s NIC per GPU)"}
-        latency = f"latency {self.latency_us:g} us" + (" (not cited)" if self.latency_us == 0 else " (given)")
+        cites = self.cites or {}
+
+        def cite(key: str, value: float) -> str:
+            said = cites.get(key) or DEFAULT_CITES.get(float(value))
+            return f" ({said})" if said else (" (not cited)" if key == "latency_us" and value == 0 else " (given)")
+
         return (f"analytic:{self.name}[hosts of {self.gpus_per_host}; intra {self.intra_gbps:g} GB/s"
-                f"{cite.get(float(self.intra_gbps), ' (given)')}; inter {self.inter_gbps:g} GB/s"
-                f"{cite.get(float(self.inter_gbps), ' (given)')}; {latency}; batch {self.batch_size}]")
+                f"{cite('intra_gbps', self.intra_gbps)}; inter {self.inter_gbps:g} GB/s"
+                f"{cite('inter_gbps', self.inter_gbps)}; latency {self.latency_us:g} us"
+                f"{cite('latency_us', self.latency_us)}; batch {self.batch_size}]")
 
     def setting(self, key: str, value: Any = None) -> Any:
         """``value`` if given, else this model's ``key`` (``batch_size``, ``bytes_per_value``)."""
@@ -93,7 +103,8 @@ class TopologyComm:
 
     def save(self, path: str) -> None:
         """The constants as JSON (``kind`` plus :data:`FIELDS`), written atomically."""
-        write_json_atomic(path, {"kind": KIND, **{f: getattr(self, f) for f in FIELDS}, "source": self.source})
+        write_json_atomic(path, {"kind": KIND, **{f: getattr(self, f) for f in FIELDS if f != "cites" or self.cites},
+                                 "source": self.source})
 
     @classmethod
     def load(cls, path: str) -> "TopologyComm":

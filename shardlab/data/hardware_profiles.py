@@ -15,7 +15,15 @@ measured and trained for the profile (``models/``, datasets, ``PROVENANCE.md``).
   search's own model (may be empty);
 - ``sitting_log_sd``: the between-sittings spread of a paired ratio measured there (log-sd,
   dimensionless; 0: unknown, measured intervals then cover the rounds' noise only);
-- ``sources``: {field: where its value comes from}, for every figure that is not a setting.
+- ``sources``: {field: where its value comes from}, for every figure that is not a setting;
+- ``facts`` (optional): public or measured figures of the machine, each with its source under
+  ``sources["facts.<key>"]`` (:data:`FACTS`: the GPU's name, HBM in GB and TB/s, GPUs per
+  NVLink domain, the all-to-all bus bandwidths in GB/s inside a domain and between domains, the
+  latency of one collective in µs);
+- ``derive_from`` (optional): the profile whose fitted analytic model an **analytic profile** is
+  derived from (nothing measured on its own hardware): ``shardlab hardware derive NAME`` writes its
+  ``models/analytic`` from that profile's fit and these facts
+  (:mod:`shardlab.workflows.hardware_derive`), labelled as derived in every source.
 
 **Where.** The shipped profiles are the folders of the datasets folder
 (:func:`~shardlab.data.tasks.datasets_dir`) holding ``hardware.json``; the environment variable
@@ -50,7 +58,12 @@ MEASURE_FIELDS = ("device", "batch_size", "weights_precision", "optimizer", "com
                   "repeats", "input_batches")
 REQUIRED = ("format", "name", "about", "device", "batch_size", "search_model", "split_guard_judges",
             "sitting_log_sd", "sources")
-FIELDS = REQUIRED + tuple(f for f in MEASURE_FIELDS if f not in REQUIRED)
+FIELDS = REQUIRED + tuple(f for f in MEASURE_FIELDS if f not in REQUIRED) + ("facts", "derive_from")
+#: The facts a profile may state, with the least each may be: (kind, minimum). Units: GB, TB/s
+#: (1e12 bytes/s), GB/s (1e9 bytes/s), µs.
+FACTS: dict[str, tuple[str, float]] = {"gpu": ("text", 0), "hbm_gb": ("number", 1e-9), "hbm_tbps": ("number", 1e-9),
+                                       "gpus_per_domain": ("count", 1), "intra_gbps": ("number", 1e-9),
+                                       "inter_gbps": ("number", 1e-9), "latency_us": ("number", 0)}
 
 
 @dataclass(frozen=True)
@@ -106,6 +119,13 @@ class ProfileFolder:
     split_guard_judges: tuple[str, ...]
     sitting_log_sd: float
     sources: Mapping[str, str] = field(default_factory=dict)
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    derive_from: str | None = None
+
+    @property
+    def derived(self) -> bool:
+        """Whether it is an analytic profile: derived from another's fit and public figures."""
+        return self.derive_from is not None
 
     @property
     def models_dir(self) -> Path:
@@ -167,13 +187,41 @@ def read_profile_folder(folder: Path) -> ProfileFolder:
     for key in MEASURE_FIELDS:
         if key in ("batch_size", "threads", "warmup", "repeats", "input_batches") and key in d:
             _number(owner, key, d[key], 0)
+    facts = _facts(owner, d.get("facts", {}), sources)
+    derive_from = d.get("derive_from")
+    if derive_from is not None and (not isinstance(derive_from, str) or not derive_from or derive_from == folder.name):
+        raise ShardlabError(f"{owner}: field 'derive_from' = {derive_from!r} must name another profile")
     settings = {k: d[k] for k in MEASURE_FIELDS if k in d}
     try:
         measure = HardwareProfile(name=folder.name, **settings)
     except (ShardlabError, TypeError) as e:
         raise ShardlabError(f"{owner}: {e}") from None
     return ProfileFolder(folder.name, folder, d["about"].strip(), measure, model, tuple(judges),
-                         _number(owner, "sitting_log_sd", d["sitting_log_sd"], 0.0), dict(sources))
+                         _number(owner, "sitting_log_sd", d["sitting_log_sd"], 0.0), dict(sources), facts, derive_from)
+
+
+def _facts(owner: str, facts: Any, sources: Mapping[str, str]) -> dict[str, Any]:
+    """``facts`` checked: known keys, values of their kind and range, each with its source."""
+    if not isinstance(facts, dict):
+        raise ShardlabError(f"{owner}: field 'facts' must be an object of {', '.join(FACTS)}")
+    out: dict[str, Any] = {}
+    for key, value in facts.items():
+        if key not in FACTS:
+            raise ShardlabError(f"{owner}: field 'facts.{key}' is unknown (known: {', '.join(FACTS)})")
+        kind, least = FACTS[key]
+        if kind == "text":
+            if not isinstance(value, str) or not value.strip():
+                raise ShardlabError(f"{owner}: field 'facts.{key}' must be a non-empty string")
+            out[key] = value.strip()
+            continue
+        out[key] = _number(owner, f"facts.{key}", value, least)
+        if kind == "count":
+            if out[key] != int(out[key]):
+                raise ShardlabError(f"{owner}: field 'facts.{key}' = {value!r} must be a whole number")
+            out[key] = int(out[key])
+        if not sources.get(f"facts.{key}", "").strip():
+            raise ShardlabError(f"{owner}: field 'sources.facts.{key}' is missing: every figure says where it comes from")
+    return out
 
 
 _CACHE: dict[tuple, dict[str, ProfileFolder]] = {}
