@@ -13,7 +13,7 @@ from pathlib import Path
 from shardlab.cli import emit
 from shardlab.cli.arguments import dataclass_from_args
 from shardlab.costmodel.bundle import load_bundle, models_dir, resolve_model_path, write_calibration
-from shardlab.costmodel.topology_comm import TopologyComm
+from shardlab.costmodel.topology_comm import topology_for
 from shardlab.costmodel.train import calibrate_held_out, load_records, load_samples, train_bundle
 from shardlab.errors import ShardlabError
 from shardlab.paths import check_output_path
@@ -104,7 +104,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.comm == "topology":   # GPU clusters where no comm was measured: the cited analytic model
         comm = []
         batch = compute[0].profile.get("batch_size") if compute else None
-        topology = TopologyComm(batch_size=int(batch or 65536))
+        topology = topology_for(compute[0].profile.get("name") if compute else None, int(batch or 65536))
     else:
         comm = load_records("comm", args.store, args.dataset, args.profile)
     label = f"store:{args.store}" if args.store else f"dataset:{args.dataset}"

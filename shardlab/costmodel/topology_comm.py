@@ -187,3 +187,29 @@ class TopologyComm:
             np.fill_diagonal(counts, 0.0)
             out[:, 0] += self._ms(counts, counts.T).max()
         return out
+
+
+#: The facts of a hardware profile the topology model is built from (its ``facts`` in hardware.json).
+TOPOLOGY_FACTS = ("gpus_per_domain", "intra_gbps", "inter_gbps")
+
+
+def topology_for(profile: str | None, batch_size: int) -> TopologyComm:
+    """The topology all-to-all of hardware profile ``profile``: hosts of its ``gpus_per_domain``,
+    its ``intra_gbps`` / ``inter_gbps`` / ``latency_us``, each cited from the profile's sources. A
+    profile stating none of those facts (or no profile) gets the defaults (the H100 figures); one
+    stating some but not all is one line naming the first missing."""
+    from shardlab.data.hardware_profiles import profile_folder
+
+    prof = profile_folder(profile) if profile else None
+    facts = prof.facts if prof is not None else {}
+    if not any(k in facts for k in TOPOLOGY_FACTS):
+        return TopologyComm(batch_size=batch_size)
+    missing = [k for k in TOPOLOGY_FACTS if k not in facts]
+    if missing:
+        raise ShardlabError(f"hardware profile '{prof.name}': field 'facts.{missing[0]}' is missing (the topology "
+                            f"all-to-all needs {', '.join(TOPOLOGY_FACTS)})")
+    return TopologyComm(batch_size=batch_size, bytes_per_value=4, gpus_per_host=facts["gpus_per_domain"],
+                        intra_gbps=facts["intra_gbps"], inter_gbps=facts["inter_gbps"],
+                        latency_us=facts.get("latency_us", 0.0), name=prof.name,
+                        cites={k: prof.sources[f"facts.{k}"] for k in ("intra_gbps", "inter_gbps", "latency_us")
+                               if k in facts})

@@ -10,9 +10,9 @@ sources (:data:`~shardlab.data.hardware_profiles.FACTS`). Nothing is measured:
   ``base hbm_tbps / hbm_tbps``: the fused embedding op is bound by HBM bandwidth (TorchRec's
   estimator models it so). The per-call and per-table overheads stay the base's, as measured
   there;
-- **comm**: the topology all-to-all model (:class:`~shardlab.costmodel.topology_comm.TopologyComm`)
-  with hosts of ``gpus_per_domain`` GPUs, ``intra_gbps`` / ``inter_gbps`` / ``latency_us`` from the
-  facts, each cited in its label from the profile's sources.
+- **comm**: the profile's topology all-to-all (:func:`~shardlab.costmodel.topology_comm.topology_for`:
+  hosts of ``gpus_per_domain`` GPUs, ``intra_gbps`` / ``inter_gbps`` / ``latency_us`` from the
+  facts, each cited in its label from the profile's sources).
 
 The bundle is written to ``NAME/models/analytic.json`` (and its parts), and becomes the profile's
 ``search_model`` where it named none; every Evaluation it makes
@@ -29,7 +29,7 @@ import numpy as np
 
 from shardlab.costmodel.analytic import AnalyticCompute
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle, plain_model
-from shardlab.costmodel.topology_comm import TopologyComm
+from shardlab.costmodel.topology_comm import topology_for
 from shardlab.data.hardware_profiles import FILE, ProfileFolder, profile_folder
 from shardlab.errors import ShardlabError
 from shardlab.io import read_json, write_json_atomic
@@ -62,15 +62,6 @@ def derived_compute(base: Any, name: str, base_tbps: float, tbps: float) -> Anal
     return AnalyticCompute.from_dict(d)
 
 
-def derived_comm(prof: ProfileFolder) -> TopologyComm:
-    """The topology all-to-all of ``prof``'s facts, each constant cited from its sources."""
-    f = prof.facts
-    return TopologyComm(batch_size=prof.measure.batch_size, bytes_per_value=4, gpus_per_host=f["gpus_per_domain"],
-                        intra_gbps=f["intra_gbps"], inter_gbps=f["inter_gbps"], latency_us=f.get("latency_us", 0.0),
-                        name=prof.name, cites={k: prof.sources[f"facts.{k}"] for k in
-                                               ("intra_gbps", "inter_gbps", "latency_us") if k in f})
-
-
 def derive_profile(name: str) -> dict[str, Any]:
     """Write ``name``'s ``models/analytic`` bundle (module docstring); returns what was written."""
     prof = profile_folder(name)
@@ -85,7 +76,7 @@ def derive_profile(name: str) -> dict[str, Any]:
                             f"derive from a measured profile")
     fitted = load_bundle(BUNDLE, base.name)
     compute = derived_compute(fitted.compute, name, base.facts["hbm_tbps"], prof.facts["hbm_tbps"])
-    comm = derived_comm(prof)
+    comm = topology_for(name, prof.measure.batch_size)
     made = {k: v for k, v in environment().items() if k in ("date", "git", "torch", "python")}
     provenance = {**made, "kind": "derived", "data": "none: nothing measured on this hardware",
                   "derived_from": {"profile": base.name, "bundle": BUNDLE, "source": fitted.source,

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from shardlab.costmodel.topology_comm import TopologyComm
+from shardlab.costmodel.topology_comm import topology_for
 from shardlab.costmodel.train import load_records, train_bundle
 from shardlab.data.hardware_profiles import FILE, FORMAT, MEASURE_FIELDS, USER_DIR_ENV, known_profiles, profile_folder
 from shardlab.data.tasks import datasets_dir
@@ -149,7 +149,7 @@ def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
         raise ShardlabError(f"hardware new: {len(compute)} compute samples measured in {minutes:g} min, fewer than "
                             f"the {MIN_COMPUTE} a fit needs: run it again with more --minutes (it resumes)")
     comm = load_records("comm", store, profile=name) if ranks else []
-    topology = None if comm else TopologyComm(batch_size=prof.batch_size)
+    topology = None if comm else topology_for(like, prof.batch_size)
     bundle = train_bundle(BUNDLE, compute, comm, seed=seed, progress=progress, data_label=f"store:{STORE}",
                           comm_model=topology)
     bundle.save(folder / "models" / f"{BUNDLE}.json")
