@@ -24,7 +24,7 @@ def test_the_shipped_profiles_are_folders_of_data():
     assert cpu.measure == get_profile("cpu") == PROFILES["cpu"]
     assert (cpu.search_model, cpu.split_guard_judges, cpu.sitting_log_sd) == ("analytic_broad80", ("analytic_broad",), 0.025)
     assert set(cpu.sources) == {"search_model", "split_guard_judges", "sitting_log_sd"}
-    assert known["h200"].search_model is None and known["h200"].measure.comm_backend == "nccl"
+    assert known["h200"].search_model == "analytic" and known["h200"].measure.comm_backend == "nccl"
     assert profile_folder("cpu[batch_size=256]") == cpu            # a profile_with name reads its base
 
 
