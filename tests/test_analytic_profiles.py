@@ -111,3 +111,42 @@ def test_the_shipped_derivations_are_what_derive_writes(tmp_path, monkeypatch):
         again, shipped = load_bundle("analytic", f"{name}-again"), load_bundle("analytic", name)
         np.testing.assert_array_equal(plain_model(again.compute).coef_bw_, plain_model(shipped.compute).coef_bw_)
         assert again.comm.source.replace(f"{name}-again", name) == shipped.comm.source
+
+
+def test_compare_hardware_plans_for_each_profile_and_says_what_each_rests_on(tmp_path, small_task, capsys):
+    from shardlab.io import save_task
+    from shardlab.plan import Plan, validate_plan
+
+    save_task(small_task, tmp_path / "task.json")
+    out = tmp_path / "cmp.json"
+    assert main(["compare-hardware", str(tmp_path / "task.json"), "--profiles", "cpu,b200,mi300x",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "b200: analytic, derived from public figures and h100's fit: nothing measured on it" in text
+    assert "cpu: analytic, fitted to measured dataset:cpu" in text
+    rows = json.loads(out.read_text())
+    assert [r["profile"] for r in rows] == ["cpu", "b200", "mi300x"]
+    for r in rows:
+        validate_plan(small_task, Plan.from_dict(r["plan"]))
+        assert r["source"].startswith(f"analytic:{r['profile']}[") and r["cost_ms"] > 0
+    b200, mi300x = rows[1], rows[2]
+    assert "nothing measured" in b200["source"] and b200["compute_ms"] < mi300x["compute_ms"]   # 8 vs 5.3 TB/s
+
+
+def test_compare_hardware_under_each_gpus_memory_and_its_refusals(tmp_path, monkeypatch, small_task):
+    from dataclasses import replace as with_
+
+    from shardlab.workflows.compare_hardware import compare_hardware
+
+    tight = with_(small_task, mem_cap_gb=0.001)
+    rows = compare_hardware(small_task, ["mi300x", "a100"], memory="profile")
+    assert [r["mem_cap_gb"] for r in rows] == [pytest.approx(192 * 0.85), pytest.approx(80 * 0.85)]
+    with pytest.raises(ShardlabError, match="hardware profile 'nope' is unknown"):
+        compare_hardware(tight, ["b200", "nope"])
+    folder = analytic_copy(tmp_path)                      # an analytic profile not derived yet: no model
+    monkeypatch.setenv(USER_DIR_ENV, str(folder.parent))
+    with pytest.raises(ShardlabError, match="hardware profile 'mygpu': field 'search_model' is null") as e:
+        compare_hardware(small_task, ["b200", "mygpu"])
+    assert "\n" not in str(e.value)
+    with pytest.raises(ShardlabError, match="field 'profiles'"):
+        compare_hardware(small_task, [])

@@ -14,14 +14,15 @@ from typing import Any
 
 from shardlab import constants as C
 from shardlab.cli import emit
-from shardlab.errors import ShardlabError
+from shardlab.errors import ShardlabError, printable
 from shardlab.evaluate import MeasuredEvaluator, ModelEvaluator, costs_label
 from shardlab.evaluate.ranking import ranking_quality, ranking_text
 from shardlab.evaluate.torchrec_step import TorchRecEvaluator
-from shardlab.io import load_plan, load_task, write_json_atomic
+from shardlab.io import check_output_path, load_plan, load_task, write_json_atomic
 from shardlab.paths import safe_filename
 from shardlab.profile.hardware import environment, profile_with
 from shardlab.data.hardware_profiles import profile_folder
+from shardlab.workflows.compare_hardware import compare_hardware, comparison_text
 from shardlab.report.html import write_report
 from shardlab.report.uncertainty import ci_text, ratio_text, rounds_text, verdict_text
 from shardlab.search.optimal import quoted_bounds
@@ -126,6 +127,21 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     where = f" -> {args.out}" if args.out else ""
     emit(args, f"evaluate {plans[key].method} on {task.name}: {ev.cost_ms:.3f} ms{ci} ({ev.source}){bound}{vs}{part}"
                f"{where}", payload)
+
+
+def cmd_compare_hardware(args: argparse.Namespace) -> None:
+    """One task planned for several hardware profiles (:mod:`shardlab.workflows.compare_hardware`)."""
+    if args.out:
+        check_output_path(args.out)
+    profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
+    rows = compare_hardware(load_task(args.task), profiles, args.method, args.memory, args.seed)
+    if args.out:
+        write_json_atomic(args.out, rows)
+    if args.json:
+        emit(args, "", rows)
+        return
+    for line in comparison_text(rows).splitlines() + ([f"-> {args.out}"] if args.out else []):
+        print(printable(line))           # a table: one printable line per row
 
 
 def cmd_compare(args: argparse.Namespace) -> None:

@@ -225,6 +225,20 @@ def _add_evaluation_verbs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="where to write the Evaluations (a JSON list)")
     p.add_argument("--json", action="store_true", help="print the Evaluations (a JSON list)")
 
+    p = add_verb(sub, "compare-hardware", "plan one task for several hardware profiles, side by side", [
+        "shardlab compare-hardware task.json --profiles h100,b200,mi300x",
+        "shardlab compare-hardware task.json --profiles h100,mi300x --memory profile --out cmp.json"],
+        command="evaluate:cmd_compare_hardware")
+    p.add_argument("task", help="Task JSON file")
+    p.add_argument("--profiles", required=True, help="comma-separated hardware profiles (shipped or yours)")
+    p.add_argument("--method", default="neuroshard", help="the method planning for each (default %(default)s)")
+    p.add_argument("--memory", choices=("task", "profile"), default="task",
+                   help="memory cap: the task's for every profile (default), or each GPU's HBM less TorchRec's "
+                        "reserved share")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="where to write the rows (JSON: plans, evaluations, what each rests on)")
+    p.add_argument("--json", action="store_true")
+
     p = add_verb(sub, "report", "standalone HTML comparison of plans (works offline)", [
         "shardlab report lookup_greedy.json neuroshard.json --task task.json --html reports/task.html",
         "shardlab report lookup_greedy.json neuroshard.json --task task.json --measure --rounds 8"],
