@@ -41,6 +41,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from shardlab.data.hardware_profiles import profile_folder
 from shardlab.errors import ShardlabError
 from shardlab.io import read_json, write_json_atomic
 
@@ -198,8 +199,6 @@ def topology_for(profile: str | None, batch_size: int) -> TopologyComm:
     its ``intra_gbps`` / ``inter_gbps`` / ``latency_us``, each cited from the profile's sources. A
     profile stating none of those facts (or no profile) gets the defaults (the H100 figures); one
     stating some but not all is one line naming the first missing."""
-    from shardlab.data.hardware_profiles import profile_folder
-
     prof = profile_folder(profile) if profile else None
     facts = prof.facts if prof is not None else {}
     if not any(k in facts for k in TOPOLOGY_FACTS):
