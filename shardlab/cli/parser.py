@@ -125,6 +125,7 @@ def _add_hardware_verbs(sub: argparse._SubParsersAction) -> None:
     c.add_argument("name", help="the profile's name (a folder name; not a shipped profile's)")
     c.add_argument("--minutes", type=float, default=10.0, help="wall-clock budget for all steps (default 10)")
     c.add_argument("--like", default=None, help="measure with this profile's settings (default cpu, or h200 on a GPU)")
+    c.add_argument("--batch-size", type=int, default=None, help="samples per timed batch (default: --like's)")
     c.add_argument("--workers", type=int, default=1, help="processes measuring compute in parallel")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--no-progress", action="store_true", help="no progress bars")

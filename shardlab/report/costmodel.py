@@ -27,14 +27,22 @@ def learning_curve_figure(history: Sequence[Mapping[str, Any]], title: str = "")
     return fig
 
 
-def predicted_vs_measured_figure(series: Mapping[str, tuple], title: str) -> go.Figure:
+def predicted_vs_measured_figure(series: Mapping[str, tuple], title: str,
+                                 spreads: Mapping[str, tuple] | None = None) -> go.Figure:
     """Scatter of predicted against measured ms (log axes) with y = x; ``series`` maps a label
-    to (predicted ms, measured ms, tables per shard[, per-shard description]), arrays of [n]."""
+    to (predicted ms, measured ms, tables per shard[, per-shard description]), arrays of [n];
+    ``spreads`` (optional) maps a label to (p25 ms, p75 ms) of each measurement's timed runs,
+    drawn as horizontal error bars."""
     fig = go.Figure()
     lo, hi = np.inf, 0.0
     for label, (pred, true, n, *about) in series.items():
         text = [f"{k} tables" + (f": {a}" if about else "") for k, a in zip(n, about[0] if about else n)]
-        fig.add_trace(go.Scatter(x=true, y=pred, mode="markers", name=label, opacity=0.6, text=text))
+        bars = None
+        if spreads and label in spreads:
+            p25, p75 = (np.asarray(x, dtype=float) for x in spreads[label])
+            bars = dict(type="data", symmetric=False, array=np.maximum(p75 - np.asarray(true), 0),
+                        arrayminus=np.maximum(np.asarray(true) - p25, 0), thickness=1)
+        fig.add_trace(go.Scatter(x=true, y=pred, mode="markers", name=label, opacity=0.6, text=text, error_x=bars))
         lo, hi = min(lo, float(np.min(true)), float(np.min(pred))), max(hi, float(np.max(true)), float(np.max(pred)))
     if hi > 0:
         fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured",

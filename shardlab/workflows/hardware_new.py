@@ -77,18 +77,21 @@ def _stored(store: str, kind: str) -> int:
         return s.count(kind)
 
 
-def _facts(name: str, like: str, about: str, search_model: str | None, sources: dict[str, str]) -> dict[str, Any]:
+def _facts(name: str, like: str, about: str, search_model: str | None, sources: dict[str, str],
+           batch_size: int | None = None) -> dict[str, Any]:
     template = profile_folder(like).measure
-    return {"format": FORMAT, "name": name, "about": about,
-            **{k: getattr(template, k) for k in MEASURE_FIELDS},
+    settings = {k: getattr(template, k) for k in MEASURE_FIELDS}
+    if batch_size is not None:
+        settings["batch_size"] = batch_size
+    return {"format": FORMAT, "name": name, "about": about, **settings,
             "search_model": search_model, "split_guard_judges": [], "sitting_log_sd": 0.0, "sources": sources}
 
 
-def _start_folder(folder: Path, name: str, like: str, about: str) -> None:
+def _start_folder(folder: Path, name: str, like: str, about: str, batch_size: int | None = None) -> None:
     """Write ``hardware.json`` without a search model, or check that the one there measures as
     ``like`` does (a resumed run)."""
     path = folder / FILE
-    want = _facts(name, like, about, None, {"sitting_log_sd": "unknown: one sitting measured"})
+    want = _facts(name, like, about, None, {"sitting_log_sd": "unknown: one sitting measured"}, batch_size)
     if path.is_file():
         have = json.loads(path.read_text())
         differ = [k for k in MEASURE_FIELDS if have.get(k) != want[k]]
@@ -102,14 +105,17 @@ def _start_folder(folder: Path, name: str, like: str, about: str) -> None:
 
 def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
                 profiles_dir: str | os.PathLike | None = None, workers: int = 1, seed: int = 0,
-                progress: bool = True) -> dict[str, Any]:
+                progress: bool = True, batch_size: int | None = None) -> dict[str, Any]:
     """Make (or resume) profile ``name`` of this machine within ``minutes`` (module docstring);
-    returns what was measured and fitted: sample counts, held-out errors, the folder."""
+    returns what was measured and fitted: sample counts, held-out errors, the folder.
+    ``batch_size``: samples per timed batch, where not ``like``'s."""
     start = time.monotonic()
     if not isinstance(name, str) or not name or safe_filename(name) != name or "[" in name:
         raise ShardlabError(f"hardware new: field 'name' = {name!r} must be a plain folder name (letters, digits, . _ -)")
     if not (isinstance(minutes, (int, float)) and 0 < minutes <= 24 * 60):
         raise ShardlabError(f"hardware new: field 'minutes' = {minutes!r} must be in (0, 1440]")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ShardlabError(f"hardware new: field 'batch_size' = {batch_size!r} must be a whole number >= 1")
     base = user_profiles_dir(profiles_dir)
     base.mkdir(parents=True, exist_ok=True)
     if (datasets_dir() / name / FILE).is_file():
@@ -121,7 +127,7 @@ def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
         raise ShardlabError(f"hardware new: field 'like' = {like!r} measures on a GPU, and none is visible")
     folder = base / name
     about = f"{hardware_name(device)}: measured here by shardlab hardware new, settings of '{like}'"
-    _start_folder(folder, name, like, about)
+    _start_folder(folder, name, like, about, batch_size)
     prof = get_profile(name)
     store = str(folder / STORE)
     budget = 60.0 * float(minutes)
@@ -158,7 +164,7 @@ def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
     fitted = (f"the analytic model fitted here to {len(compute)} fused ops and {comm_words}; held-out compute "
               f"MAPE {held['mape']:.3f}, Spearman {held['spearman']:.3f} on the samples' test split")
     write_json_atomic(folder / FILE, _facts(name, like, about, BUNDLE, {
-        "search_model": fitted, "sitting_log_sd": "unknown: one sitting measured"}))
+        "search_model": fitted, "sitting_log_sd": "unknown: one sitting measured"}, batch_size))
     env = environment(device)
     write_text_atomic(folder / "PROVENANCE.md", "\n".join([
         f"# Hardware profile `{name}`", "", f"Made by `{' '.join(sys.argv)}` in {time.monotonic() - start:.0f} s.", "",
