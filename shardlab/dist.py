@@ -18,9 +18,9 @@ on the group instead: rank g times device g's fused shard on its own device, the
 between the torchrun ranks, the rounds are the same paired rounds (``--warmup-rounds`` untimed
 first), and ``source`` says ``(torchrun: G ranks, each timing its own device's shards)``.
 
-    torchrun ... -m shardlab.dist profile-comm --store comm.db --samples 500 [--seed 0] [--profile h200]
+    torchrun ... -m shardlab.dist measure-comm --store comm.db --samples 500 [--seed 0] [--profile h200]
 
-measures the comm campaign (``shardlab profile comm``) between the torchrun ranks (``WORLD_SIZE``
+measures the comm campaign (``shardlab measure comm``) between the torchrun ranks (``WORLD_SIZE``
 of them, one process per GPU); rank 0 alone opens the store, adds each sample as it is measured
 (an interrupted run keeps what it measured and a rerun resumes) and records the launcher in the
 provenance.
@@ -52,9 +52,9 @@ from shardlab.evaluate.stats import check_margin
 from shardlab.evaluate.torchrec_step import (EMBEDDINGS, WHOLE, check_counts, evaluations, prepare,
                                              quiet_torchrec_logs, rank_budget_bytes, rank_rounds)
 from shardlab.io import load_task, write_json_atomic
-from shardlab.profile.campaign import run_comm_campaign
-from shardlab.profile.group_bench import GroupBench
-from shardlab.profile.hardware import get_profile, profile_with
+from shardlab.measure.campaign import run_comm_campaign
+from shardlab.measure.group_bench import GroupBench
+from shardlab.measure.hardware import get_profile, profile_with
 
 
 def torchrun_env() -> tuple[int, int, int]:
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="equivalence margin M of the verdicts: 'equivalent' when the 95%% interval of the paired "
                         "ratio lies inside [1/(1+M), 1+M] (default %(default)s)")
     p.add_argument("--timeout-s", type=float, default=900.0, help="bound on every collective (s)")
-    c = sub.add_parser("profile-comm", help="comm campaign between the torchrun ranks (rank 0 writes --store)")
+    c = sub.add_parser("measure-comm", help="comm campaign between the torchrun ranks (rank 0 writes --store)")
     c.add_argument("--store", required=True, help="SQLite sample store (rank 0's file; resumable)")
     c.add_argument("--samples", type=int, required=True, help="samples 0..N-1 of the campaign")
     c.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
@@ -184,7 +184,7 @@ def _torchrec(args: argparse.Namespace, task: Any, plans: dict, reference: str |
 
 
 def profile_comm(args: argparse.Namespace) -> int:
-    """``profile-comm``: the comm campaign between the torchrun ranks; returns samples added."""
+    """``measure-comm``: the comm campaign between the torchrun ranks; returns samples added."""
     if args.samples < 0:
         raise ShardlabError(f"shardlab.dist: field 'samples' = {args.samples} must be >= 0")
     prof = get_profile(args.profile)
@@ -208,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        if args.verb == "profile-comm":
+        if args.verb == "measure-comm":
             added = profile_comm(args)
             if added >= 0:
                 print(f"shardlab.dist: {added} comm sample(s) added -> {args.store}")

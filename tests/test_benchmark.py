@@ -200,7 +200,7 @@ def test_widget_redraws_the_chosen_setting_in_place(bench):
 def test_measured_benchmark_shares_one_bound_per_task(model):
     """With measure=True every plan of a task is measured (real kernels, real gloo ranks) against
     one measured bound; skipped methods get no measured fields."""
-    from shardlab.profile.hardware import profile_with
+    from shardlab.measure.hardware import profile_with
 
     fast = profile_with("cpu", batch_size=256, repeats=2, warmup=1)
     tasks = benchmark_tasks(["2x6"], 1, seed=5)

@@ -5,9 +5,9 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.data.generator import generate_lookups
-from shardlab.profile.broad_campaign import BroadSpace, broad_sample_tables, broad_table, column_slice, run_broad_campaign
-from shardlab.profile.hardware import profile_with
-from shardlab.profile.store import SampleStore
+from shardlab.measure.broad_campaign import BroadSpace, broad_sample_tables, broad_table, column_slice, run_broad_campaign
+from shardlab.measure.hardware import profile_with
+from shardlab.measure.store import SampleStore
 
 SPACE = BroadSpace()
 
@@ -93,7 +93,7 @@ def test_space_from_json_takes_fields_and_names_the_bad_one():
     import pytest
 
     from shardlab.errors import ShardlabError
-    from shardlab.profile.broad_campaign import space_from_json
+    from shardlab.measure.broad_campaign import space_from_json
 
     space = space_from_json('{"pooling": [1, 200], "dims": [4, 512], "one_hot": 0.35}', row_share=0.2)
     assert space.pooling == (1.0, 200.0) and space.dims == (4, 512) and space.one_hot == 0.35

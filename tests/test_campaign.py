@@ -13,9 +13,9 @@ import time
 from shardlab.cli import main
 from shardlab.constants import GB
 from shardlab.data.tasks import pool_tables
-from shardlab.profile.campaign import compute_sample_tables
-from shardlab.profile.hardware import profile_with
-from shardlab.profile.store import SampleStore
+from shardlab.measure.campaign import compute_sample_tables
+from shardlab.measure.hardware import profile_with
+from shardlab.measure.store import SampleStore
 
 FAST = ["--batch-size", "256", "--repeats", "3", "--warmup", "1", "--max-tables", "4", "--no-progress"]
 
@@ -41,7 +41,7 @@ def _count(path) -> int:
 
 def test_kill_9_loses_nothing_and_rerun_resumes(tmp_path):
     store = tmp_path / "compute.db"
-    args = ["profile", "compute", "--store", str(store), "--samples", "40", "--workers", "2", *FAST]
+    args = ["measure", "compute", "--store", str(store), "--samples", "40", "--workers", "2", *FAST]
     proc = subprocess.Popen([sys.executable, "-m", "shardlab", *args], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 180
@@ -70,7 +70,7 @@ def test_ctrl_c_stops_the_workers_quietly_and_keeps_every_stored_sample(tmp_path
     """Ctrl-C at a terminal signals the whole process group: the workers ignore it (started with
     SIGINT ignored), the command prints one line and exits 130, and the store stays whole."""
     store = tmp_path / "compute.db"
-    args = ["profile", "compute", "--store", str(store), "--samples", "40", "--workers", "2", *FAST]
+    args = ["measure", "compute", "--store", str(store), "--samples", "40", "--workers", "2", *FAST]
     proc = subprocess.Popen([sys.executable, "-m", "shardlab", *args], start_new_session=True, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as at a terminal
@@ -86,7 +86,7 @@ def test_ctrl_c_stops_the_workers_quietly_and_keeps_every_stored_sample(tmp_path
 
 
 def test_single_table_costs_and_measured_figures(tmp_path):
-    from shardlab.profile.campaign import run_compute_campaign, run_single_table_costs
+    from shardlab.measure.campaign import run_compute_campaign, run_single_table_costs
     from shardlab.report.measured import (campaign_summary, cost_vs_features_figure,
                                           fused_and_summed, fused_vs_sum_figure)
 
@@ -108,13 +108,13 @@ def test_single_table_costs_and_measured_figures(tmp_path):
 
 
 def test_comm_campaign_resumes_and_records(tmp_path, capsys):
-    from shardlab.profile.campaign import comm_sample_spec
+    from shardlab.measure.campaign import comm_sample_spec
 
     spec = comm_sample_spec(4, 3, 0)
     assert spec == comm_sample_spec(4, 3, 0) and sum(spec["dim_sums"]) == sum(spec["dims"])
     assert 0 <= spec["p"] <= 1 and all(0 <= d <= 30 for d in spec["delays_ms"])
     store = tmp_path / "comm.db"
-    args = ["profile", "comm", "--store", str(store), "--ngpu", "2", "--samples", "3", "--batch-size", "64",
+    args = ["measure", "comm", "--store", str(store), "--ngpu", "2", "--samples", "3", "--batch-size", "64",
             "--repeats", "3", "--warmup", "1", "--max-delay-ms", "5", "--no-progress"]
     assert main(args) == 0
     assert "G=2: +3 (3 stored)" in capsys.readouterr().out

@@ -113,7 +113,7 @@ def _verbs(parser, path=("shardlab",)):
 
 def test_every_verb_help_ends_with_an_example():
     verbs = dict(_verbs(build_parser()))
-    assert {("shardlab", "shard"), ("shardlab", "profile", "compute"), ("shardlab", "train", "autoshard_policy"),
+    assert {("shardlab", "shard"), ("shardlab", "measure", "compute"), ("shardlab", "train", "autoshard_policy"),
             ("shardlab", "calibrate")} <= set(verbs)
     for path, parser in verbs.items():
         help_text = parser.format_help()

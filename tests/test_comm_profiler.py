@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from shardlab.errors import ShardlabError
-from shardlab.profile.comm import (CommBench, CommBenchError, batch_rows,
+from shardlab.measure.comm import (CommBench, CommBenchError, batch_rows,
                                    measure_all_to_all, randomized_dim_assignment)
-from shardlab.profile.records import CommRecord
+from shardlab.measure.records import CommRecord
 
 BATCH = 4096
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-import shardlab.profile.compute as compute
+import shardlab.measure.compute as compute
 from shardlab.data.generator import generate_tables
 from shardlab.errors import ShardlabError
-from shardlab.profile.compute import CudaEventTimer, PerfCounterTimer, fused_inputs, measure_compute, timer_for
-from shardlab.profile.hardware import PROFILES, HardwareProfile, get_profile
-from shardlab.profile.records import ComputeRecord
+from shardlab.measure.compute import CudaEventTimer, PerfCounterTimer, fused_inputs, measure_compute, timer_for
+from shardlab.measure.hardware import PROFILES, HardwareProfile, get_profile
+from shardlab.measure.records import ComputeRecord
 from tests.conftest import make_table
 
 FAST = HardwareProfile("test-fast", "cpu", batch_size=512, warmup=1, repeats=5, input_batches=2)

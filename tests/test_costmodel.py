@@ -165,7 +165,7 @@ def test_bundle_train_save_load_and_simulate(tmp_path, compute_samples, comm_sam
 
 def test_a_bundle_names_its_datas_timer_not_the_training_hosts():
     from shardlab.costmodel.train import data_compute_timing
-    from shardlab.profile.hardware import HOST_SYNC_TIMING, TIMING_METHODS
+    from shardlab.measure.hardware import HOST_SYNC_TIMING, TIMING_METHODS
 
     assert data_compute_timing([{"compute_timing": HOST_SYNC_TIMING}] * 2) == HOST_SYNC_TIMING
     mixed = [{"compute_timing": TIMING_METHODS["cuda"]}, {"hardware": "x"}, {"compute_timing": HOST_SYNC_TIMING}]
@@ -269,7 +269,7 @@ def test_fit_takes_records_or_rows_alike_and_refuses_another_kind(compute_sample
 
 
 def test_records_round_trip_through_their_rows(compute_samples, comm_samples, plan_samples):
-    from shardlab.profile.records import as_record
+    from shardlab.measure.records import as_record
 
     for r in (compute_samples[0], comm_samples[0], plan_samples[0]):
         assert as_record(r.to_dict()) == r and as_record(r) is r

@@ -7,7 +7,7 @@ import pytest
 
 from shardlab.errors import ShardlabError
 from shardlab.data.tasks import datasets_dir
-from shardlab.profile.store import SampleStore, export_store, load_measured
+from shardlab.measure.store import SampleStore, export_store, load_measured
 
 
 def test_export_and_load_round_trip(tmp_path, monkeypatch):
@@ -54,7 +54,7 @@ def _export(tmp_path, name, samples, notes=False):
 
 
 def test_provenance_md_says_only_what_the_dataset_holds_and_how_compute_was_timed(tmp_path):
-    from shardlab.profile.hardware import HOST_SYNC_TIMING, TIMING_METHODS
+    from shardlab.measure.hardware import HOST_SYNC_TIMING, TIMING_METHODS
 
     op = {"fw_ms": 1.0, "bw_ms": 2.0, "total_ms": 3.0, "total_spread_ms": [2.9, 3.1, 2.8, 3.2]}
     plan = {"rounds_cost_ms": [1.0, 1.2], "covers": "compute only", "task": {"name": "t"}, "method": "random"}

@@ -13,8 +13,8 @@ from shardlab.data.tasks import generate_task
 from shardlab.evaluate import verdict
 from shardlab.evaluate.measured import MeasuredEvaluator
 from shardlab.io import save_plan, save_task
-from shardlab.profile.hardware import profile_with
-from shardlab.profile.store import SampleStore
+from shardlab.measure.hardware import profile_with
+from shardlab.measure.store import SampleStore
 from shardlab.search import get_sharder, run_sharder
 
 
@@ -52,7 +52,7 @@ def test_measure_under_two_torchrun_nodes_has_the_spawned_evaluations_shape_and_
 
 def test_comm_campaign_between_torchrun_ranks_is_written_once_and_resumes(tmp_path, torchrun, free_port):
     store = tmp_path / "comm.db"
-    args = ["profile-comm", "--store", store, "--samples", "3", "--profile", "cpu"]
+    args = ["measure-comm", "--store", store, "--samples", "3", "--profile", "cpu"]
     run = torchrun(args, 1, 0, free_port, nproc=2)
     out, err = run.communicate(timeout=600)
     assert run.returncode == 0, err

@@ -9,7 +9,7 @@ from shardlab import Placement, Plan
 from shardlab.data.lookups import table_lookups
 from shardlab.data.tasks import generate_task
 from shardlab.evaluate import device_tables, measure_plan, measure_plans
-from shardlab.profile.hardware import profile_with
+from shardlab.measure.hardware import profile_with
 from shardlab.search import get_sharder, run_sharder
 
 FAST = profile_with("cpu", batch_size=256, repeats=3, warmup=1)

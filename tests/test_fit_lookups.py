@@ -16,8 +16,8 @@ from shardlab.data import generator as G
 from shardlab.data.lookups import lookup_origin, table_lookups
 from shardlab.errors import ShardlabError
 from shardlab.io import load_task
-from shardlab.profile.compute import measure_compute
-from shardlab.profile.hardware import profile_with
+from shardlab.measure.compute import measure_compute
+from shardlab.measure.hardware import profile_with
 
 BATCH = 4096  # the task's batch: the bins below are measured at it
 FIELDS = ("name", "rows", "dim", "pooling_factor", "reuse_bins")

@@ -8,11 +8,11 @@ import pytest
 
 from shardlab import constants as C
 from shardlab.data.tasks import generate_task, pool_tables
-from shardlab.profile.broad_campaign import BroadSpace, run_broad_campaign
-from shardlab.profile.campaign import compute_sample_tables
-from shardlab.profile.compute import fused_inputs, measure_compute, prefetched, run_jobs_prefetched
-from shardlab.profile.hardware import get_profile, profile_with
-from shardlab.profile.store import SampleStore
+from shardlab.measure.broad_campaign import BroadSpace, run_broad_campaign
+from shardlab.measure.campaign import compute_sample_tables
+from shardlab.measure.compute import fused_inputs, measure_compute, prefetched, run_jobs_prefetched
+from shardlab.measure.hardware import get_profile, profile_with
+from shardlab.measure.store import SampleStore
 from shardlab.tables import Table
 from studies.gpu_compute.analysis import cross_device, plan_verdicts, same_ops
 from studies.gpu_compute.plan_compute import COVERS, measure_plan_compute
@@ -39,7 +39,7 @@ def test_prefetched_batches_are_the_jobs_own_in_order(workers):
 
 
 def test_measure_compute_uses_given_batches(monkeypatch):
-    import shardlab.profile.compute as compute
+    import shardlab.measure.compute as compute
 
     tables = [Table.from_dict(t) for t in _jobs(1)[0][1]]
     batches = [fused_inputs(tables, 128, k) for k in range(PROF.input_batches)]
@@ -139,7 +139,7 @@ def _campaign_script():
 
 
 def test_fused_phase_times_the_h100_ops_again_under_their_keys(tmp_path):
-    from shardlab.profile.store import load_measured
+    from shardlab.measure.store import load_measured
 
     camp = _campaign_script()
     before = list(load_measured("compute", "h100"))

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
-from shardlab.profile.store import SampleStore
+from shardlab.measure.store import SampleStore
 from shardlab.tables import Task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -255,8 +255,8 @@ def test_the_measuring_call_rehearsed_on_the_cpu(tmp_path):
 
 
 def test_the_kernel_check_passes_on_fbgemm_and_stops_a_wrong_kernel(monkeypatch):
-    import shardlab.profile.compute as compute
-    from shardlab.profile.hardware import get_profile
+    import shardlab.measure.compute as compute
+    from shardlab.measure.hardware import get_profile
 
     prof = get_profile("cpu")
     assert lease.kernel_check(prof)["fused_op_forward_max_abs_error"] <= 1e-4

@@ -17,7 +17,7 @@ from shardlab.costmodel.train import compose_plans, load_records, load_samples, 
 from shardlab.data.lookups import device_tables
 from shardlab.io import read_json
 from shardlab.plan import Plan
-from shardlab.profile.hardware import HOST_SYNC_TIMING, TIMING_WORDS
+from shardlab.measure.hardware import HOST_SYNC_TIMING, TIMING_WORDS
 from shardlab.tables import Task
 
 BUNDLES = ["analytic", "neuroshard", "autoshard", "dreamshard"]

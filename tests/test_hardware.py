@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from shardlab.profile.hardware import (NVIDIA_SMI_QUERY, TIMING_METHODS, environment, gpu_info, nvidia_smi,
+from shardlab.measure.hardware import (NVIDIA_SMI_QUERY, TIMING_METHODS, environment, gpu_info, nvidia_smi,
                                        parse_nvidia_smi)
 
 H100 = "NVIDIA H100 80GB HBM3, 570.86.15, 1980, 2619, 1980, 2619, P0, 700.00"

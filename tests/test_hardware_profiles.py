@@ -12,7 +12,7 @@ import pytest
 from shardlab.data.hardware_profiles import FILE, USER_DIR_ENV, known_profiles, profile_folder, read_profile_folder
 from shardlab.data.tasks import datasets_dir
 from shardlab.errors import ShardlabError
-from shardlab.profile.hardware import PROFILES, get_profile
+from shardlab.measure.hardware import PROFILES, get_profile
 from shardlab.search.registry import run_sharder, sharder_for
 
 

@@ -7,8 +7,8 @@ import pytest
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import ModelEvaluator
-from shardlab.profile.hardware import profile_with
-from shardlab.profile.store import SampleStore
+from shardlab.measure.hardware import profile_with
+from shardlab.measure.store import SampleStore
 from shardlab.search import get_sharder, run_sharder
 from studies.common.heldout import (KIND, heldout_errors, heldout_tasks, heldout_verdicts, measure_heldout,
                                     pooled_samples, search_verdicts)

@@ -48,9 +48,9 @@ CASES = [
     (["evaluate", "{task}", "{plan}", "--model", "{dir}/no_parts.json"], "field 'parts.compute'"),
     (["evaluate", "{task}", "{plan}", "--model", "{dir}/garbage_model.json"], "not a readable model file"),
     (["evaluate", "{task}", "{plan}", "--model", "{dir}/unknown_class.json"], "is no shardlab cost model class"),
-    (["profile", "comm", "--store", "{dir}/c.db", "--max-delay-ms", "-5"], "option '--max-delay-ms' = -5.0"),
-    (["profile", "compute", "--store", "{dir}/c.db", "--workers", "0"], "option '--workers' = 0"),
-    (["profile", "comm", "--store", "{dir}/c.db", "--ngpu", "100", "--samples", "1"], "exceeds the 64 ranks"),
+    (["measure", "comm", "--store", "{dir}/c.db", "--max-delay-ms", "-5"], "option '--max-delay-ms' = -5.0"),
+    (["measure", "compute", "--store", "{dir}/c.db", "--workers", "0"], "option '--workers' = 0"),
+    (["measure", "comm", "--store", "{dir}/c.db", "--ngpu", "100", "--samples", "1"], "exceeds the 64 ranks"),
     (["evaluate", "{task}", "{plan}", "--batch-size", "128"], "option '--batch-size' = 128 only applies with --measure"),
     (["evaluate", "{task}", "{plan}", "--repeats", "3"], "option '--repeats' = 3 only applies with --measure"),
     (["compare", "{task}", "{plan}", "--rounds", "5"], "option '--rounds' = 5 only applies with --measure"),
@@ -61,7 +61,7 @@ CASES = [
     (["tasks", "--tables", CRITEO, "--assume-zipf", "-1"], "option '--assume-zipf' = -1.0"),
     (["export-torchrec", "{task}", "{plan}", "--out", "{dir}/x.json", "--module", "a b;rm"], "option '--module'"),
     (["evaluate", "{task}", "{dir}/plan_extra.json"], "field 'colour'"),
-    (["profile", "plans", "--store", "{dir}/p.db", "--min-tables", "9", "--max-tables", "3"], "option '--min-tables'"),
+    (["measure", "plans", "--store", "{dir}/p.db", "--min-tables", "9", "--max-tables", "3"], "option '--min-tables'"),
 ]
 
 

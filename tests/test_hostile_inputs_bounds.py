@@ -65,18 +65,18 @@ CASES = [
     (["evaluate", "{dir}/task.json", "{dir}/plan.json", "--measure", "--journal", "{dir}/adir"], "adir is a directory"),
     (["evaluate", "{dir}/task.json", "{dir}/plan.json", "--measure", "--journal", "{dir}/fifo"], "fifo is a FIFO"),
     (["evaluate", "{dir}/task.json", "{dir}/plan.json", "--measure", "--journal", "/dev/full"], "character device"),
-    (["profile", "comm", "--store", "{dir}/c.db", "--max-delay-ms", "1e12"], "option '--max-delay-ms' = 1000000000000.0"),
+    (["measure", "comm", "--store", "{dir}/c.db", "--max-delay-ms", "1e12"], "option '--max-delay-ms' = 1000000000000.0"),
     (["train", "autoshard_policy", "--ngpu", "100000", "--out", "{dir}/x.pt", "--store", "{dir}/s.db"],
      "option '--ngpu' = 100000 must be in [1, 16,384]"),
     (["train", "analytic", "--out", "{dir}/adir"], "adir is a directory"),
     (["train", "analytic", "--out", "{dir}/a.json", "--epochs", "5"], "option '--epochs' = 5 does not apply to analytic"),
-    (["profile", "compute", "--store", "{dir}/c.db", "--pool", "broad", "--split", "test"],
+    (["measure", "compute", "--store", "{dir}/c.db", "--pool", "broad", "--split", "test"],
      "option '--split' = 'test' does not apply to --pool broad"),
-    (["profile", "compute", "--store", "{dir}/c.db", "--space", '{{"pooling": [1, 200]}}'],
+    (["measure", "compute", "--store", "{dir}/c.db", "--space", '{{"pooling": [1, 200]}}'],
      "option '--space' = '{\"pooling\": [1, 200]}' needs --pool broad"),
-    (["profile", "compute", "--store", "{dir}/c.db", "--pool", "broad", "--space", '{{"poolng": [1, 200]}}'],
+    (["measure", "compute", "--store", "{dir}/c.db", "--pool", "broad", "--space", '{{"poolng": [1, 200]}}'],
      "BroadSpace: no field 'poolng'"),
-    (["profile", "compute", "--store", "{dir}/c.db", "--minutes", "0"], "option '--minutes' = 0.0 must be positive"),
+    (["measure", "compute", "--store", "{dir}/c.db", "--minutes", "0"], "option '--minutes' = 0.0 must be positive"),
 ]
 
 
@@ -174,7 +174,7 @@ def test_ranks_ignore_ctrl_c_and_a_dead_rank_is_one_line(monkeypatch, capsys):
     import time
 
     from shardlab.errors import CommBenchError
-    from shardlab.profile.comm import CommBench
+    from shardlab.measure.comm import CommBench
 
     # as at a terminal (a background job, as CI's, starts with SIGINT ignored, which would hide a fault)
     outer = signal.signal(signal.SIGINT, signal.default_int_handler)

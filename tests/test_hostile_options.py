@@ -64,11 +64,11 @@ CASES = [
     (["shard", "{dir}/source_list.json", "--method", "size_greedy"], "field 'source' = [1, 2]"),
     (["shard", "{dir}/twice.json", "--method", "size_greedy"], "field 'ngpu' appears twice"),
     (["evaluate", "{task}", "{plan}", "--model", "{dir}/provenance_str.json"], "field 'provenance' must be an object"),
-    (["profile", "comm", "--store", "{dir}/comm.db", "--ngpu", "1", "--samples", "1"], "field 'world_size' = 1"),
-    (["profile", "compute", "--store", "{dir}/s.db", "--samples", "100000000"], "option '--samples' = 100000000"),
+    (["measure", "comm", "--store", "{dir}/comm.db", "--ngpu", "1", "--samples", "1"], "field 'world_size' = 1"),
+    (["measure", "compute", "--store", "{dir}/s.db", "--samples", "100000000"], "option '--samples' = 100000000"),
     (["compare", "{task}", "{plan}", "--measure", "--batch-size", "100000000000"], "option '--batch-size' = 100000000000"),
     (["compare", "{task}", "{plan}", "--measure", "--repeats", "1000000000"], "option '--repeats' = 1000000000"),
-    (["profile", "compute", "--store", "{dir}/s.db", "--warmup", "1000000000"], "option '--warmup' = 1000000000"),
+    (["measure", "compute", "--store", "{dir}/s.db", "--warmup", "1000000000"], "option '--warmup' = 1000000000"),
     (["shard", "{task}"], "the following arguments are required: --method"),
     (["train", "nope"], "argument kind: invalid choice: 'nope'"),
 ]
@@ -111,7 +111,7 @@ def test_a_gpu_campaign_without_a_gpu_creates_no_store(tmp_path, monkeypatch, ca
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     store = tmp_path / "s.db"
-    assert main(["profile", "compute", "--store", str(store), "--samples", "1", "--profile", "h100"]) == 2
+    assert main(["measure", "compute", "--store", str(store), "--samples", "1", "--profile", "h100"]) == 2
     assert "no GPU is visible" in capsys.readouterr().err and not store.exists()
 
 

@@ -13,7 +13,7 @@ from tests.browser import chromium_page, jupyter_lab, prepare_notebook, run_note
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "shardlab-test"
-NOTEBOOKS = {"search.ipynb", "profile.ipynb", "train_cost_model.ipynb", "explore_data.ipynb", "benchmark.ipynb"}
+NOTEBOOKS = {"search.ipynb", "measure.ipynb", "train_cost_model.ipynb", "explore_data.ipynb", "benchmark.ipynb"}
 
 
 def test_jupyter_lab_serves_the_notebooks(tmp_path):

@@ -34,7 +34,7 @@ SCRIPTS = {"setup.sh", "test.sh", "setup_browser.sh", "sealed_test.sh", "gpu/REA
 
 #: Layer of each top-level module or subpackage; higher may import lower, never the reverse.
 LAYERS = {"constants": 0, "errors": 0, "tables": 0, "plan": 0, "schedule": 0, "io": 0, "paths": 0, "loads": 0, "processes": 0,
-          "data": 1, "profile": 2, "costmodel": 3, "evaluate": 4, "export": 4, "search": 5,
+          "data": 1, "measure": 2, "costmodel": 3, "evaluate": 4, "export": 4, "search": 5,
           "workflows": 6, "torchrec": 6, "report": 7, "cli": 8, "dist": 8,
           "__init__": 8, "__main__": 8}
 
@@ -84,13 +84,13 @@ def test_imports_go_one_way():
 
 def test_search_never_sees_measurement_or_workflows():
     for path in (PACKAGE / "search").rglob("*.py"):
-        assert not _imports(path) & {"profile", "workflows", "report"}, path
+        assert not _imports(path) & {"measure", "workflows", "report"}, path
 
 
 def test_report_only_draws_and_writes():
     """report/ imports none of search/, profile/, workflows/ (module docstring)."""
     for path in (PACKAGE / "report").rglob("*.py"):
-        assert not _imports(path) & {"search", "profile", "workflows"}, path
+        assert not _imports(path) & {"search", "measure", "workflows"}, path
 
 
 def test_no_private_names_imported_across_modules():

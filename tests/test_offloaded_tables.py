@@ -126,7 +126,7 @@ def test_the_export_names_the_kernel_and_cache_share_as_torchrec_reads_them():
 
 
 def test_the_measuring_evaluators_refuse_offloaded_tables_in_one_line():
-    from shardlab.profile.compute import measure_compute
+    from shardlab.measure.compute import measure_compute
 
     task = offloaded_task(n=2, ngpu=2)
     with pytest.raises(ShardlabError, match="table 't1' is offloaded") as e:

@@ -14,7 +14,7 @@ from shardlab.cli import main
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.costmodel.train import load_records
 from shardlab.errors import ShardlabError
-from shardlab.profile.store import SampleStore
+from shardlab.measure.store import SampleStore
 
 
 @pytest.fixture()
@@ -54,7 +54,7 @@ def test_train_refuses_dev_full_and_leaves_dev_alone(capsys):
 @pytest.mark.parametrize("name", ODD)
 def test_a_store_to_write_is_checked_before_sqlite_opens_it(odd, name, capsys):
     before = sorted(p.name for p in odd.iterdir())
-    said = _one_line_exit_2(["profile", "compute", "--store", str(odd / name), "--samples", "1",
+    said = _one_line_exit_2(["measure", "compute", "--store", str(odd / name), "--samples", "1",
                              "--no-progress"], capsys)
     assert "refusing to write output" in said
     assert sorted(p.name for p in odd.iterdir()) == before          # no <store>-journal / -wal / -shm

@@ -20,7 +20,7 @@ from shardlab.data.tasks import generate_task, pool_tables
 from shardlab.evaluate import BOUND, VERDICTS, MeasuredEvaluator, compare_to_reference, round_orders, verdict
 from shardlab.evaluate import measured as measured_module
 from shardlab.io import save_plan, save_task
-from shardlab.profile.hardware import profile_with
+from shardlab.measure.hardware import profile_with
 from shardlab.search import get_sharder, run_sharder
 
 CRITEO = str(Path(__file__).resolve().parents[1] / "datasets" / "criteo" / "criteo_kaggle_dac.json")

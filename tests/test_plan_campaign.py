@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from shardlab.errors import ShardlabError
-from shardlab.profile.hardware import profile_with
-from shardlab.profile.store import SampleStore
+from shardlab.measure.hardware import profile_with
+from shardlab.measure.store import SampleStore
 from shardlab.workflows.plan_campaign import run_plan_campaign
 
 

@@ -13,7 +13,7 @@ from shardlab.costmodel.bundle import load_bundle
 from shardlab.data.tasks import generate_task
 from shardlab.evaluate import estimate_plan
 from shardlab.io import save_plan, save_task
-from shardlab.profile.hardware import environment
+from shardlab.measure.hardware import environment
 from shardlab.report.html import NO_ENVIRONMENT, write_report
 from shardlab.search import get_sharder, run_sharder
 

@@ -21,7 +21,7 @@ def _shipped():
 
 
 def test_slices_split_a_batch_as_the_profiler_does():
-    from shardlab.profile.comm import batch_rows as profiler_rows
+    from shardlab.measure.comm import batch_rows as profiler_rows
 
     for b, g in ((4096, 4), (4097, 8), (10, 3)):
         assert batch_rows(b, g) == profiler_rows(b, g)

@@ -112,7 +112,7 @@ def test_a_table_that_fits_no_device_in_any_split_is_named():
 def test_a_neuroshard_row_wise_plan_trains_in_torchrec():
     pytest.importorskip("torchrec", reason="torchrec is installed by scripts/setup.sh")
     from shardlab.evaluate import torchrec_plans
-    from shardlab.profile.hardware import profile_with
+    from shardlab.measure.hardware import profile_with
 
     by_rows = sorted((t for t in pool_tables("dlrm-synth", "test") if t.rows <= 50_000), key=lambda t: t.rows)
     small = tuple(t.with_dim(16) for t in [by_rows[-1], *by_rows[:3]])     # one big table, three tiny ones

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from shardlab import ShardlabError
-from shardlab.profile.comm import CommBench, check_rowwise_exchange
-from shardlab.profile.records import CommRecord
-from shardlab.profile.rowwise_comm import RowWise, owner_counts, rowwise_of
+from shardlab.measure.comm import CommBench, check_rowwise_exchange
+from shardlab.measure.records import CommRecord
+from shardlab.measure.rowwise_comm import RowWise, owner_counts, rowwise_of
 
 
 def test_the_pattern_is_checked():

@@ -5,8 +5,8 @@ import pytest
 
 from shardlab.costmodel.analytic import save_analytic
 from shardlab.costmodel.rowwise_comm import BW_COLS, FW_COLS, INDEX_BYTES, RowWiseComm, rowwise_terms
-from shardlab.profile.campaign import rowwise_spec
-from shardlab.profile.store import load_measured
+from shardlab.measure.campaign import rowwise_spec
+from shardlab.measure.store import load_measured
 from studies.row_wise.comm_check import judge_rows, measured_comm_rows
 from studies.row_wise.tasks import Spec, build_task
 

@@ -152,8 +152,8 @@ def test_dreamshard_loop_measures_plans_for_every_device_count(tmp_path):
     """The full loop with measured plans (tiny and fast): each iteration's measured plans are
     spread over the device counts, land in the store as plan:<G>, and refit the cost network."""
     from shardlab.costmodel.dreamshard import DreamShardCost
-    from shardlab.profile.hardware import profile_with
-    from shardlab.profile.store import SampleStore
+    from shardlab.measure.hardware import profile_with
+    from shardlab.measure.store import SampleStore
     from shardlab.workflows.train_dreamshard import train_dreamshard
 
     compute = [s for s in load_records("compute") if ":train:" in s.key][:200]
@@ -175,8 +175,8 @@ def test_dreamshard_loop_measures_plans_for_every_device_count(tmp_path):
 def test_autoshard_refit_measures_exactly_n_plans_per_call(small_cost, tmp_path):
     """Each online refit adds exactly ``n_plans`` measured plans to the replay store (a refit
     once re-measured every earlier plan under a new key, so the buffer grew quadratically)."""
-    from shardlab.profile.hardware import profile_with
-    from shardlab.profile.store import SampleStore
+    from shardlab.measure.hardware import profile_with
+    from shardlab.measure.store import SampleStore
     from shardlab.workflows.train_autoshard import refit_cost_online
 
     agent = AutoShardAgent(small_cost, seed=0)

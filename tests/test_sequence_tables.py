@@ -102,8 +102,8 @@ def test_every_method_plans_a_task_with_sequence_tables(method):
 
 
 def test_the_measured_evaluator_runs_sequence_tables_as_fbgembs_sequence_ops():
-    from shardlab.profile.compute import measure_compute
-    from shardlab.profile.hardware import HardwareProfile, PROFILES
+    from shardlab.measure.compute import measure_compute
+    from shardlab.measure.hardware import HardwareProfile, PROFILES
 
     profile = replace(PROFILES["cpu"], repeats=2, warmup=1, input_batches=1, batch_size=256)
     tables = [t for t in task_with_sequences(n=4).tables]

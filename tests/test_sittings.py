@@ -20,7 +20,7 @@ from shardlab.evaluate import MeasuredEvaluator, compare_to_reference
 from shardlab.evaluate.stats import hierarchical_median_ci, paired_ratio_ci, with_sitting_spread
 from shardlab.evaluate.values import NAMED, DeviceCost, Evaluation, choose_reference, sitting_spread
 from shardlab.io import save_plan, save_task
-from shardlab.profile.hardware import profile_with
+from shardlab.measure.hardware import profile_with
 from shardlab.search import get_sharder, run_sharder
 
 #: 2 timed runs per op after 1 warm-up, batch 512: structure only, nothing is judged.

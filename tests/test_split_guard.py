@@ -17,7 +17,7 @@ from shardlab.cli import main
 from shardlab.costmodel.bundle import (MIN_SPLIT_SHARDS, CostModelBundle, SplitCalibration, calibrate_splits,
                                        is_column_slice, load_bundle, models_dir, write_calibration)
 from shardlab.costmodel.train import calibrate_if_possible
-from shardlab.profile.records import ComputeRecord
+from shardlab.measure.records import ComputeRecord
 from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
 from shardlab.search import get_sharder

@@ -7,8 +7,8 @@ import sqlite3
 import pytest
 
 from shardlab.errors import ShardlabError
-from shardlab.profile.hardware import environment
-from shardlab.profile.store import SampleStore
+from shardlab.measure.hardware import environment
+from shardlab.measure.store import SampleStore
 
 
 def test_add_and_read_back(tmp_path):

@@ -18,7 +18,7 @@ from shardlab.costmodel.task_calibration import (TaskCalibratedLinearHead, calib
 from shardlab.costmodel.valid_range import GuardedCompute
 from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
-from shardlab.profile.task_bench import task_ops
+from shardlab.measure.task_bench import task_ops
 from shardlab.search.blocks import ShardCoster
 from shardlab.search.greedy_grid import HeadCoster
 

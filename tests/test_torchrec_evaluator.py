@@ -12,7 +12,7 @@ from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
 from shardlab.export import export_for_device, export_torchrec
 from shardlab.plan import Placement, Plan, validate_plan
-from shardlab.profile.hardware import profile_with
+from shardlab.measure.hardware import profile_with
 from shardlab.search import get_sharder, run_sharder
 
 pytest.importorskip("torchrec", reason="torchrec is installed by scripts/setup.sh")
@@ -123,7 +123,7 @@ def test_dist_refuses_a_world_size_that_is_not_the_plans_ngpu(task, tmp_path, mo
 
 
 def test_agreement_measures_both_ways_resumes_and_reports_disagreements(tmp_path):
-    from shardlab.profile.store import SampleStore
+    from shardlab.measure.store import SampleStore
     from studies.torchrec_agreement.agreement import KIND, agreement, measure_agreement
 
     small = generate_task(ntables=5, ngpu=2, mem_cap_gb=1.0, batch_size=64, seed=8, dims=(8, 16))

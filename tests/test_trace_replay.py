@@ -13,8 +13,8 @@ from shardlab.data.dlrm_format import (check_lookups, save_dlrm_file, tables_fro
 from shardlab.data.fit_lookups import fit_table_lookups
 from shardlab.data.lookups import lookup_origin, rebatch, table_lookups
 from shardlab.errors import ShardlabError
-from shardlab.profile.compute import fused_inputs, measure_compute
-from shardlab.profile.hardware import profile_with
+from shardlab.measure.compute import fused_inputs, measure_compute
+from shardlab.measure.hardware import profile_with
 from shardlab.tables import Table, Task
 
 B = 8  # samples in the trace

@@ -30,12 +30,12 @@ from typing import Any, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from shardlab.data.tasks import generate_task  # noqa: E402
-from shardlab.profile.broad_campaign import BroadSpace, run_broad_campaign  # noqa: E402
-from shardlab.profile.campaign import run_compute_campaign, run_single_table_costs  # noqa: E402
-from shardlab.profile.compute import Job, run_jobs_prefetched  # noqa: E402
-from shardlab.profile.hardware import HardwareProfile, environment, get_profile  # noqa: E402
-from shardlab.profile.records import key_for_profile  # noqa: E402
-from shardlab.profile.store import SampleStore, load_measured  # noqa: E402
+from shardlab.measure.broad_campaign import BroadSpace, run_broad_campaign  # noqa: E402
+from shardlab.measure.campaign import run_compute_campaign, run_single_table_costs  # noqa: E402
+from shardlab.measure.compute import Job, run_jobs_prefetched  # noqa: E402
+from shardlab.measure.hardware import HardwareProfile, environment, get_profile  # noqa: E402
+from shardlab.measure.records import key_for_profile  # noqa: E402
+from shardlab.measure.store import SampleStore, load_measured  # noqa: E402
 from shardlab.search import get_sharder, run_sharder, sharder_names  # noqa: E402
 from studies.common.heldout import SETS, heldout_tasks  # noqa: E402
 from studies.common.methods import TABLE_WISE, split_methods  # noqa: E402
@@ -55,7 +55,7 @@ def gpu_profile() -> HardwareProfile:
     for key in ("h100", "h200"):
         if key.upper() in name.upper():
             return get_profile(key)
-    raise SystemExit(f"campaign: no shipped profile for GPU '{name}' (add one to shardlab/profile/hardware.py)")
+    raise SystemExit(f"campaign: no shipped profile for GPU '{name}' (add one to shardlab/measure/hardware.py)")
 
 
 def fused_jobs(profile: HardwareProfile, dataset: str = FUSED_FROM, limit: int | None = None) -> list[Job]:

@@ -12,7 +12,7 @@ the next):
    were made beforehand on the CPU (``studies/gpu_compute/lease_plans.py``, TorchRec's planner
    included) and are read from ``studies/gpu_compute/lease/plans.json``. Per task, every
    distinct plan's devices are timed one fused op at a time (forward + backward with the fused
-   SGD update, CUDA events: ``shardlab.profile.compute``), in paired, interleaved rounds (orders
+   SGD update, CUDA events: ``shardlab.measure.compute``), in paired, interleaved rounds (orders
    shuffled per round, seeded; identical shards timed once per round): first
    ``SELECTION_ROUNDS`` rounds of the baselines alone, which pick the reference, then
    ``ROUNDS`` judged rounds of every plan. One JSON line per round (per device ``[fw, bw]``
@@ -26,7 +26,7 @@ the next):
 
 Lookup batches are made by ``--workers`` CPU processes: per table once per task for the plans
 (device ops are concatenations of their tables' batches, exactly as
-:func:`~shardlab.profile.compute.fused_inputs` makes them), per op for the campaigns.
+:func:`~shardlab.measure.compute.fused_inputs` makes them), per op for the campaigns.
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ from shardlab.evaluate.measured import measurable, round_orders, shard_key  # no
 from shardlab.evaluate.values import baseline_names, device_tables  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
 from shardlab.processes import ignore_sigint  # noqa: E402
-from shardlab.profile.broad_campaign import BroadSpace, run_broad_campaign  # noqa: E402
-from shardlab.profile.compute import make_inputs, measure_compute, run_jobs_prefetched  # noqa: E402
-from shardlab.profile.hardware import HardwareProfile, environment, get_profile  # noqa: E402
-from shardlab.profile.records import key_for_profile  # noqa: E402
-from shardlab.profile.store import SampleStore, load_measured  # noqa: E402
+from shardlab.measure.broad_campaign import BroadSpace, run_broad_campaign  # noqa: E402
+from shardlab.measure.compute import make_inputs, measure_compute, run_jobs_prefetched  # noqa: E402
+from shardlab.measure.hardware import HardwareProfile, environment, get_profile  # noqa: E402
+from shardlab.measure.records import key_for_profile  # noqa: E402
+from shardlab.measure.store import SampleStore, load_measured  # noqa: E402
 from shardlab.tables import Table, Task  # noqa: E402
 from studies.gpu_compute.lease_plans import DRY as DRY_TASKS  # noqa: E402
 
@@ -203,10 +203,10 @@ def run_floor(store: str, prof: HardwareProfile, kind: str, n: int, workers: int
 
 def kernel_check(prof: HardwareProfile, seed: int = 0) -> dict[str, Any]:
     """Before anything is timed: one small fused op built as every measurement builds it
-    (:func:`~shardlab.profile.compute.build_tbe`) runs forward and backward, and its pooled
+    (:func:`~shardlab.measure.compute.build_tbe`) runs forward and backward, and its pooled
     output must equal the sums of its own weight rows (torch, fp32) to 1e-4: a wrong or
     unloadable kernel stops the lease here, in one line, not after minutes of numbers."""
-    from shardlab.profile.compute import build_tbe
+    from shardlab.measure.compute import build_tbe
 
     device = torch.device("cuda" if prof.device == "cuda" else "cpu")
     tables = [Table(f"check{i}", rows, dim, 3.0, (1.0,) + (0.0,) * (C.N_REUSE_BINS - 1)) for i, (rows, dim) in enumerate(((1000, 8), (5000, 64)))]

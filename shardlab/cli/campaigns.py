@@ -23,10 +23,10 @@ from shardlab.workflows.plan_campaign import run_plan_campaign
 from shardlab.workflows.rl_args import AutoShardArgs, DreamShardArgs
 from shardlab.workflows.train_autoshard import train_autoshard
 from shardlab.workflows.train_dreamshard import train_dreamshard
-from shardlab.profile.broad_campaign import run_broad_campaign, space_from_json
-from shardlab.profile.campaign import run_comm_campaign, run_compute_campaign, run_single_table_costs
-from shardlab.profile.hardware import profile_with
-from shardlab.profile.store import SampleStore
+from shardlab.measure.broad_campaign import run_broad_campaign, space_from_json
+from shardlab.measure.campaign import run_comm_campaign, run_compute_campaign, run_single_table_costs
+from shardlab.measure.hardware import profile_with
+from shardlab.measure.store import SampleStore
 
 
 def _existing_store(path: str | None) -> None:
@@ -35,7 +35,7 @@ def _existing_store(path: str | None) -> None:
         raise ShardlabError(f"option '--store' = {path!r}: no such sample store (nothing to read)")
 
 
-def cmd_profile_compute(args: argparse.Namespace) -> None:
+def cmd_measure_compute(args: argparse.Namespace) -> None:
     """Run (or resume) a compute campaign into a sample store."""
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
     deadline = None if args.minutes is None else time.monotonic() + 60.0 * args.minutes
@@ -56,7 +56,7 @@ def cmd_profile_compute(args: argparse.Namespace) -> None:
                f"{args.store}", {"added": added, "compute_samples": total, "profile": prof.to_dict()})
 
 
-def cmd_profile_comm(args: argparse.Namespace) -> None:
+def cmd_measure_comm(args: argparse.Namespace) -> None:
     """Run (or resume) a comm campaign for each requested device count."""
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
     added = {g: run_comm_campaign(args.store, args.samples, g, prof, seed=args.seed,
@@ -69,7 +69,7 @@ def cmd_profile_comm(args: argparse.Namespace) -> None:
          {"added": added, "stored": kinds, "profile": prof.to_dict()})
 
 
-def cmd_profile_single(args: argparse.Namespace) -> None:
+def cmd_measure_single(args: argparse.Namespace) -> None:
     """Measure alone every table of the stored compute samples (for fused-vs-sum checks)."""
     _existing_store(args.store)
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
@@ -81,7 +81,7 @@ def cmd_profile_single(args: argparse.Namespace) -> None:
          {"added": added, "single_samples": total, "profile": prof.to_dict()})
 
 
-def cmd_profile_plans(args: argparse.Namespace) -> None:
+def cmd_measure_plans(args: argparse.Namespace) -> None:
     """Measure plans of random tasks (heuristic sharders) into the store (kind plan:<G>)."""
     prof = profile_with(args.profile, args.batch_size, args.repeats, args.warmup)
     added = run_plan_campaign(args.store, args.samples, args.ngpu, prof, pool=args.pool, split=args.split,

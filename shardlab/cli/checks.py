@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from shardlab.constants import MAX_BATCH_SIZE, MAX_DELAY_MS, MAX_EPOCHS, MAX_MEM_CAP_GB, MAX_NGPU, MAX_SAMPLES
 from shardlab.errors import ShardlabError
-from shardlab.profile.hardware import get_profile
+from shardlab.measure.hardware import get_profile
 
 #: Path options: an empty value is refused (it would silently mean "no output" or "here").
 PATH_OPTIONS = ("out", "html", "store", "journal", "tables", "model")
@@ -111,7 +111,7 @@ def check_args(args: argparse.Namespace) -> None:
                 raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --verify")
     if verb == "export-torchrec" and not MODULE_PATH.fullmatch(args.module or ""):
         raise ShardlabError(f"option '--module' = {args.module!r} must be a dotted module path like 'sparse.ebc'")
-    if getattr(args, "command", "").endswith("cmd_profile_compute") and getattr(args, "pool", None) == "broad" \
+    if getattr(args, "command", "").endswith("cmd_measure_compute") and getattr(args, "pool", None) == "broad" \
             and getattr(args, "split", None) is not None:
         raise ShardlabError(f"option '--split' = {args.split!r} does not apply to --pool broad (its tables are drawn, "
                             "not split)")

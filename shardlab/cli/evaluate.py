@@ -20,7 +20,7 @@ from shardlab.evaluate.ranking import ranking_quality, ranking_text
 from shardlab.evaluate.torchrec_step import TorchRecEvaluator
 from shardlab.io import check_output_path, load_plan, load_task, write_json_atomic
 from shardlab.paths import safe_filename
-from shardlab.profile.hardware import environment, profile_with
+from shardlab.measure.hardware import environment, profile_with
 from shardlab.data.hardware_profiles import profile_folder
 from shardlab.workflows.compare_hardware import compare_hardware, comparison_text
 from shardlab.report.html import write_report

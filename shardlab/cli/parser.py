@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "shipped ones; sets $SHARDLAB_PROFILES for this run")
     sub = parser.add_subparsers(dest="verb", required=True)
     _add_task_verbs(sub)
-    _add_profile_verbs(sub)
+    _add_measure_verbs(sub)
     _add_hardware_verbs(sub)
     _add_evaluation_verbs(sub)
     _add_training_verbs(sub)
@@ -137,16 +137,16 @@ def _add_hardware_verbs(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--json", action="store_true")
 
 
-def _add_profile_verbs(sub: argparse._SubParsersAction) -> None:
-    """``profile compute|comm|plans|single``: measurement campaigns into a sample store."""
-    p = add_verb(sub, "profile", "measure costs into a crash-safe store (resumable)", [
-        "shardlab profile compute --store runs/cpu.db --samples 100",
-        "shardlab profile comm --store runs/cpu.db --ngpu 4 8 --samples 100"])
+def _add_measure_verbs(sub: argparse._SubParsersAction) -> None:
+    """``measure compute|comm|plans|single``: measurement campaigns into a sample store."""
+    p = add_verb(sub, "measure", "measure costs into a crash-safe store (resumable)", [
+        "shardlab measure compute --store runs/cpu.db --samples 100",
+        "shardlab measure comm --store runs/cpu.db --ngpu 4 8 --samples 100"])
     what = p.add_subparsers(dest="what", required=True)
     c = add_verb(what, "compute", "fused TBE forward+backward times of random table multisets", [
-        "shardlab profile compute --store runs/cpu.db --samples 100 --workers 2",
-        "shardlab profile compute --store runs/broad.db --pool broad --row-share 0.2 --samples 200"],
-        command="campaigns:cmd_profile_compute")
+        "shardlab measure compute --store runs/cpu.db --samples 100 --workers 2",
+        "shardlab measure compute --store runs/broad.db --pool broad --row-share 0.2 --samples 200"],
+        command="campaigns:cmd_measure_compute")
     c.add_argument("--store", required=True, help="SQLite sample store (created if absent)")
     c.add_argument("--samples", type=int, default=100, help="samples 0..N-1 (stored ones are skipped)")
     _measuring(c)
@@ -167,7 +167,7 @@ def _add_profile_verbs(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--json", action="store_true")
 
     c = add_verb(what, "comm", "all-to-all times of random dim assignments with random delays", [
-        "shardlab profile comm --store runs/cpu.db --ngpu 4 8 --samples 100"], command="campaigns:cmd_profile_comm")
+        "shardlab measure comm --store runs/cpu.db --ngpu 4 8 --samples 100"], command="campaigns:cmd_measure_comm")
     c.add_argument("--store", required=True, help="SQLite sample store (created if absent)")
     c.add_argument("--ngpu", type=int, nargs="+", default=[4, 8], help="device counts (real ranks)")
     c.add_argument("--samples", type=int, default=100, help="samples 0..N-1 per device count")
@@ -178,7 +178,7 @@ def _add_profile_verbs(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--json", action="store_true")
 
     c = add_verb(what, "plans", "measured plans of random tasks (DreamShard's training data)", [
-        "shardlab profile plans --store runs/plans.db --ngpu 4 --samples 50"], command="campaigns:cmd_profile_plans")
+        "shardlab measure plans --store runs/plans.db --ngpu 4 --samples 50"], command="campaigns:cmd_measure_plans")
     c.add_argument("--store", required=True, help="SQLite sample store (created if absent)")
     c.add_argument("--ngpu", type=int, default=4, help="devices (real ranks for the all-to-alls)")
     c.add_argument("--samples", type=int, default=100, help="plans 0..N-1 (stored ones are skipped)")
@@ -196,7 +196,7 @@ def _add_profile_verbs(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--json", action="store_true")
 
     c = add_verb(what, "single", "each table of the stored compute samples, measured alone", [
-        "shardlab profile single --store runs/cpu.db --max-samples 20"], command="campaigns:cmd_profile_single")
+        "shardlab measure single --store runs/cpu.db --max-samples 20"], command="campaigns:cmd_measure_single")
     c.add_argument("--store", required=True, help="SQLite sample store holding compute samples")
     c.add_argument("--max-samples", type=int, default=None, help="only the tables of the first N samples")
     c.add_argument("--workers", type=int, default=1, help="parallel measuring processes")

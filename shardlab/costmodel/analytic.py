@@ -65,7 +65,7 @@ from shardlab.data.fit_lookups import fit_table_lookups
 from shardlab.data.lookups import table_lookups
 from shardlab.errors import NotFittedError, ShardlabError
 from shardlab.io import read_json, write_json_atomic
-from shardlab.profile.records import CommRecord, ComputeRecord, as_comm_records, as_compute_records
+from shardlab.measure.records import CommRecord, ComputeRecord, as_comm_records, as_compute_records
 from shardlab.tables import Table
 
 FORMAT = "shardlab-analytic-v1"

@@ -17,7 +17,7 @@ model whose shard cost is a function of the SUM of per-table rows also satisfies
   ``fit`` or ``load``; ``profile_`` is the hardware profile of the training data (at least its
   ``name`` and ``batch_size``), ``provenance_`` and ``metrics_`` what the trainer records;
 - ``fit(samples, val_samples=None) -> self`` is the one signature: typed records of
-  :mod:`shardlab.profile.records` (JSON rows are accepted too and parsed once, at the top of fit);
+  :mod:`shardlab.measure.records` (JSON rows are accepted too and parsed once, at the top of fit);
 - ``predict`` (and ``embed`` / ``predict_sums`` where a model costs incrementally) is pure and
   raises :class:`~shardlab.errors.NotFittedError` before ``fit``;
 - ``save(path)`` / ``load(path)`` and the ``source`` label of Evaluations.

@@ -41,7 +41,7 @@ from shardlab.errors import ShardlabError
 from shardlab.io import read_json, write_json_atomic
 from shardlab.paths import check_output_path
 from shardlab.data.hardware_profiles import known_profiles
-from shardlab.profile.records import CommRecord, ComputeRecord, as_comm_records, as_compute_records
+from shardlab.measure.records import CommRecord, ComputeRecord, as_comm_records, as_compute_records
 from shardlab.tables import Table
 
 MANIFEST_FORMAT = "shardlab-costmodel-v1"

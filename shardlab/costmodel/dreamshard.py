@@ -6,9 +6,9 @@ communication (fw + bw all-to-all) ms; an overall head (32 -> 64 -> 1) reads the
 sums, takes their MAX over devices, and predicts the plan cost (ms). Sum and max make it
 independent of the numbers of tables and devices.
 
-Training data (``fit(samples)``, one list): measured plans (:class:`~shardlab.profile.records.PlanRecord`:
+Training data (``fit(samples)``, one list): measured plans (:class:`~shardlab.measure.records.PlanRecord`:
 each device's tables and measured fw/bw compute and fw/bw comm, and the plan cost), optionally
-mixed with measured compute samples (:class:`~shardlab.profile.records.ComputeRecord`), which
+mixed with measured compute samples (:class:`~shardlab.measure.records.ComputeRecord`), which
 supervise the two compute heads alone. Where no plan was measured but the comm model is given
 (one GPU measured compute only), the plans are composed from measured ops
 (:func:`shardlab.costmodel.train.compose_plans`) and the bundle's provenance says so. Loss: the
@@ -38,7 +38,7 @@ from shardlab.costmodel.neural import NeuroShardCompute, ShardNet
 from shardlab.costmodel.neural_base import NeuralEstimator, mlp, seeded
 from shardlab.data.features import FeatureScaler
 from shardlab.errors import ShardlabError
-from shardlab.profile.records import ComputeRecord, PlanRecord, as_records
+from shardlab.measure.records import ComputeRecord, PlanRecord, as_records
 from shardlab.tables import Table
 
 Sample = PlanRecord | ComputeRecord | Mapping[str, Any]

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from shardlab.profile.records import ComputeRecord, as_compute_records, sample_key, singles_of
+from shardlab.measure.records import ComputeRecord, as_compute_records, sample_key, singles_of
 
 S = TypeVar("S")
 
@@ -104,7 +104,7 @@ def singles_index(singles: Sequence[ComputeRecord | Mapping[str, Any]]) -> dict[
 def sum_of_singles(samples: Sequence[ComputeRecord], singles: Mapping[str, ComputeRecord]
                    ) -> tuple[np.ndarray, np.ndarray]:
     """(summed single-table total ms, mask of samples whose tables were all measured alone), (n,)
-    each; the single-table samples of a sample by :func:`~shardlab.profile.records.singles_of`."""
+    each; the single-table samples of a sample by :func:`~shardlab.measure.records.singles_of`."""
     out, ok = np.full(len(samples), np.nan), np.zeros(len(samples), dtype=bool)
     for i, s in enumerate(samples):
         alone = singles_of(s.to_dict(), singles)

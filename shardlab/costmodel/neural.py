@@ -17,7 +17,7 @@ leave open; both are available). Same seed -> same weights (CPU, deterministic a
 Model files are ``torch.save`` dicts with config, weights, feature normalisation, training
 history, provenance and metrics. The training loop, target scaling and model file are shared
 with the other neural models in :mod:`shardlab.costmodel.neural_base`; ``fit`` takes the typed
-records of :mod:`shardlab.profile.records` (or their JSON rows).
+records of :mod:`shardlab.measure.records` (or their JSON rows).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from shardlab.costmodel.metrics import split_samples
 from shardlab.costmodel.neural_base import NeuralEstimator, mlp, seeded
 from shardlab.data.features import FeatureScaler
 from shardlab.errors import ShardlabError
-from shardlab.profile.records import ComputeRecord, as_compute_records
+from shardlab.measure.records import ComputeRecord, as_compute_records
 from shardlab.tables import Table
 
 __all__ = ["AutoShardCompute", "IndexedShards", "NeuroShardCompute", "ShardNet", "mlp", "pair_rank_loss", "seeded"]

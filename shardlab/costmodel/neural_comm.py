@@ -23,7 +23,7 @@ from torch import nn
 from shardlab.costmodel.metrics import split_samples
 from shardlab.costmodel.neural_base import NeuralEstimator, mlp, seeded
 from shardlab.errors import ShardlabError
-from shardlab.profile.records import CommRecord, as_comm_records
+from shardlab.measure.records import CommRecord, as_comm_records
 
 HIDDEN = (128, 64, 32, 16)
 

@@ -8,7 +8,7 @@ b x dim out, s bytes per value; b = ceil(B / G)), whether it has an index all-to
 the rank's index bytes sent and received (8 each). Backward = the all-to-all's five plus the
 all-gather's fixed costs and bytes (the reduce-scatter's volume). Coefficients are non-negative
 least squares on relative error (:func:`~shardlab.costmodel.analytic.nnls_relative`), fitted on
-``rowcomm:<G>`` samples (:func:`shardlab.profile.campaign.run_rowwise_comm_campaign`; its wide space holds samples
+``rowcomm:<G>`` samples (:func:`shardlab.measure.campaign.run_rowwise_comm_campaign`; its wide space holds samples
 without row-wise traffic from the same sitting, so the fixed costs are told apart from the
 all-to-all's). Linear in bytes: it says so in its ``source``.
 """

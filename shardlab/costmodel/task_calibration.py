@@ -9,7 +9,7 @@ Entry point::
     replay_calibration(bundle, task, record)       # the same fit from a plan's record; nothing timed
         -> (corrected bundle, record)
 
-**Measured** (:mod:`shardlab.profile.task_bench`): each table alone and ``groups`` fused groups
+**Measured** (:mod:`shardlab.measure.task_bench`): each table alone and ``groups`` fused groups
 of about ``len(tables) / ngpu`` of them (drawn from ``seed``), under the profile's light
 calibration settings, at the profile's batch size; no new op after ``budget_s`` seconds.
 
@@ -60,8 +60,8 @@ from shardlab.costmodel.base import IncrementalComputeModel, LinearHeadComputeMo
 from shardlab.costmodel.table_levels import TaskWrapped, levelled, table_ratios
 from shardlab.costmodel.valid_range import GuardedCompute, guard_compute
 from shardlab.errors import ShardlabError
-from shardlab.profile.hardware import TIMING_METHODS, HardwareProfile, get_profile, hardware_name
-from shardlab.profile.task_bench import (Measure, MeasuredOp, TaskOp, calibration_profile, measure_ops, task_ops,
+from shardlab.measure.hardware import TIMING_METHODS, HardwareProfile, get_profile, hardware_name
+from shardlab.measure.task_bench import (Measure, MeasuredOp, TaskOp, calibration_profile, measure_ops, task_ops,
                                          unmeasurable_reason)
 from shardlab.tables import Table, Task
 

@@ -49,10 +49,10 @@ from shardlab.costmodel.valid_range import CommRange, ComputeRange
 from shardlab.data.lookups import device_tables
 from shardlab.errors import ShardlabError
 from shardlab.plan import Plan
-from shardlab.profile.hardware import environment
-from shardlab.profile.records import (CommRecord, ComputeRecord, PlanRecord, Record, as_comm_records,
+from shardlab.measure.hardware import environment
+from shardlab.measure.records import (CommRecord, ComputeRecord, PlanRecord, Record, as_comm_records,
                                      as_compute_records, as_plan_records, as_records)
-from shardlab.profile.store import SampleStore, dataset_folder, kind_file, load_measured
+from shardlab.measure.store import SampleStore, dataset_folder, kind_file, load_measured
 from shardlab.tables import Task
 
 KINDS = ("analytic", "neuroshard", "autoshard", "dreamshard")
@@ -100,9 +100,9 @@ def load_samples(kind: str, store: str | None = None, dataset: str = "cpu",
 
 
 def load_records(kind: str, store: str | None = None, dataset: str = "cpu", profile: str | None = None) -> list[Any]:
-    """:func:`load_samples` parsed once into typed records (:mod:`shardlab.profile.records`):
-    :class:`~shardlab.profile.records.ComputeRecord` for ``compute`` and ``single``,
-    :class:`~shardlab.profile.records.CommRecord` for ``comm``, :class:`~shardlab.profile.records.PlanRecord`
+    """:func:`load_samples` parsed once into typed records (:mod:`shardlab.measure.records`):
+    :class:`~shardlab.measure.records.ComputeRecord` for ``compute`` and ``single``,
+    :class:`~shardlab.measure.records.CommRecord` for ``comm``, :class:`~shardlab.measure.records.PlanRecord`
     for ``plan``: what every cost model's ``fit`` takes."""
     return as_records(load_samples(kind, store, dataset, profile))
 
@@ -197,8 +197,8 @@ def train_bundle(kind: str, compute_samples: Sequence[ComputeRecord | Mapping[st
 
 def data_compute_timing(records: Sequence[Mapping[str, Any]]) -> str:
     """How the measured data were timed: the distinct ``compute_timing`` values of the data's
-    provenance ``records`` (:data:`~shardlab.profile.hardware.TIMING_METHODS`,
-    :data:`~shardlab.profile.hardware.HOST_SYNC_TIMING`), joined with ``", "``; a record
+    provenance ``records`` (:data:`~shardlab.measure.hardware.TIMING_METHODS`,
+    :data:`~shardlab.measure.hardware.HOST_SYNC_TIMING`), joined with ``", "``; a record
     without one counts as ``"not recorded"``."""
     return ", ".join(sorted({str(r.get("compute_timing", "not recorded")) for r in records})) or "not recorded"
 
@@ -211,7 +211,7 @@ def dreamshard_plan_sets(cs: Mapping[str, Sequence[ComputeRecord]], plan_samples
     if plan_samples:
         return split_samples(as_plan_records(plan_samples, "train dreamshard"))
     if comm_model is None:
-        raise ShardlabError("train dreamshard: needs measured plans (kind plan:<G>; `shardlab profile plans`), "
+        raise ShardlabError("train dreamshard: needs measured plans (kind plan:<G>; `shardlab measure plans`), "
                             "or a given comm model (--comm topology) to compose plans from measured ops")
     return {part: [p for g in COMPOSED_NGPU for p in compose_plans(cs[ops], comm_model, g, seed, part)]
             for part, ops in (("train", "train"), ("val", "val"), ("test", "seen_tables"),

@@ -255,7 +255,7 @@ def known_profiles() -> dict[str, ProfileFolder]:
 
 
 def profile_folder(name: str) -> ProfileFolder:
-    """The profile called ``name`` (a :func:`~shardlab.profile.hardware.profile_with` name such as
+    """The profile called ``name`` (a :func:`~shardlab.measure.hardware.profile_with` name such as
     ``"cpu[batch_size=256]"`` reads its base profile); one line naming the known ones otherwise."""
     base = name.split("[", 1)[0]
     known = known_profiles()

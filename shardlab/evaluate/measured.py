@@ -16,7 +16,7 @@ measured once and shared, and identical plans are measured once. Per plan it rep
 per-round costs, their median and a 95% bootstrap interval; against a reference plan the
 paired per-round ratio, its interval and a verdict (:mod:`shardlab.evaluate.stats`). Optional
 untimed warm-up rounds come first; comm ranks and the compute-measuring process are pinned to
-cores where the OS allows (:mod:`shardlab.profile.hardware`).
+cores where the OS allows (:mod:`shardlab.measure.hardware`).
 
 Lower bound premise: on the shipped CPU data fused costs are near-additive (median fused /
 sum-of-singles 1.0) but above 1 in about half of the multi-table samples and beyond noise in
@@ -43,9 +43,9 @@ from shardlab.evaluate.values import (NAMED, SELECTED, DeviceCost, Evaluation, b
                                       comm_pattern, compare_to_reference, device_tables, selects_reference)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.paths import check_output_path
-from shardlab.profile.comm import CommBench
-from shardlab.profile.compute import DEFAULT_MAX_GB, measure_compute
-from shardlab.profile.hardware import HardwareProfile, core_for, get_profile, pinned
+from shardlab.measure.comm import CommBench
+from shardlab.measure.compute import DEFAULT_MAX_GB, measure_compute
+from shardlab.measure.hardware import HardwareProfile, core_for, get_profile, pinned
 from shardlab.schedule import balanced_dims, forward_delays, lower_bound_ms
 from shardlab.tables import Table, Task
 
@@ -117,7 +117,7 @@ def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None =
     docstring). ``cache``: shard key -> (fw, bw) compute ms, shared within one round.
     ``pattern``: the plan's :func:`~shardlab.evaluate.values.comm_pattern` (dim sums, row-wise
     traffic); default: every shard's columns on its device's all-to-all. ``first_batch``: the
-    lookup batches the ops run on (:func:`~shardlab.profile.compute.measure_compute`; a later
+    lookup batches the ops run on (:func:`~shardlab.measure.compute.measure_compute`; a later
     sitting draws its own). With a torchrun
     group's bench every rank calls this; rank g times device g's shard on its own device, and
     every rank gets every device's times."""
@@ -230,7 +230,7 @@ class MeasuredEvaluator:
     :func:`~shardlab.evaluate.values.sitting_spread`); ``progress``: a
     tqdm bar; ``journal``: a JSON-lines file that every measurement is appended to as it is
     taken (sitting, round, item, (G, 4) per-device ms), so an interrupted evaluation loses
-    nothing measured; ``group``: a :class:`~shardlab.profile.group_bench.GroupBench` when
+    nothing measured; ``group``: a :class:`~shardlab.measure.group_bench.GroupBench` when
     torchrun started the ranks (``python -m shardlab.dist evaluate --measure``): every rank then
     runs :meth:`evaluate`, rank g times device g's shards on its own device, the all-to-alls run
     between the group's ranks, every rank returns the same Evaluations, and only rank 0 shows
@@ -376,7 +376,7 @@ class MeasuredEvaluator:
 def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",
                  bench: Any | None = None, lower_bound: bool = True) -> Evaluation:
     """One measurement of ``plan`` (no rounds, no interval: the campaigns' data point).
-    ``bench``: an open :class:`~shardlab.profile.comm.CommBench` of ``plan.ngpu`` ranks to
+    ``bench``: an open :class:`~shardlab.measure.comm.CommBench` of ``plan.ngpu`` ranks to
     reuse (else one is started); ``lower_bound``: also measure the bound (None when all tables
     exceed the compute profiler's memory limit)."""
     profile = get_profile(profile)

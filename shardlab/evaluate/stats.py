@@ -40,7 +40,7 @@ import numpy as np
 
 from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.errors import ShardlabError, field_error
-from shardlab.profile.records import singles_of
+from shardlab.measure.records import singles_of
 
 #: Bootstrap resamples per interval.
 N_BOOT = 4000
@@ -237,7 +237,7 @@ def fused_and_summed(samples: Iterable[Mapping[str, Any]], singles: Mapping[str,
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(fused total ms, sum of single-table totals ms, number of tables) for every measured
     compute sample whose tables were all measured alone (``singles`` by
-    :func:`~shardlab.profile.records.singles_of`); arrays of equal length."""
+    :func:`~shardlab.measure.records.singles_of`); arrays of equal length."""
     fused, summed, n = [], [], []
     for s in samples:
         alone = singles_of(s, singles)

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from shardlab.data.lookups import table_lookups
 from shardlab.errors import ShardlabError
 from shardlab.export import DTYPES, OPTIMIZERS, sharding_plan_from_export
-from shardlab.profile.hardware import HardwareProfile
+from shardlab.measure.hardware import HardwareProfile
 from shardlab.tables import Task
 
 

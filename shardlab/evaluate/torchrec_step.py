@@ -57,7 +57,7 @@ from shardlab.evaluate.values import (SELECTED, DeviceCost, Evaluation, baseline
 from shardlab.export import export_for_device, export_torchrec, placement_rank
 from shardlab.plan import Plan, device_memory_bytes
 from shardlab.processes import sigint_ignored
-from shardlab.profile.hardware import HardwareProfile, get_profile
+from shardlab.measure.hardware import HardwareProfile, get_profile
 from shardlab.tables import Task
 
 #: Learning rate of the fused update (the value only keeps weights finite; time does not depend on it).

@@ -25,7 +25,7 @@ from shardlab.evaluate.stats import (MIN_ROUNDS, OLD_VERDICTS, VERDICTS, check_m
                                      verdict)
 from shardlab.plan import Plan
 from shardlab.data.hardware_profiles import known_profiles
-from shardlab.profile.rowwise_comm import RowWise
+from shardlab.measure.rowwise_comm import RowWise
 from shardlab.schedule import batch_rows, owner_counts
 from shardlab.tables import Table, Task
 

@@ -66,7 +66,7 @@ NO_ENVIRONMENT: Mapping[str, Any] = {"machine and versions": "not given"}
 def page_provenance(sources: Mapping[str, str], provenance: Mapping[str, Any] | None = None,
                     environment: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A report's provenance: the machine and versions (``environment``, as the caller recorded
-    it, e.g. :func:`shardlab.profile.hardware.environment`; :data:`NO_ENVIRONMENT` when not
+    it, e.g. :func:`shardlab.measure.hardware.environment`; :data:`NO_ENVIRONMENT` when not
     given: this layer only draws, it does not inspect the machine), plotly version, date, the
     cost ``sources`` (label -> source text), then the caller's ``provenance`` (which wins on
     equal keys)."""

@@ -40,7 +40,7 @@ from shardlab.data.tasks import generate_task, pool_tables, task_from_tables
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import Evaluation, Evaluator, MeasuredEvaluator, ModelEvaluator, compare_to_reference
 from shardlab.io import names_list
-from shardlab.profile.hardware import get_profile
+from shardlab.measure.hardware import get_profile
 from shardlab.search import run_sharder, sharder_for
 from shardlab.search.neuroshard import NeuroShardSharder
 from shardlab.search.optimal import exact_record, plan_bound

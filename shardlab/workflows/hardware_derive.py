@@ -33,7 +33,7 @@ from shardlab.costmodel.topology_comm import topology_for
 from shardlab.data.hardware_profiles import FILE, ProfileFolder, profile_folder
 from shardlab.errors import ShardlabError
 from shardlab.io import read_json, write_json_atomic
-from shardlab.profile.hardware import environment
+from shardlab.measure.hardware import environment
 
 #: The bundle an analytic profile's derivation writes (and reads from its base).
 BUNDLE = "analytic"

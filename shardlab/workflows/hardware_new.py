@@ -39,9 +39,9 @@ from shardlab.data.tasks import datasets_dir
 from shardlab.errors import ShardlabError
 from shardlab.io import write_json_atomic, write_text_atomic
 from shardlab.paths import safe_filename
-from shardlab.profile.campaign import run_comm_campaign, run_compute_campaign
-from shardlab.profile.hardware import environment, get_profile, hardware_name
-from shardlab.profile.store import SampleStore
+from shardlab.measure.campaign import run_comm_campaign, run_compute_campaign
+from shardlab.measure.hardware import environment, get_profile, hardware_name
+from shardlab.measure.store import SampleStore
 
 #: Shares of the budget by the end of which compute, then comm, stop taking samples; the rest fits.
 COMPUTE_SHARE = 0.7

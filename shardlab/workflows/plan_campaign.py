@@ -20,10 +20,10 @@ from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import Evaluation, device_tables, measure_plan
 from shardlab.plan import Plan
-from shardlab.profile.comm import CommBench
-from shardlab.profile.hardware import HardwareProfile, base_profile_name, get_profile, measurable_profile
-from shardlab.profile.hardware import environment
-from shardlab.profile.store import SampleStore
+from shardlab.measure.comm import CommBench
+from shardlab.measure.hardware import HardwareProfile, base_profile_name, get_profile, measurable_profile
+from shardlab.measure.hardware import environment
+from shardlab.measure.store import SampleStore
 from shardlab.search import run_sharder, sharder_for
 from shardlab.tables import Task
 

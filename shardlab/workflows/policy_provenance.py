@@ -6,7 +6,7 @@ from dataclasses import asdict, is_dataclass
 import sys
 from typing import Any
 
-from shardlab.profile.hardware import environment
+from shardlab.measure.hardware import environment
 
 
 def policy_provenance(cost_model: object, args: object = None) -> dict[str, Any]:

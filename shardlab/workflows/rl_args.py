@@ -17,7 +17,7 @@ from shardlab import constants as C
 from shardlab.errors import check_ranges, field_error, is_int
 
 if TYPE_CHECKING:      # a profile object may be passed; at run time this module stays torch-free
-    from shardlab.profile.hardware import HardwareProfile
+    from shardlab.measure.hardware import HardwareProfile
 
 @dataclass(frozen=True)
 class DreamShardArgs:

@@ -32,13 +32,13 @@ from tqdm.auto import tqdm
 from shardlab import constants as C
 from shardlab.costmodel.neural import AutoShardCompute
 from shardlab.costmodel.neural_base import seeded
-from shardlab.profile.records import ComputeRecord, as_compute_records, as_plan_records
+from shardlab.measure.records import ComputeRecord, as_compute_records, as_plan_records
 from shardlab.data.tasks import generate_task
 from shardlab.workflows.plan_campaign import plan_prefix, run_plan_campaign
 from shardlab.workflows.policy_probe import make_probe
 from shardlab.workflows.policy_provenance import policy_provenance
 from shardlab.workflows.rl_args import AutoShardArgs
-from shardlab.profile.store import SampleStore
+from shardlab.measure.store import SampleStore
 from shardlab.search.autoshard import AutoShardAgent
 
 

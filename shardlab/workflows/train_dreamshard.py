@@ -32,14 +32,14 @@ from tqdm.auto import tqdm
 from shardlab import constants as C
 from shardlab.costmodel.dreamshard import DreamShardCost
 from shardlab.costmodel.neural_base import seeded
-from shardlab.profile.records import as_compute_records, as_plan_records
+from shardlab.measure.records import as_compute_records, as_plan_records
 from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
 from shardlab.workflows.plan_campaign import run_plan_campaign
 from shardlab.workflows.policy_probe import make_probe
 from shardlab.workflows.policy_provenance import policy_provenance
 from shardlab.workflows.rl_args import DreamShardArgs
-from shardlab.profile.store import SampleStore
+from shardlab.measure.store import SampleStore
 from shardlab.search.dreamshard import DreamShardAgent
 from shardlab.tables import Task
 

@@ -44,9 +44,9 @@ from shardlab.evaluate.measured import measurable  # noqa: E402
 from shardlab.evaluate.values import device_tables  # noqa: E402
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
-from shardlab.profile.hardware import git_revision  # noqa: E402
-from shardlab.profile.records import as_compute_records  # noqa: E402
-from shardlab.profile.store import load_measured  # noqa: E402
+from shardlab.measure.hardware import git_revision  # noqa: E402
+from shardlab.measure.records import as_compute_records  # noqa: E402
+from shardlab.measure.store import load_measured  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
 from shardlab.workflows.hardware_derive import derived_compute  # noqa: E402
 from studies.gpu_compute.lease_plans import PLANS  # noqa: E402

@@ -28,8 +28,8 @@ from shardlab.errors import ShardlabError
 from shardlab.evaluate import Evaluation, MeasuredEvaluator, compare_to_reference, device_tables, estimate_plan
 from shardlab.workflows.verify import VerifiedSharder
 from shardlab.plan import Plan
-from shardlab.profile.hardware import HardwareProfile, environment, get_profile
-from shardlab.profile.store import SampleStore, load_measured
+from shardlab.measure.hardware import HardwareProfile, environment, get_profile
+from shardlab.measure.store import SampleStore, load_measured
 from shardlab.search import get_sharder, run_sharder
 from shardlab.tables import Task
 from studies.common.methods import TABLE_WISE, respelled, spec_of

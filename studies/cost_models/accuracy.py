@@ -21,8 +21,8 @@ from shardlab.costmodel.bundle import load_bundle, shipped_bundles  # noqa: E402
 from shardlab.costmodel.metrics import assess, held_out_sets, markdown_table, singles_index  # noqa: E402
 from shardlab.costmodel.train import load_records  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
-from shardlab.profile.hardware import environment  # noqa: E402
-from shardlab.profile.store import dataset_folder, kind_file  # noqa: E402
+from shardlab.measure.hardware import environment  # noqa: E402
+from shardlab.measure.store import dataset_folder, kind_file  # noqa: E402
 from shardlab.report.costmodel import heldout_error_table  # noqa: E402
 from studies.common.heldout import KIND, heldout_errors, heldout_samples, heldout_verdicts  # noqa: E402
 from studies.common.methods import TABLE_WISE  # noqa: E402

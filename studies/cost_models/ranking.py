@@ -38,7 +38,7 @@ from shardlab.evaluate import Evaluation, ModelEvaluator  # noqa: E402
 from shardlab.evaluate.ranking import pair_verdicts, ranking_quality  # noqa: E402
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
-from shardlab.profile.store import load_measured  # noqa: E402
+from shardlab.measure.store import load_measured  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
 from studies.common.records import read_run, run_name, run_paths  # noqa: E402
 

@@ -2,7 +2,7 @@
 """Write results/row_blocks.{json,md}: how well the cost models predict measured fused ops
 that hold **row blocks** (a table's rows split k ways), beside the same campaign's ops without them.
 
-The samples come from a broad campaign with row blocks (``shardlab profile compute --pool broad
+The samples come from a broad campaign with row blocks (``shardlab measure compute --pool broad
 --row-share 1``), measured here. Shipped models never saw a row block: every such sample is
 held out for them. A model trained with part of the campaign (``--models name=path``) is judged
 on the campaign's test split (10% of keys, ``costmodel.metrics.split_of``), which no training
@@ -27,7 +27,7 @@ from shardlab.costmodel.metrics import errors, split_of  # noqa: E402
 from shardlab.costmodel.train import load_records  # noqa: E402
 from shardlab.data.lookups import lookup_origin  # noqa: E402
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
-from shardlab.profile.hardware import environment  # noqa: E402
+from shardlab.measure.hardware import environment  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from shardlab.costmodel.bundle import load_bundle, shipped_bundles  # noqa: E402
 from shardlab.data.tasks import pool_tables  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
-from shardlab.profile.hardware import environment  # noqa: E402
+from shardlab.measure.hardware import environment  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

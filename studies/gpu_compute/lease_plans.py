@@ -29,7 +29,7 @@ from shardlab import constants as C  # noqa: E402
 from shardlab.data.tasks import generate_task  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.io import read_json, write_json_atomic  # noqa: E402
-from shardlab.profile.hardware import environment, get_profile  # noqa: E402
+from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for, sharder_names  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
 from studies.common.heldout import heldout_tasks  # noqa: E402

@@ -41,8 +41,8 @@ from shardlab.evaluate.model import ModelEvaluator  # noqa: E402
 from shardlab.evaluate.values import SELECTED, comm_pattern, compare_to_reference, device_tables  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
-from shardlab.profile.records import key_for_profile  # noqa: E402
-from shardlab.profile.store import SampleStore, kind_file, load_measured  # noqa: E402
+from shardlab.measure.records import key_for_profile  # noqa: E402
+from shardlab.measure.store import SampleStore, kind_file, load_measured  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
 from studies.gpu_compute.lease_plans import PLANS  # noqa: E402
 

@@ -7,7 +7,7 @@ so. Round r measures the task's plans in the order :func:`round_orders` gives (s
 orders); an op that two plans share is timed once per round. Each (task, plan) is committed as
 kind ``plan_compute:<G>`` with key ``plan_compute:<G>:<profile>:<task>:<method>``, so a rerun
 skips what is stored. Lookup batches of every op of a task are made once, ahead, by worker
-processes (:func:`shardlab.profile.compute.prefetched`) and reused by every round.
+processes (:func:`shardlab.measure.compute.prefetched`) and reused by every round.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from tqdm.auto import tqdm
 
 from shardlab.evaluate.measured import round_orders, shard_key
 from shardlab.evaluate.values import device_tables
-from shardlab.profile.compute import measure_compute, prefetched
-from shardlab.profile.hardware import HardwareProfile, environment, get_profile
-from shardlab.profile.store import SampleStore
+from shardlab.measure.compute import measure_compute, prefetched
+from shardlab.measure.hardware import HardwareProfile, environment, get_profile
+from shardlab.measure.store import SampleStore
 from shardlab.search import get_sharder, run_sharder
 from shardlab.tables import Task
 

@@ -30,7 +30,7 @@ from shardlab.costmodel.neural import NeuroShardCompute  # noqa: E402
 from shardlab.costmodel.train import load_records, load_samples  # noqa: E402
 from shardlab.evaluate.stats import subadditivity  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
-from shardlab.profile.store import dataset_folder, load_measured  # noqa: E402
+from shardlab.measure.store import dataset_folder, load_measured  # noqa: E402
 from studies.gpu_compute.analysis import cross_device, plan_verdicts, same_ops  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

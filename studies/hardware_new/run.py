@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from shardlab.costmodel.bundle import load_bundle  # noqa: E402
 from shardlab.data.hardware_profiles import profile_folder  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
-from shardlab.profile.hardware import environment  # noqa: E402
+from shardlab.measure.hardware import environment  # noqa: E402
 from shardlab.workflows.hardware_new import new_profile, user_profiles_dir  # noqa: E402
 from studies.common.heldout import heldout_errors, heldout_samples  # noqa: E402
 

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from shardlab.data.tasks import datasets_dir  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
-from shardlab.profile.store import export_store  # noqa: E402
+from shardlab.measure.store import export_store  # noqa: E402
 from studies.common.heldout import METHODS, POOL_SET, SETS, measure_heldout  # noqa: E402
 
 #: Where each kind of held-out set's tables come from (PROVENANCE.md names only the sets measured).

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from shardlab.costmodel.bundle import load_bundle  # noqa: E402
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
-from shardlab.profile.hardware import environment  # noqa: E402
+from shardlab.measure.hardware import environment  # noqa: E402
 from shardlab.report.costmodel import heldout_error_table  # noqa: E402
 from studies.common.heldout import heldout_errors, heldout_samples, pooled_samples, search_verdicts  # noqa: E402
 from studies.common.methods import TABLE_WISE, spec_of, split_methods  # noqa: E402

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
 from shardlab.workflows.verify import VerifiedSharder  # noqa: E402
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
-from shardlab.profile.hardware import environment, get_profile  # noqa: E402
+from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import get_sharder, run_sharder  # noqa: E402
 from studies.common.heldout import heldout_tasks  # noqa: E402
 

@@ -32,8 +32,8 @@ from shardlab.evaluate import Evaluation, MeasuredEvaluator, compare_to_referenc
 from shardlab.evaluate.stats import bootstrap_median_ci, paired_ratios, relative_half_width  # noqa: E402
 from shardlab.io import read_json, write_json_atomic  # noqa: E402
 from shardlab.paths import safe_filename  # noqa: E402
-from shardlab.profile.compute import measure_compute  # noqa: E402
-from shardlab.profile.hardware import environment, get_profile, profile_with  # noqa: E402
+from shardlab.measure.compute import measure_compute  # noqa: E402
+from shardlab.measure.hardware import environment, get_profile, profile_with  # noqa: E402
 from shardlab.search import get_sharder, run_sharder  # noqa: E402
 from shardlab.tables import Table  # noqa: E402
 from studies.common.methods import TABLE_WISE, respelled  # noqa: E402

@@ -44,7 +44,7 @@ from shardlab.data.tasks import generate_task  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate.model import ModelEvaluator  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
-from shardlab.profile.hardware import environment  # noqa: E402
+from shardlab.measure.hardware import environment  # noqa: E402
 from shardlab.search import get_sharder, run_sharder  # noqa: E402
 from shardlab.search.optimal import plan_bound  # noqa: E402
 from shardlab.tables import Task  # noqa: E402

@@ -43,7 +43,7 @@ from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
 from shardlab.evaluate.values import Evaluation, compare_to_reference  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
-from shardlab.profile.hardware import environment, get_profile  # noqa: E402
+from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
 from shardlab.search.row_wise import oversized  # noqa: E402
 from studies.common.records import append_record, pack_run, read_run, rewrite_report, run_name, run_paths  # noqa: E402

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from shardlab.cli.evaluate import comparison_line  # noqa: E402
 from shardlab.evaluate.values import Evaluation  # noqa: E402
 from shardlab.io import read_json, write_json_atomic  # noqa: E402
-from shardlab.profile.hardware import environment  # noqa: E402
+from shardlab.measure.hardware import environment  # noqa: E402
 from studies.quoted_figures.provenance import compare_again, new_record, package_diff, sitting_log_sd  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

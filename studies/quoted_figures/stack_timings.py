@@ -8,7 +8,7 @@ docs/stack.md quotes. A measurement: run it alone (about two minutes on 2 cores)
     .venv/bin/python studies/quoted_figures/stack_timings.py
 
 Tables: the first 20 test tables of pool `dlrm-synth` at dim 64 with fewer than 1,000,000 rows
-(their own lookup generators). Per op: `shardlab.profile.compute.measure_compute` (median of the
+(their own lookup generators). Per op: `shardlab.measure.compute.measure_compute` (median of the
 timed runs, perf_counter); 10 timed runs after 5 warm-ups at batch 4096, 3 after 1 at 65536.
 Every run keeps its record (a new file per run, with provenance).
 """
@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from shardlab.data.tasks import pool_tables  # noqa: E402
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
-from shardlab.profile.compute import measure_compute  # noqa: E402
-from shardlab.profile.hardware import environment, profile_with  # noqa: E402
+from shardlab.measure.compute import measure_compute  # noqa: E402
+from shardlab.measure.hardware import environment, profile_with  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SETTINGS = ((4096, 10, 5), (65536, 3, 1))          # (batch, timed runs, warm-ups)

@@ -25,9 +25,9 @@ from shardlab.costmodel.bundle import load_bundle  # noqa: E402
 from shardlab.costmodel.metrics import split_of  # noqa: E402
 from shardlab.costmodel.rowwise_comm import RowWiseComm, WithRowWise  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
-from shardlab.profile.campaign import run_rowwise_comm_campaign  # noqa: E402
-from shardlab.profile.hardware import environment  # noqa: E402
-from shardlab.profile.store import SampleStore, export_store  # noqa: E402
+from shardlab.measure.campaign import run_rowwise_comm_campaign  # noqa: E402
+from shardlab.measure.hardware import environment  # noqa: E402
+from shardlab.measure.store import SampleStore, export_store  # noqa: E402
 from studies.row_wise.comm_check import judge_rows, measured_comm_rows  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

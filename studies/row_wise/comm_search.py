@@ -23,7 +23,7 @@ from shardlab.constants import EQUIVALENCE_MARGIN  # noqa: E402
 from shardlab.evaluate.stats import paired_ratio_ci, read_verdict, verdict  # noqa: E402
 from shardlab.workflows.criteo import criteo_plans, row_layouts  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
-from shardlab.profile.hardware import environment  # noqa: E402
+from shardlab.measure.hardware import environment  # noqa: E402
 from studies.common.methods import respelled  # noqa: E402
 from studies.row_wise.tasks import SPECS, build_task  # noqa: E402
 

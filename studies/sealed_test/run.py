@@ -43,7 +43,7 @@ from shardlab import constants as C  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate import VERDICTS as EVALUATOR_VERDICTS, MeasuredEvaluator  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
-from shardlab.profile.hardware import environment, get_profile, profile_with  # noqa: E402
+from shardlab.measure.hardware import environment, get_profile, profile_with  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
 from studies.sealed_test.draw import (NEWEST, SETS, check_manifest, load_manifest, manifest_path,  # noqa: E402
                                       sealed_task)

@@ -26,7 +26,7 @@ from shardlab.data.model_families import FAMILY_SETS  # noqa: E402
 from shardlab.workflows.benchmark import (METHODS, ROUNDS, SETTINGS, benchmark_tasks,  # noqa: E402
                                             neuroshard_scaling, run_benchmark)
 from shardlab.io import write_json_atomic  # noqa: E402
-from shardlab.profile.hardware import environment, get_profile  # noqa: E402
+from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.report.benchmark import done, summarise  # noqa: E402
 from shardlab.report.benchmark_text import markdown_report  # noqa: E402
 from studies.common.heldout import heldout_tasks  # noqa: E402

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
-from shardlab.profile.hardware import environment  # noqa: E402
+from shardlab.measure.hardware import environment  # noqa: E402
 from studies.common.records import fresh_process_row  # noqa: E402
 from studies.search_scaling.scaling import time_search  # noqa: E402
 

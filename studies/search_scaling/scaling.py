@@ -18,7 +18,7 @@ from shardlab.data.hardware_profiles import profile_folder
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.data.tasks import Augmentation, augment_tables, generate_task, pool_tables
 from shardlab.evaluate import estimate_plan
-from shardlab.profile.hardware import get_profile
+from shardlab.measure.hardware import get_profile
 from shardlab.search.neuroshard import NeuroShardSharder
 from shardlab.tables import Task
 

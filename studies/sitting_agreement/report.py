@@ -16,7 +16,7 @@ from shardlab.data.hardware_profiles import profile_folder
 from shardlab.evaluate.stats import VERDICTS, paired_ratio_ci, verdict
 from shardlab.io import write_json_atomic, write_text_atomic
 from shardlab.plan import Plan
-from shardlab.profile.hardware import git_revision
+from shardlab.measure.hardware import git_revision
 
 HERE = Path(__file__).resolve().parent
 REPORT = HERE.parents[1] / "reports" / "sitting_agreement.md"

@@ -43,7 +43,7 @@ from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
 from shardlab.evaluate.values import Evaluation  # noqa: E402
 from shardlab.io import read_json, write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
-from shardlab.profile.hardware import environment, get_profile, git_revision, profile_with  # noqa: E402
+from shardlab.measure.hardware import environment, get_profile, git_revision, profile_with  # noqa: E402
 from shardlab.search import run_sharders  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
 

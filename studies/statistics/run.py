@@ -34,7 +34,7 @@ from shardlab.data.hardware_profiles import profile_folder  # noqa: E402
 from shardlab.evaluate.stats import (N_BOOT, VERDICTS, hierarchical_median_ci, verdict,  # noqa: E402
                                      with_sitting_spread)
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
-from shardlab.profile.hardware import git_revision  # noqa: E402
+from shardlab.measure.hardware import git_revision  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: Rounds per sitting, sittings per comparison, between-sitting log-sd (the settings' grid).

@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
-from shardlab.profile.hardware import git_revision  # noqa: E402
+from shardlab.measure.hardware import git_revision  # noqa: E402
 from studies.common.heldout import heldout_samples  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

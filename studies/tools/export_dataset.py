@@ -7,7 +7,7 @@ the provenance records it (``compute_timing``), and points to a NOTES.md only wh
 already in the output folder.
 
     .venv/bin/python studies/tools/export_dataset.py --store runs/cpu/campaign.db --out datasets/cpu \
-        --made-by "shardlab profile compute --store runs/cpu/campaign.db --samples 3000 --workers 2"
+        --made-by "shardlab measure compute --store runs/cpu/campaign.db --samples 3000 --workers 2"
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from shardlab.profile.hardware import TIMING_WORDS  # noqa: E402
-from shardlab.profile.store import SampleStore, export_store  # noqa: E402
+from shardlab.measure.hardware import TIMING_WORDS  # noqa: E402
+from shardlab.measure.store import SampleStore, export_store  # noqa: E402
 
 #: What a dataset's samples were measured with, and the kinds (their name before any ``:<G>``)
 #: that measured it: the opening sentence names only what the dataset holds.
@@ -68,7 +68,7 @@ def intro(kinds: list[str], timings: dict[str, set[str]]) -> str:
                     for t, ks in sorted(by_method.items()) if t != "not recorded")
     return (f"Every number here was measured with {what} on the hardware named below; nothing is simulated."
             f"{timed} One gzipped JSON line per sample; `provenance.json` holds the provenance records each "
-            "line points to (`provenance_index`). Load with `shardlab.profile.store.load_measured(kind, name)`.")
+            "line points to (`provenance_index`). Load with `shardlab.measure.store.load_measured(kind, name)`.")
 
 
 def summary_lines(store_path: str) -> list[str]:

@@ -25,8 +25,8 @@ from shardlab.errors import ShardlabError
 from shardlab.evaluate import Evaluation, MeasuredEvaluator, compare_to_reference, device_tables
 from shardlab.evaluate.torchrec_step import TorchRecEvaluator
 from shardlab.plan import Plan
-from shardlab.profile.hardware import HardwareProfile, environment, get_profile
-from shardlab.profile.store import SampleStore
+from shardlab.measure.hardware import HardwareProfile, environment, get_profile
+from shardlab.measure.store import SampleStore
 from shardlab.search import get_sharder, run_sharder
 from shardlab.tables import Task
 

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from shardlab import constants as C  # noqa: E402
 from shardlab.workflows.benchmark import benchmark_tasks  # noqa: E402
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
-from shardlab.profile.hardware import environment  # noqa: E402
-from shardlab.profile.store import SampleStore  # noqa: E402
+from shardlab.measure.hardware import environment  # noqa: E402
+from shardlab.measure.store import SampleStore  # noqa: E402
 from studies.common.methods import TABLE_WISE, split_methods  # noqa: E402
 from studies.torchrec_agreement.agreement import KIND, agreement, measure_agreement  # noqa: E402
 

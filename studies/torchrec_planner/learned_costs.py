@@ -38,7 +38,7 @@ from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate import MeasuredEvaluator, estimate_plan  # noqa: E402
 from shardlab.evaluate.values import Evaluation  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
-from shardlab.profile.hardware import environment, get_profile  # noqa: E402
+from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
 from studies.common.heldout import heldout_tasks  # noqa: E402
 from studies.common.records import append_record, pack_run, rewrite_report  # noqa: E402

@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from shardlab.io import write_text_atomic  # noqa: E402
-from shardlab.profile.hardware import environment  # noqa: E402
+from shardlab.measure.hardware import environment  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: Target: ShardlabPlanner at least this many times faster at 1,000 tables x 64 ranks.

@@ -39,7 +39,7 @@ from shardlab.errors import ShardlabError
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: How the compute profiler times a pass on each device kind (shardlab.profile.compute).
+#: How the compute profiler times a pass on each device kind (shardlab.measure.compute).
 TIMING_METHODS = {"cpu": "perf_counter", "cuda": "cuda_events"}
 #: How GPU compute was timed before the CUDA-event timer, and so in ``datasets/h100``: the host's
 #: wall clock (``time.perf_counter``) read around ``torch.cuda.synchronize()`` on both sides of

@@ -2,14 +2,14 @@
 and the cost models train on. One record type per kind of measurement:
 
 - :class:`ComputeRecord`: one fused op (kinds ``compute`` and ``single``): its tables and
-  forward / backward ms (:func:`~shardlab.profile.compute.measure_compute`);
+  forward / backward ms (:func:`~shardlab.measure.compute.measure_compute`);
 - :class:`CommRecord`: one all-to-all setting (kinds ``comm:<G>`` and ``rowcomm:<G>``): per-rank
-  dim sums, delays and forward / backward ms (:meth:`~shardlab.profile.comm.CommBench.measure`);
+  dim sums, delays and forward / backward ms (:meth:`~shardlab.measure.comm.CommBench.measure`);
 - :class:`PlanRecord`: one measured plan (kind ``plan:<G>``): each device's tables and measured
   compute and comm ms, and the plan cost.
 
 A record fresh from a profiler has ``key`` ``""`` and, as provenance, only how it was timed
-(``compute_timing``, :mod:`shardlab.profile.compute`); the campaigns store its
+(``compute_timing``, :mod:`shardlab.measure.compute`); the campaigns store its
 :meth:`payload` under a key with a provenance record, and a stored row (``{"key", "provenance",
 **payload}``) parses back with ``from_dict``. Tables are parsed once into
 :class:`~shardlab.tables.Table` values (validated, hashable). :func:`as_record` and the
@@ -113,7 +113,7 @@ class CommRecord:
     ``profile``: the hardware profile's dict from the provenance (empty if the row had none);
     ``repeats`` / ``warmup``: timed and untimed runs; ``backend`` / ``device``: gloo on cpu or
     nccl on cuda; ``rowwise``: the row-wise traffic measured with the all-to-all
-    (:meth:`~shardlab.profile.rowwise_comm.RowWise.to_dict`; None: none)."""
+    (:meth:`~shardlab.measure.rowwise_comm.RowWise.to_dict`; None: none)."""
 
     key: str
     world_size: int

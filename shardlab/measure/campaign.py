@@ -1,5 +1,5 @@
 """Campaigns that collect NeuroShard's pre-training data into a crash-safe store
-(:class:`~shardlab.profile.store.SampleStore`).
+(:class:`~shardlab.measure.store.SampleStore`).
 
 **Compute campaign**: sample i draws (from ``seed`` and i alone) a random multiset of 1..max_tables
 pool tables, each at a random dim of {4, ..., 128} (NeuroShard's dim augmentation), whose
@@ -41,12 +41,12 @@ from shardlab import constants as C
 from shardlab.data.tasks import pool_tables
 from shardlab.errors import ShardlabError, field_error
 from shardlab.processes import ignore_sigint, sigint_ignored
-from shardlab.profile.comm import CommBench, randomized_dim_assignment
-from shardlab.profile.compute import measure_compute, run_jobs_prefetched
-from shardlab.profile.hardware import HardwareProfile, environment, get_profile, measurable_profile
-from shardlab.profile.records import single_key
-from shardlab.profile.rowwise_comm import RowWise
-from shardlab.profile.store import SampleStore
+from shardlab.measure.comm import CommBench, randomized_dim_assignment
+from shardlab.measure.compute import measure_compute, run_jobs_prefetched
+from shardlab.measure.hardware import HardwareProfile, environment, get_profile, measurable_profile
+from shardlab.measure.records import single_key
+from shardlab.measure.rowwise_comm import RowWise
+from shardlab.measure.store import SampleStore
 from shardlab.tables import Table
 
 
@@ -91,7 +91,7 @@ def run_jobs(store: SampleStore, kind: str, jobs: Iterable[tuple[str, list[dict[
     """Measure ``jobs`` (key, tables as dicts, profile as dict) with ``workers`` spawned
     processes (1 = here) and commit each result as it arrives; returns how many were added.
     On a CUDA profile this process times every op on the one GPU and ``workers`` processes make
-    the lookup batches ahead (:func:`~shardlab.profile.compute.run_jobs_prefetched`). ``deadline``
+    the lookup batches ahead (:func:`~shardlab.measure.compute.run_jobs_prefetched`). ``deadline``
     (``time.monotonic()`` seconds): take no new job after it (results in flight are kept).
     ``jobs`` may be a generator (drawn as they are taken; ``total``: how many, for the bar)."""
     total = len(jobs) if total is None and hasattr(jobs, "__len__") else total
@@ -218,8 +218,8 @@ def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
     profile's batch size, backend, repeats and warm-ups apply. Callers that are scripts need a
     ``if __name__ == "__main__":`` guard (ranks are spawned).
 
-    ``bench``: a :class:`~shardlab.profile.group_bench.GroupBench` when the ranks were started by
-    torchrun (``python -m shardlab.dist profile-comm``): every rank then calls this function,
+    ``bench``: a :class:`~shardlab.measure.group_bench.GroupBench` when the ranks were started by
+    torchrun (``python -m shardlab.dist measure-comm``): every rank then calls this function,
     rank 0 alone opens the store and tells the others which samples are missing, and the
     launcher (world, local world, nodes) joins each sample's provenance."""
     prof = get_profile(profile)

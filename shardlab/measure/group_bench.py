@@ -1,10 +1,10 @@
 """The comm profiler inside a process group that is already running: ranks started by
 ``torchrun`` (one process per GPU, on one host or many; ``python -m shardlab.dist``) instead of
-spawned on this host by :class:`~shardlab.profile.comm.CommBench`.
+spawned on this host by :class:`~shardlab.measure.comm.CommBench`.
 
 :class:`GroupBench` measures exactly what a ``CommBench`` measures (the same buffers, barriers,
-forward delays and timing: :mod:`shardlab.profile.comm`), and returns the same
-:class:`~shardlab.profile.records.CommRecord`, but *every rank calls it*, in the same order with the
+forward delays and timing: :mod:`shardlab.measure.comm`), and returns the same
+:class:`~shardlab.measure.records.CommRecord`, but *every rank calls it*, in the same order with the
 same arguments (the callers are deterministic, so they do). Besides measuring it lets ranks share
 values: :meth:`GroupBench.gather` (every rank's value, on every rank) and :meth:`GroupBench.share`
 (rank 0's value, on every rank), so that one rank (0) can own a file and the others follow it.
@@ -19,9 +19,9 @@ import torch
 import torch.distributed as dist
 
 from shardlab.errors import ShardlabError
-from shardlab.profile.comm import BACKENDS, check_sample_args, comm_record, measure_rank
-from shardlab.profile.records import CommRecord
-from shardlab.profile.rowwise_comm import RowWise
+from shardlab.measure.comm import BACKENDS, check_sample_args, comm_record, measure_rank
+from shardlab.measure.records import CommRecord
+from shardlab.measure.rowwise_comm import RowWise
 
 
 class GroupBench:

@@ -9,7 +9,7 @@ device, redrawn (up to 20 times) until the group fits one device's memory and th
 limit. Same task and seed: same ops, in the same order. The order interleaves the groups with
 the singles (a seeded shuffle of them), so a budget that runs out leaves a balanced subset.
 
-**Timing** (:func:`measure_ops`): each op is one :func:`~shardlab.profile.compute.measure_compute`
+**Timing** (:func:`measure_ops`): each op is one :func:`~shardlab.measure.compute.measure_compute`
 call under :func:`calibration_profile` (the profile with the light settings of
 ``constants.TASK_CALIBRATION_*``), at the profile's batch size (the one its cost models predict
 at), in this process; no new op is started once ``budget_s`` seconds have passed. The ``measure``
@@ -27,8 +27,8 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.data.fit_lookups import fit_table_lookups
 from shardlab.errors import ShardlabError
-from shardlab.profile.compute import DEFAULT_MAX_GB, measure_compute
-from shardlab.profile.hardware import HardwareProfile, fbgemm_version, get_profile, measurable_profile
+from shardlab.measure.compute import DEFAULT_MAX_GB, measure_compute
+from shardlab.measure.hardware import HardwareProfile, fbgemm_version, get_profile, measurable_profile
 from shardlab.tables import Table, Task
 
 #: A measuring function: the op's tables and the profile -> (fw ms, bw ms).
@@ -124,7 +124,7 @@ def task_ops(task: Task, profile: str | HardwareProfile, seed: int = 0,
 
 
 def fbgemm_measure(tables: Sequence[Table], profile: HardwareProfile) -> tuple[float, float]:
-    """The default :data:`Measure`: one :func:`~shardlab.profile.compute.measure_compute` call
+    """The default :data:`Measure`: one :func:`~shardlab.measure.compute.measure_compute` call
     (fw ms, bw ms)."""
     rec = measure_compute(tables, profile)
     return rec.fw_ms, rec.bw_ms

@@ -1,5 +1,5 @@
 """Broad compute campaign: NeuroShard's pre-training data taken to the space real models live
-in, measured with the same fused fbgemm ops as :mod:`shardlab.profile.campaign`.
+in, measured with the same fused fbgemm ops as :mod:`shardlab.measure.campaign`.
 
 Sample i draws (from ``seed`` and i alone) 1..max_tables synthetic tables from
 :class:`BroadSpace` -- rows log-uniform in [10^2, 10^8] (capped so one table's weights and
@@ -29,9 +29,9 @@ from shardlab import constants as C
 from shardlab.data.generator import table_from_params
 from shardlab.data.lookups import row_block_table
 from shardlab.errors import ShardlabError
-from shardlab.profile.campaign import run_jobs, take_within
-from shardlab.profile.hardware import HardwareProfile, environment, get_profile, measurable_profile
-from shardlab.profile.store import SampleStore
+from shardlab.measure.campaign import run_jobs, take_within
+from shardlab.measure.hardware import HardwareProfile, environment, get_profile, measurable_profile
+from shardlab.measure.store import SampleStore
 from shardlab.tables import Table, block_bytes
 
 POOL = "broad"
@@ -174,7 +174,7 @@ def run_broad_campaign(store_path: str, n_samples: int, profile: str | HardwareP
                        deadline: float | None = None) -> int:
     """Measure broad samples 0..n_samples-1 not yet in the store (kind ``compute``); returns how
     many were added. ``mem_cap_gb``: one op's tables at most (GB); ``workers`` and ``deadline``:
-    see :func:`~shardlab.profile.campaign.run_jobs`."""
+    see :func:`~shardlab.measure.campaign.run_jobs`."""
     prof = measurable_profile(profile)
     if n_samples < 0 or workers < 1 or max_tables < 1:
         raise ShardlabError("broad campaign: fields 'n_samples' >= 0, 'workers' >= 1, 'max_tables' >= 1 required")

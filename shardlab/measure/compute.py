@@ -18,7 +18,7 @@ before the forward, between forward and backward, and after the backward, with o
 synchronisation after each run (:class:`CudaEventTimer`): a pass's time is then what the
 stream spent on it, its kernels plus any gap the host leaves between launches on an idle stream.
 The method is in each record's provenance (``compute_timing``: ``"perf_counter"`` or
-``"cuda_events"``) and in :func:`~shardlab.profile.hardware.environment`, which the campaigns
+``"cuda_events"``) and in :func:`~shardlab.measure.hardware.environment`, which the campaigns
 store with every sample.
 
 **On one GPU** (:func:`run_jobs_prefetched`) lookup batches are made in CPU worker processes
@@ -49,9 +49,9 @@ from shardlab import constants as C
 from shardlab.data.lookups import table_lookups
 from shardlab.errors import ShardlabError
 from shardlab.processes import ignore_sigint
-from shardlab.profile.hardware import TIMING_METHODS, HardwareProfile, measurable_profile
-from shardlab.profile.records import ComputeRecord, spread_ms
-from shardlab.profile.store import SampleStore
+from shardlab.measure.hardware import TIMING_METHODS, HardwareProfile, measurable_profile
+from shardlab.measure.records import ComputeRecord, spread_ms
+from shardlab.measure.store import SampleStore
 from shardlab.tables import Table
 
 #: Refuse to allocate more than this for one fused op on CPU (GB); the machine has 24.

@@ -39,9 +39,9 @@ import torch.distributed as dist
 from shardlab import constants as C
 from shardlab.errors import CommBenchError, ShardlabError, field_error
 from shardlab.processes import sigint_ignored
-from shardlab.profile.hardware import allowed_cores, core_for, pin_to
-from shardlab.profile.records import CommRecord, spread_ms
-from shardlab.profile.rowwise_comm import RowWise, RowWiseExchange, check_rowwise
+from shardlab.measure.hardware import allowed_cores, core_for, pin_to
+from shardlab.measure.records import CommRecord, spread_ms
+from shardlab.measure.rowwise_comm import RowWise, RowWiseExchange, check_rowwise
 from shardlab.schedule import batch_rows  # noqa: F401  (the ranks' batch slices; imported from here too)
 
 #: Backend and device pairs the bench supports.
@@ -92,7 +92,7 @@ def check_sample_args(world_size: int, dim_sums: Sequence[int], delays_ms: Seque
 def comm_record(world_size: int, batch_size: int, dims: Sequence[int], delays: Sequence[float],
                 times: Sequence[tuple[Sequence[float], Sequence[float]]], repeats: int, warmup: int,
                 backend: str, device: str, dtype: torch.dtype, rowwise: RowWise | None = None) -> CommRecord:
-    """The :class:`~shardlab.profile.records.CommRecord` (not yet stored: key ``""``) of every
+    """The :class:`~shardlab.measure.records.CommRecord` (not yet stored: key ``""``) of every
     rank's timed (forward, backward) ms lists, in rank order: medians and spreads per rank."""
     fw, bw = [t[0] for t in times], [t[1] for t in times]
     return CommRecord("", world_size, batch_size, tuple(dims), tuple(delays),
@@ -230,7 +230,7 @@ class CommBench:
     embeddings; ``threads_per_rank`` torch's intra-op threads per rank; ``timeout_s`` bounds
     startup, each collective (the process group's timeout) and each request beyond its delays;
     ``pin``: rank r runs on core r mod (cores this process may use) where the OS allows
-    (:mod:`shardlab.profile.hardware`; CPU ranks only).
+    (:mod:`shardlab.measure.hardware`; CPU ranks only).
     """
 
     def __init__(self, world_size: int, batch_size: int, backend: str = "gloo", device: str = "cpu",

@@ -1,1 +1,0 @@
-"""Profiling: real fbgemm TBE kernels (compute), real collectives (comm), a crash-safe store."""
