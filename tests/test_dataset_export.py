@@ -77,10 +77,15 @@ def test_provenance_md_says_only_what_the_dataset_holds_and_how_compute_was_time
     assert "(`compute_timing`: `cuda_events`; kinds compute)" in mixed and "; kinds single)" in mixed
 
 
+#: A GPU lease's rounds as they came back (scripts/gpu/lease.py), kept beside its export: a record
+#: the lease report reads, not a kind of samples.
+LEASE_ROUNDS = "plan_rounds.jsonl.gz"
+
+
 def _shipped_kinds(folder):
     """Kind -> the distinct compute_timing values of a shipped dataset folder's samples."""
     out = {}
-    for f in sorted(folder.glob("*.jsonl.gz")):
+    for f in sorted(p for p in folder.glob("*.jsonl.gz") if p.name != LEASE_ROUNDS):
         head, _, g = f.name[:-len(".jsonl.gz")].rpartition("_")
         kind = f"{head}:{g}" if g.isdigit() else f.name[:-len(".jsonl.gz")]
         rows = load_measured(kind, folder.relative_to(datasets_dir()).as_posix())
@@ -93,7 +98,8 @@ def test_every_shipped_provenance_md_says_only_what_its_dataset_holds():
 
     exported = [p for p in datasets_dir().rglob("PROVENANCE.md") if p.read_text().startswith("# Measured dataset")]
     measured = {f.parent for pattern in ("compute.jsonl.gz", "comm_*.jsonl.gz", "rowcomm_*.jsonl.gz", "plan_*.jsonl.gz")
-                for f in datasets_dir().rglob(pattern)}
+                for f in datasets_dir().rglob(pattern)
+                if f.name != LEASE_ROUNDS}
     assert {md.parent for md in exported} == measured          # every kernel / collective dataset, each exported
     assert {"cpu", "cpu/broad", "cpu/rows", "cpu/rowcomm", "h100"} <= {
         d.relative_to(datasets_dir()).as_posix() for d in measured}
