@@ -114,6 +114,12 @@ EQUIVALENCE_MARGIN = 0.05
 #: logistic loss is softplus(-(difference of predictions) / this) for each pair that is.
 RANK_LOSS_GAP = 0.0488     # log(1.05)
 
+#: A measured comparison with a time budget (``MeasuredEvaluator(budget_s=...)``) looks at its
+#: verdicts after each sitting, at most this many sittings, decided in advance: each look's
+#: intervals are at confidence 1 - 0.05 / LOOKS (Bonferroni over the looks), so stopping at the
+#: first decisive look keeps the 5% error rate of one fixed-size comparison (``evaluate/sequential.py``).
+SEQUENTIAL_LOOKS = 4
+
 #: Timed rounds of the selection sitting that picks the best baseline as the reference when
 #: none is named (measured evaluators): the reference is never chosen on the rounds it is judged on.
 SELECTION_ROUNDS = 3

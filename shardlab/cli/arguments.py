@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Any, Sequence
 
-from shardlab.constants import EQUIVALENCE_MARGIN
+from shardlab.constants import EQUIVALENCE_MARGIN, SEQUENTIAL_LOOKS
 from shardlab.errors import printable
 from shardlab.io import option_value
 
@@ -59,6 +59,23 @@ def dims(text: str) -> list[int]:
         return [int(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"--dims must be comma-separated integers, got {text!r}") from None
+
+
+#: Seconds per unit of a ``--budget`` (s, m, h; a bare number is seconds).
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration(text: str) -> float:
+    """``--budget 10m``: a duration in seconds (``90``, ``90s``, ``10m``, ``1.5h``), finite and > 0."""
+    t = text.strip().lower()
+    unit = DURATION_UNITS.get(t[-1:], None) if t else None
+    try:
+        value = float(t[:-1] if unit else t) * (unit or 1.0)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"--budget must be a duration like 90s, 10m or 1h, got {text!r}")
+    return value
 
 
 def setting(text: str) -> tuple[str, Any]:
@@ -187,6 +204,10 @@ def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, sea
     p.add_argument("--sittings", type=int, default=None,
                    help="--measure: sittings of --rounds rounds each, every one with fresh ranks and fresh lookups; "
                         "intervals from the hierarchical bootstrap over sittings (default 1)")
+    p.add_argument("--budget", type=duration, default=None, metavar="DURATION",
+                   help="--measure: a time budget (90s, 10m, 1h) instead of --sittings: sittings are added, up to "
+                        f"{SEQUENTIAL_LOOKS}, while a verdict is inconclusive; decided plans drop out; each look's "
+                        f"interval at 1 - 0.05/{SEQUENTIAL_LOOKS}, so stopping early keeps the 5%% error rate")
     p.add_argument("--reference", default=None,
                    help="plan to compare against: a Plan JSON file or the method of one of the plans "
                         "(default: the best baseline among them; measured, it is picked in a separate selection "

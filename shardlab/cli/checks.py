@@ -13,7 +13,8 @@ import math
 import re
 from typing import Any, Callable
 
-from shardlab.constants import MAX_BATCH_SIZE, MAX_DELAY_MS, MAX_EPOCHS, MAX_MEM_CAP_GB, MAX_NGPU, MAX_SAMPLES
+from shardlab.constants import (MAX_BATCH_SIZE, MAX_DELAY_MS, MAX_EPOCHS, MAX_MEM_CAP_GB, MAX_NGPU, MAX_SAMPLES,
+                                SEQUENTIAL_LOOKS)
 from shardlab.errors import ShardlabError
 from shardlab.measure.hardware import get_profile
 
@@ -58,7 +59,7 @@ TORCHREC_ONLY = ("steps", "warmup_steps", "whole_step")
 
 #: Options of the evaluation verbs that only act on measurement: refused without --measure.
 MEASURE_ONLY = ("batch_size", "repeats", "warmup", "rounds", "warmup_rounds", "no_pin", "journal", "margin",
-                "sittings", "seed")
+                "sittings", "seed", "budget")
 
 #: Verbs whose --batch-size etc. belong to the measuring evaluator.
 EVALUATION_VERBS = ("evaluate", "compare", "report")
@@ -101,6 +102,9 @@ def check_args(args: argparse.Namespace) -> None:
             if getattr(args, dest, None) not in (None, False) and not (torchrec and dest in TORCHREC_ALSO):
                 raise ShardlabError(f"option '{_flag(dest)}' = {getattr(args, dest)!r} only applies with --measure"
                                     + (" or --torchrec" if dest in TORCHREC_ALSO else ""))
+    if getattr(args, "budget", None) is not None and getattr(args, "sittings", None) is not None:
+        raise ShardlabError(f"option '--sittings' = {args.sittings} does not go with --budget (the budget decides "
+                            f"how many sittings, up to {SEQUENTIAL_LOOKS})")
     if verb in EVALUATION_VERBS and not torchrec:
         for dest in TORCHREC_ONLY:
             if getattr(args, dest, None) not in (None, False):

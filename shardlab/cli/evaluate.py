@@ -47,7 +47,7 @@ def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
         return MeasuredEvaluator(prof, rounds=rounds, warmup_rounds=warm, seed=seed, reference=reference,
                                  lower_bound=not args.no_bound, pin=not args.no_pin,
                                  progress=not args.no_progress, journal=args.journal, margin=margin,
-                                 sittings=args.sittings or 1)
+                                 sittings=args.sittings or 1, budget_s=args.budget)
     model = args.model or ("analytic" if args.analytic or not args.search_model
                            else profile_folder(profile).search_model or "analytic")
     return ModelEvaluator(model, profile, lower_bound=not args.no_bound, reference=reference)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import ExitStack
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -38,9 +39,11 @@ from shardlab import constants as C
 from shardlab.data.fit_lookups import with_lookups
 from shardlab.data.lookups import lookup_origin
 from shardlab.errors import ShardlabError, field_error
+from shardlab.evaluate.sequential import check_budget, look_confidence, run_sequential
 from shardlab.evaluate.stats import check_margin, hierarchical_median_ci
-from shardlab.evaluate.values import (NAMED, SELECTED, DeviceCost, Evaluation, baseline_names, check_plans,
-                                      comm_pattern, compare_to_reference, device_tables, selects_reference)
+from shardlab.evaluate.values import (CHEAPEST_BASELINE, FIRST_PLAN, NAMED, SELECTED, DeviceCost, Evaluation,
+                                      baseline_names, check_plans, comm_pattern, compare_to_reference, device_tables,
+                                      selects_reference)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.paths import check_output_path
 from shardlab.measure.comm import CommBench
@@ -234,7 +237,11 @@ class MeasuredEvaluator:
     torchrun started the ranks (``python -m shardlab.dist evaluate --measure``): every rank then
     runs :meth:`evaluate`, rank g times device g's shards on its own device, the all-to-alls run
     between the group's ranks, every rank returns the same Evaluations, and only rank 0 shows
-    progress and journals (one sitting: torchrun's ranks cannot be re-spawned from here).
+    progress and journals (one sitting: torchrun's ranks cannot be re-spawned from here);
+    ``budget_s``: measure with a time budget (s) instead of a fixed ``sittings``: sittings are
+    added, up to ``looks`` decided in advance, while a verdict is still inconclusive, decided plans
+    drop out, and each verdict says why its plan stopped (:mod:`~shardlab.evaluate.sequential`:
+    the looks' intervals at 1 - 0.05 / ``looks``, so the stopping keeps the stated error rate).
     After :meth:`evaluate`: ``orders_`` (each timed round's order, plan names and
     :data:`BOUND`, sitting after sitting), ``measured_`` (every item in the order it was
     measured, warm-ups and the selection sitting included, as (round, name); round < 0 for
@@ -246,7 +253,8 @@ class MeasuredEvaluator:
     def __init__(self, profile: str | HardwareProfile = C.MEASURE_PROFILE, rounds: int = 5, warmup_rounds: int = 1,
                  seed: int = 0, reference: str | None = None, lower_bound: bool = True, pin: bool = True,
                  progress: bool = True, journal: str | None = None, group: Any | None = None,
-                 margin: float = C.EQUIVALENCE_MARGIN, sittings: int = 1, sitting_sd: float | None = None):
+                 margin: float = C.EQUIVALENCE_MARGIN, sittings: int = 1, sitting_sd: float | None = None,
+                 budget_s: float | None = None, looks: int = C.SEQUENTIAL_LOOKS):
         self.profile = profile
         self.rounds = rounds
         self.warmup_rounds = warmup_rounds
@@ -260,6 +268,8 @@ class MeasuredEvaluator:
         self.margin = margin
         self.sittings = sittings
         self.sitting_sd = sitting_sd
+        self.budget_s = budget_s
+        self.looks = looks
 
     def _check(self) -> HardwareProfile:
         if int(self.rounds) < 1:
@@ -272,6 +282,12 @@ class MeasuredEvaluator:
             raise field_error("measured evaluator", "sittings", self.sittings,
                               "must be 1 under torchrun (its ranks cannot be re-spawned): run the command again")
         check_margin(self.margin, "measured evaluator")
+        if self.budget_s is not None:
+            check_budget(self.budget_s)
+            look_confidence(self.looks)
+            if self.group is not None:
+                raise field_error("measured evaluator", "budget_s", self.budget_s,
+                                  "needs sittings of their own ranks, which torchrun's cannot be: give a fixed --rounds")
         if self.journal is not None:
             check_journal(self.journal)          # before anything runs
         prof = get_profile(self.profile)
@@ -333,7 +349,7 @@ class MeasuredEvaluator:
         items = list(first.values()) + ([BOUND] if self.lower_bound else [])
         base = list(dict.fromkeys(rep[k] for k in baseline_names(plans)))
         select = selects_reference(self.reference, base, self.rounds)
-        nsit = int(self.sittings)
+        nsit = int(self.sittings) if self.budget_s is None else int(self.looks)
 
         def measure(name: str, bench: Any, cache: dict, first_batch: int) -> Any:
             if name == BOUND:
@@ -357,20 +373,46 @@ class MeasuredEvaluator:
                 reference = min(base, key=lambda k: (float(np.median(self.selection_[k])), base.index(k)))
                 chosen = SELECTED
             by_sitting = []
-            for s in range(nsit):
-                orders = round_orders(items, self.rounds, self.seed, sitting=s)
-                by_sitting.append(self._sitting(task, prof, items, measure, orders, s, s * prof.input_batches,
-                                                bar, journal))
-                self.orders_.extend(orders)
+
+            def sitting(s: int, names: Sequence[str]) -> dict[str, list]:
+                now = list(names) + ([BOUND] if self.lower_bound else [])
+                orders = round_orders(now, self.rounds, self.seed, sitting=s)
+                runs = self._sitting(task, prof, now, measure, orders, s, s * prof.input_batches, bar, journal)
+                self.orders_.extend(orders)           # after: _sitting numbers this sitting's rounds on from it
+                return runs
+
+            if self.budget_s is None:
+                by_sitting = [sitting(s, [k for k in items if k != BOUND]) for s in range(nsit)]
+            else:
+                if reference is None:                 # named, or picked in the selection sitting, or:
+                    reference, chosen = (base[0], CHEAPEST_BASELINE) if base else (next(iter(plans)), FIRST_PLAN)
+                distinct = [k for k in items if k != BOUND]
+                judged, by_sitting = run_sequential(sitting, lambda k, runs: self._judged(
+                    task, plans, rep, k, runs, note, prof), distinct, rep[reference], float(self.budget_s),
+                    int(self.looks), self.seed, self.margin, self.sitting_sd, chosen)
+                bar.total = bar.n                     # what was measured is the whole
         bounds = [b for runs in by_sitting for b in runs.get(BOUND, []) if b is not None]
         bound = float(np.median(bounds)) if bounds else None
         where = f" (torchrun: {task.ngpu} ranks, each timing its own device's shards)" if self.group else ""
         source = f"measured:{prof.name}{note}{where}"
+        if self.budget_s is not None:
+            self.seconds_ = time.perf_counter() - t0
+            self.warmup_ms_ = {k: self.warmup_ms_[rep[k]] for k in plans if rep[k] in self.warmup_ms_}
+            return {k: replace(judged[rep[k]], method=plans[k].method, lower_bound_ms=bound,
+                               bound_source=MEASURED_BOUND if bound is not None else None,
+                               comparison=replace(judged[rep[k]].comparison, reference=reference)) for k in plans}
         out = {k: _evaluation(task, plans[k], source, [runs[rep[k]] for runs in by_sitting], bound, self.seed)
                for k in plans}
         self.warmup_ms_ = {k: self.warmup_ms_[rep[k]] for k in plans if rep[k] in self.warmup_ms_}
         self.seconds_ = time.perf_counter() - t0
         return compare_to_reference(out, reference, self.seed, self.margin, self.sitting_sd, chosen)
+
+
+    def _judged(self, task: Task, plans: Mapping[str, Plan], rep: Mapping[str, str], name: str,
+                runs: Sequence[Mapping[str, list]], note: str, prof: HardwareProfile) -> Evaluation:
+        """The Evaluation of distinct plan ``name`` from the sittings it was measured in."""
+        mine = [r[name] for r in runs if name in r]
+        return _evaluation(task, plans[name], f"measured:{prof.name}{note}", mine, None, self.seed)
 
 
 def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",

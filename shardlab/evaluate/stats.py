@@ -157,9 +157,9 @@ def with_sitting_spread(centre: float, ci: tuple[float, float], within: tuple[fl
 
 
 def paired_ratio_ci(plan_sittings: Sequence[Sequence[float]], reference_sittings: Sequence[Sequence[float]],
-                    seed: int = 0, n_boot: int = N_BOOT, sitting_sd: float = 0.0
+                    seed: int = 0, n_boot: int = N_BOOT, sitting_sd: float = 0.0, confidence: float = CONFIDENCE
                     ) -> tuple[float, tuple[float, float] | None]:
-    """The median paired ratio plan / reference (dimensionless) and its 95% interval from rounds
+    """The median paired ratio plan / reference (dimensionless) and its ``confidence`` (95%) interval from rounds
     grouped by sitting: per sitting the plan's and the reference's per-round costs (ms, paired
     by round, :func:`paired_ratios`), then :func:`hierarchical_median_ci`. ``sitting_sd``: the
     known between-sitting log-sd tau of the machine (``sitting_log_sd`` of its profile folder);
@@ -172,12 +172,14 @@ def paired_ratio_ci(plan_sittings: Sequence[Sequence[float]], reference_sittings
                             f"{len(reference_sittings)} of the reference")
     if not np.isfinite(sitting_sd) or sitting_sd < 0:
         raise field_error("paired ratios", "sitting_sd", sitting_sd, "must be a number >= 0")
+    if not 0.0 < float(confidence) < 1.0:
+        raise field_error("paired ratios", "confidence", confidence, "must be in (0, 1)")
     ratios = [paired_ratios(a, b) for a, b in zip(plan_sittings, reference_sittings)]
-    centre, ci = hierarchical_median_ci(ratios, seed=seed, n_boot=n_boot)
+    centre, ci = hierarchical_median_ci(ratios, seed=seed, n_boot=n_boot, confidence=confidence)
     if ci is None or sitting_sd == 0 or all(np.all(r == 1.0) for r in ratios):   # the same measurements: no drift
         return centre, ci
-    _, within = hierarchical_median_ci(ratios, seed=seed, n_boot=n_boot, resample_sittings=False)
-    return centre, with_sitting_spread(centre, ci, within, sitting_sd, len(ratios))
+    _, within = hierarchical_median_ci(ratios, seed=seed, n_boot=n_boot, confidence=confidence, resample_sittings=False)
+    return centre, with_sitting_spread(centre, ci, within, sitting_sd, len(ratios), confidence)
 
 
 def check_margin(margin: float, owner: str = "verdict") -> float:

@@ -21,8 +21,8 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.data.lookups import device_tables, lookup_origin, placed_row_block  # noqa: F401  (device_tables: re-exported)
 from shardlab.errors import ShardlabError, check_fields
-from shardlab.evaluate.stats import (MIN_ROUNDS, OLD_VERDICTS, VERDICTS, check_margin, paired_ratio_ci, read_verdict,
-                                     verdict)
+from shardlab.evaluate.stats import (CONFIDENCE, MIN_ROUNDS, OLD_VERDICTS, VERDICTS, check_margin, paired_ratio_ci,
+                                     read_verdict, verdict)
 from shardlab.plan import Plan
 from shardlab.data.hardware_profiles import known_profiles
 from shardlab.measure.rowwise_comm import RowWise
@@ -73,7 +73,11 @@ class Comparison:
     carry no uncertainty); ``margin``: the equivalence margin the verdict used (dimensionless,
     0.05 = 5%: :func:`~shardlab.evaluate.stats.verdict`; None without a verdict); ``chosen``:
     how the reference was chosen (:func:`choose_reference`; e.g. ``"named"`` or ``"best
-    baseline in a separate selection sitting of 3 rounds"``; None in files of earlier versions)."""
+    baseline in a separate selection sitting of 3 rounds"``; None in files of earlier versions);
+    ``confidence``: the interval's coverage where it is not 0.95 (a comparison measured with a
+    time budget looks after every sitting, each look at 1 - 0.05 / looks:
+    :mod:`~shardlab.evaluate.sequential`), else None; ``stopped``: why measuring this plan
+    stopped, in a few words (with a budget only; None otherwise)."""
 
     reference: str
     ratio: float
@@ -81,6 +85,8 @@ class Comparison:
     verdict: str | None = None
     margin: float | None = None
     chosen: str | None = None
+    confidence: float | None = None
+    stopped: str | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,10 @@ class Evaluation:
                 out["equivalence_margin"] = c.margin
             if c.chosen is not None:
                 out["reference_chosen"] = c.chosen
+            if c.confidence is not None:
+                out["ratio_ci_confidence"] = c.confidence
+            if c.stopped is not None:
+                out["stopped"] = c.stopped
         return out
 
     @classmethod
@@ -171,7 +181,8 @@ class Evaluation:
         owner = check_fields(d, "evaluation", "method", ("task", "method", "source", "per_device"),
                              ("task", "method", "source", "cost_ms", "lower_bound_ms", "per_device", "rounds_ms",
                               "ci95_ms", "reference", "ratio_to_reference", "ratio_ci95", "verdict",
-                              "equivalence_margin", "reference_chosen", "sittings_ms", "bound_source"))
+                              "equivalence_margin", "reference_chosen", "sittings_ms", "bound_source",
+                              "ratio_ci_confidence", "stopped"))
         pair = lambda k: tuple(float(x) for x in d[k]) if d.get(k) is not None else None  # noqa: E731
         comparison = None
         if d.get("reference") is not None:
@@ -182,9 +193,13 @@ class Evaluation:
                 said = read_verdict(said, pair("ratio_ci95"), margin)
             elif said is not None and said not in VERDICTS:
                 raise ShardlabError(f"{owner}: field 'verdict' = {said!r} must be one of {list(VERDICTS)}")
-            chosen = d.get("reference_chosen")
+            chosen, level, stopped = d.get("reference_chosen"), d.get("ratio_ci_confidence"), d.get("stopped")
+            if level is not None and (isinstance(level, bool) or not isinstance(level, (int, float))
+                                      or not 0.0 < float(level) < 1.0):
+                raise ShardlabError(f"{owner}: field 'ratio_ci_confidence' = {level!r} must be a number in (0, 1)")
             comparison = Comparison(str(d["reference"]), float(d["ratio_to_reference"]), pair("ratio_ci95"),
-                                    said, margin, None if chosen is None else str(chosen))
+                                    said, margin, None if chosen is None else str(chosen),
+                                    None if level is None else float(level), None if stopped is None else str(stopped))
         rounds = tuple(float(x) for x in d["rounds_ms"]) if d.get("rounds_ms") is not None else None
         sittings = None
         if d.get("sittings_ms") is not None:
@@ -308,15 +323,16 @@ def sitting_spread(source: str) -> float:
 
 def compare_to_reference(evaluations: Mapping[str, Evaluation], reference: str | None = None,
                          seed: int = 0, margin: float = C.EQUIVALENCE_MARGIN, sitting_sd: float | None = None,
-                         chosen: str | None = None) -> dict[str, Evaluation]:
+                         chosen: str | None = None, confidence: float = CONFIDENCE) -> dict[str, Evaluation]:
     """Every evaluation with its :class:`Comparison` against the reference plan
     (:func:`choose_reference`; ``chosen`` replaces its word for how, e.g. when the caller
     picked ``reference`` in a selection sitting). Evaluations measured in rounds are compared
     round by round, sitting by sitting (paired ratios, hierarchical bootstrap interval widened
     by the between-sitting log-sd ``sitting_sd`` -- None: the reference's profile's,
     :func:`sitting_spread` -- and a verdict with equivalence ``margin``, both dimensionless:
-    :func:`~shardlab.evaluate.stats.paired_ratio_ci`); others by the ratio of
-    their costs alone (no interval, no verdict). Same order as ``evaluations``."""
+    :func:`~shardlab.evaluate.stats.paired_ratio_ci`) at ``confidence`` (0.95 unless a sequential
+    look asks for more); others by the ratio of their costs alone (no interval, no verdict). Same
+    order as ``evaluations``."""
     margin = check_margin(margin)
     ref_name, how = choose_reference(evaluations, reference)
     how = chosen or how
@@ -326,9 +342,10 @@ def compare_to_reference(evaluations: Mapping[str, Evaluation], reference: str |
     for k, e in evaluations.items():
         paired = e.sittings and [len(x) for x in e.sittings] == [len(x) for x in ref.sittings]
         if paired:
-            ratio, ci = paired_ratio_ci(e.sittings, ref.sittings, seed=seed, sitting_sd=sitting_sd)
+            ratio, ci = paired_ratio_ci(e.sittings, ref.sittings, seed=seed, sitting_sd=sitting_sd, confidence=confidence)
             said = verdict(ci, margin)
-            comp = Comparison(ref_name, ratio, ci, said, margin if said is not None else None, how)
+            comp = Comparison(ref_name, ratio, ci, said, margin if said is not None else None, how,
+                              None if confidence == CONFIDENCE else float(confidence))
         else:
             comp = Comparison(ref_name, e.cost_ms / ref.cost_ms if ref.cost_ms > 0 else float("nan"), chosen=how)
         out[k] = e.with_comparison(comp)

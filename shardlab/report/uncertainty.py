@@ -113,7 +113,9 @@ def comparison_text(name: str, ev: Evaluation) -> str:
         return line + ("" if is_measured(ev) else f" ({NO_UNCERTAINTY})")
     if c.reference == name:
         return line + "; the reference"
-    return line + f"; x{ratio_text(name, ev)} vs {c.reference}: {verdict_text(name, ev)}"
+    level = f" ({100 * c.confidence:g}% interval)" if c.confidence is not None else ""
+    why = f" ({c.stopped})" if c.stopped else ""
+    return line + f"; x{ratio_text(name, ev)}{level} vs {c.reference}: {verdict_text(name, ev)}{why}"
 
 
 def margin_text(evaluations: Mapping[str, Evaluation]) -> str:

@@ -1,0 +1,113 @@
+"""Measuring with a time budget (shardlab/evaluate/sequential.py): sittings are added while a verdict
+is inconclusive, decided plans drop out, each plan says why it stopped, and every look's interval
+is at 1 - 0.05 / looks. Driven here by simulated sittings (no timing, nothing load-dependent), and
+once end to end on this machine's kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardlab.errors import ShardlabError
+from shardlab.evaluate.sequential import look_confidence, run_sequential
+from shardlab.evaluate.values import DeviceCost, Evaluation
+
+RATIOS = {"ref": 1.0, "clear": 0.70, "same": 1.0, "close": 1.01}
+#: Per-round noise of each plan's paired ratio (log-sd): "close" is too noisy to settle.
+NOISE = {"ref": 0.0, "clear": 0.004, "same": 0.004, "close": 0.08}
+
+
+def simulated(ratios=RATIOS, rounds=8, noise=NOISE, seed=0):
+    """``sitting(s, names)`` with paired per-round ms (the reference's round cost shared, each plan
+    at its true ratio times a little noise), the names each sitting measured, and ``evaluation``."""
+    asked: list[list[str]] = []
+
+    def sitting(s, names):
+        asked.append(list(names))
+        rng = np.random.default_rng([seed, s])
+        base = 10.0 * (1 + 0.2 * rng.random(rounds))          # the machine drifts; pairs do not
+        return {n: [np.array([[b * ratios[n] * np.exp(noise.get(n, 0.004) * rng.standard_normal()), 0, 0, 0]]) for b in base]
+                for n in names}
+
+    def evaluation(name, runs):
+        mine = [r[name] for r in runs if name in r]
+        costs = tuple(tuple(float(m.sum()) for m in s) for s in mine)
+        return Evaluation("t", name, "measured:simulated", (DeviceCost(0, 1, 1, 0, 0, 0.1),), None,
+                          tuple(x for s in costs for x in s), None, None, costs if len(costs) > 1 else None)
+
+    return sitting, evaluation, asked
+
+
+def test_each_plan_stops_when_decided_and_drops_out_of_later_sittings():
+    sitting, evaluation, asked = simulated()
+    out, done = run_sequential(sitting, evaluation, list(RATIOS), "ref", budget_s=1e9, looks=4, seed=0,
+                               margin=0.05, sitting_sd=0.0, chosen="named")
+    c = {k: e.comparison for k, e in out.items()}
+    assert c["clear"].verdict == "faster" and c["clear"].stopped == "decided after 1 of at most 4 sittings"
+    assert c["same"].verdict == "equivalent" and c["same"].stopped.startswith("decided after")
+    assert c["close"].verdict == "inconclusive" and c["close"].stopped.startswith("not decided in 4 sittings")
+    assert "clear" not in asked[1] and asked[1][0] == "ref" and "close" in asked[-1]   # the time goes to the close call
+    assert len(done) == 4 and len(out["close"].sittings) == 4 and len(out["clear"].sittings) == 1
+    assert all(x.confidence == pytest.approx(1 - 0.05 / 4) for k, x in c.items() if k != "ref")
+    lo, hi = c["clear"].ratio_ci95
+    assert lo < 0.70 < hi                                   # the wider interval still holds the truth
+
+
+def test_it_stops_when_every_verdict_is_decisive_or_the_budget_is_spent():
+    sitting, evaluation, asked = simulated({"ref": 1.0, "clear": 0.7})
+    out, done = run_sequential(sitting, evaluation, ["ref", "clear"], "ref", 1e9, 4, 0, 0.05, 0.0, "named")
+    assert len(done) == 1 and out["clear"].comparison.verdict == "faster"
+    ticks = iter(range(0, 1000, 10))                        # every clock reading 10 s later: a sitting takes 10 s
+    sitting, evaluation, asked = simulated()
+    out, done = run_sequential(sitting, evaluation, list(RATIOS), "ref", 25, 4, 0, 0.05, 0.0, "named",
+                               clock=lambda: float(next(ticks)))
+    assert len(done) == 1 and out["close"].comparison.stopped == "budget spent after 1 sittings (25 s)"
+
+
+def test_the_looks_level_and_bad_budgets_are_checked():
+    assert look_confidence(1) == pytest.approx(0.95) and look_confidence(4) == pytest.approx(0.9875)
+    sitting, evaluation, _ = simulated()
+    for bad in (0, -1, float("nan"), float("inf"), "soon"):
+        with pytest.raises(ShardlabError, match="field 'budget_s'"):
+            run_sequential(sitting, evaluation, list(RATIOS), "ref", bad, 4, 0, 0.05, 0.0, "named")
+    with pytest.raises(ShardlabError, match="field 'looks'"):
+        look_confidence(0)
+
+
+def test_a_budgeted_comparison_of_measured_plans_end_to_end(small_task):
+    from shardlab.evaluate import MeasuredEvaluator
+    from shardlab.measure.hardware import profile_with
+    from shardlab.search import run_sharder, sharder_for
+
+    plans = {m: run_sharder(sharder_for(m, "cpu"), small_task, 0) for m in ("size_greedy", "random")}
+    ev = MeasuredEvaluator(profile_with("cpu", batch_size=256, repeats=2, warmup=1), rounds=3, warmup_rounds=0, reference="size_greedy",
+                           lower_bound=False, progress=False, budget_s=600, looks=2)
+    out = ev.evaluate(small_task, plans)
+    c = out["random"].comparison
+    assert c.reference == "size_greedy" and c.confidence == pytest.approx(0.975) and c.stopped
+    assert 1 <= len(out["random"].sittings) <= 2 and out["random"].to_dict()["stopped"] == c.stopped
+    assert Evaluation.from_dict(out["random"].to_dict()).comparison == c
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--measure", "--budget", "0"], "--budget must be a duration like 90s, 10m or 1h, got '0'"),
+    (["--measure", "--budget", "soon"], "--budget must be a duration"),
+    (["--measure", "--budget", "10m", "--sittings", "2"], "option '--sittings' = 2 does not go with --budget"),
+    (["--budget", "10m"], "option '--budget' = 600.0 only applies with --measure"),
+])
+def test_the_command_line_budget_is_a_duration_and_refused_out_of_place(argv, words, tmp_path, small_task, capsys):
+    from shardlab.cli import main
+    from shardlab.cli.arguments import duration
+    from shardlab.io import save_plan, save_task
+    from shardlab.search import run_sharder, sharder_for
+
+    assert (duration("90"), duration("90s"), duration("10m"), duration("1.5h")) == (90, 90, 600, 5400)
+    save_task(small_task, tmp_path / "t.json")
+    save_plan(run_sharder(sharder_for("size_greedy", "cpu"), small_task, 0), tmp_path / "p.json")
+    try:                                   # argparse's own refusals exit; shardlab's return 2
+        code = main(["compare", str(tmp_path / "t.json"), str(tmp_path / "p.json"), *argv])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
