@@ -227,6 +227,24 @@ def strict_bool(value: Any, name: str) -> bool:
     raise ShardlabError(f"parameter '{name}' = {value!r} must be True or False")
 
 
+#: Seconds per unit of a duration (``90s``, ``10m``, ``1.5h``; a bare number is seconds).
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: Any, what: str = "field 'budget'") -> float:
+    """A duration in seconds from ``90``, ``90s``, ``10m`` or ``1.5h`` (finite, > 0); one line
+    naming ``what`` otherwise. What ``--budget`` and the notebooks' ``budget`` read."""
+    t = str(text).strip().lower()
+    unit = DURATION_UNITS.get(t[-1:]) if t else None
+    try:
+        value = float(t[:-1] if unit else t) * (unit or 1.0)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise ShardlabError(f"{what} = {text!r} must be a duration like 90s, 10m or 1h")
+    return value
+
+
 def strict_int(value: Any, name: str, minimum: int, maximum: int | None = None) -> int:
     """An integer notebook parameter in [``minimum``, ``maximum``] (no upper bound when None):
     ``value`` as an int (an int, or a whole number as papermill may pass one), else a one-line

@@ -111,3 +111,11 @@ def test_the_command_line_budget_is_a_duration_and_refused_out_of_place(argv, wo
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
+
+
+def test_a_notebooks_budget_is_read_by_the_same_rule():
+    from shardlab.io import parse_duration
+
+    assert parse_duration("2m", "parameter 'budget'") == 120
+    with pytest.raises(ShardlabError, match=r"^parameter 'budget' = '-3m' must be a duration like 90s, 10m or 1h$"):
+        parse_duration("-3m", "parameter 'budget'")

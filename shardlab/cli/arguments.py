@@ -17,8 +17,8 @@ import typing
 from typing import Any, Sequence
 
 from shardlab.constants import EQUIVALENCE_MARGIN, SEQUENTIAL_LOOKS
-from shardlab.errors import printable
-from shardlab.io import option_value
+from shardlab.errors import ShardlabError, printable
+from shardlab.io import option_value, parse_duration
 
 #: Argument types a dataclass field may have on the command line (bool is a --flag/--no-flag pair).
 SCALARS = (int, float, str)
@@ -61,21 +61,12 @@ def dims(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--dims must be comma-separated integers, got {text!r}") from None
 
 
-#: Seconds per unit of a ``--budget`` (s, m, h; a bare number is seconds).
-DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def duration(text: str) -> float:
-    """``--budget 10m``: a duration in seconds (``90``, ``90s``, ``10m``, ``1.5h``), finite and > 0."""
-    t = text.strip().lower()
-    unit = DURATION_UNITS.get(t[-1:], None) if t else None
+    """``--budget 10m``: a duration in seconds (:func:`shardlab.io.parse_duration`)."""
     try:
-        value = float(t[:-1] if unit else t) * (unit or 1.0)
-    except ValueError:
-        value = float("nan")
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"--budget must be a duration like 90s, 10m or 1h, got {text!r}")
-    return value
+        return parse_duration(text)
+    except ShardlabError:
+        raise argparse.ArgumentTypeError(f"--budget must be a duration like 90s, 10m or 1h, got {text!r}") from None
 
 
 def setting(text: str) -> tuple[str, Any]:
