@@ -87,6 +87,10 @@ def test_a_budgeted_comparison_of_measured_plans_end_to_end(small_task):
     assert c.reference == "size_greedy" and c.confidence == pytest.approx(0.975) and c.stopped
     assert 1 <= len(out["random"].sittings) <= 2 and out["random"].to_dict()["stopped"] == c.stopped
     assert Evaluation.from_dict(out["random"].to_dict()).comparison == c
+    from shardlab.report.uncertainty import comparison_text, uncertainty_note
+    assert "its 97.5% interval (measured with a time budget" in uncertainty_note(out)
+    assert "(97.5% interval) vs size_greedy" in comparison_text("random", out["random"]) and c.stopped in \
+        comparison_text("random", out["random"])
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -142,10 +142,14 @@ def uncertainty_note(evaluations: Mapping[str, Evaluation]) -> str:
         rounds = sorted({rounds_text(e, "").strip() for e in evs if e.ci95_ms is not None})
         several = any(len(e.sittings) > 1 for e in evs)
         chosen = next((e.comparison.chosen for e in evs if e.comparison is not None and e.comparison.chosen), None)
+        looks = next((e.comparison.confidence for e in evs if e.comparison is not None and e.comparison.stopped), None)
+        ratio_ci = (f"its {100 * looks:g}% interval (measured with a time budget: sittings were added while a verdict "
+                    "was inconclusive and each plan stopped once decided, so every look's interval is wider than "
+                    "95%, which keeps the 5% error rate under that stopping)" if looks else "its 95% interval")
         parts.append(f"Measured in {' / '.join(rounds)} paired, shuffled rounds: a plan's cost is the median "
                      "over rounds and its error bar / [interval] the 95% bootstrap confidence interval of that "
                      + ("median, resampling sittings and then rounds within them" if several else "median")
-                     + f". The ratio to{vs} is the median of the per-round paired ratios with its 95% interval, "
+                     + f". The ratio to{vs} is the median of the per-round paired ratios with {ratio_ci}, "
                      "widened by the machine's known spread between sittings where the profile has one; "
                      f"{verdict_rule(margin_text(evaluations) or 'm')}."
                      + (f" The reference is the {chosen}." if chosen == SELECTED else
