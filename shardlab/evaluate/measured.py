@@ -389,7 +389,7 @@ class MeasuredEvaluator:
                 distinct = [k for k in items if k != BOUND]
                 judged, by_sitting = run_sequential(sitting, lambda k, runs: self._judged(
                     task, plans, rep, k, runs, note, prof), distinct, rep[reference], float(self.budget_s),
-                    int(self.looks), self.seed, self.margin, self.sitting_sd, chosen)
+                    int(self.looks), self.seed, self.margin, self.sitting_sd, chosen, started=t0)
                 bar.total = bar.n                     # what was measured is the whole
         bounds = [b for runs in by_sitting for b in runs.get(BOUND, []) if b is not None]
         bound = float(np.median(bounds)) if bounds else None

@@ -67,21 +67,22 @@ def compare_at_look(plan: Evaluation, reference: Evaluation, name: str, ref_name
 def run_sequential(sitting: Callable[[int, Sequence[str]], Mapping[str, list]],
                    evaluation: Callable[[str, Sequence[Mapping[str, list]]], Evaluation],
                    plans: Sequence[str], reference: str, budget_s: float, looks: int, seed: int, margin: float,
-                   sitting_sd: float | None, chosen: str | None, clock: Callable[[], float] = time.perf_counter
-                   ) -> tuple[dict[str, Evaluation], list[Mapping[str, list]]]:
+                   sitting_sd: float | None, chosen: str | None, clock: Callable[[], float] = time.perf_counter,
+                   started: float | None = None) -> tuple[dict[str, Evaluation], list[Mapping[str, list]]]:
     """Measure in sittings until every plan is decided, the budget is spent or ``looks`` sittings
     are done (module docstring).
 
     ``sitting(s, names)``: measures sitting ``s`` of ``names`` (the reference first) in paired
     rounds and returns name -> per-round measurements; ``evaluation(name, sittings)``: the
     Evaluation of plan ``name`` from its measurements of those sittings; ``plans``: the distinct
-    plans (the reference among them); ``budget_s``: seconds for all sittings, counted from the
-    call (a sitting is not started when the last one's length would overrun it). Returns every
+    plans (the reference among them); ``budget_s``: seconds in all, counted from ``started`` (a
+    ``clock`` reading: when the evaluation began, so a selection sitting counts too; default: this
+    call), and a sitting is not started when the last one's length would overrun it. Returns every
     plan's Evaluation compared with the reference (``stopped`` says why, ``confidence`` the
     looks' level) and the sittings measured."""
     budget = check_budget(budget_s)
     level = look_confidence(looks)
-    start = clock()
+    start = clock() if started is None else started
     open_ = [p for p in plans if p != reference]
     stopped: dict[str, str] = {}
     done: list[Mapping[str, list]] = []
