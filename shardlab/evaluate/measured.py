@@ -356,6 +356,8 @@ class MeasuredEvaluator:
                 return measure_bound(task, prof, bench, first_batch=first_batch)
             return measure_shards(shards[name], prof, bench, cache, patterns[name], first_batch)
 
+        where = f" (torchrun: {task.ngpu} ranks, each timing its own device's shards)" if self.group else ""
+        source = f"measured:{prof.name}{note}{where}"
         self.orders_, self.measured_, self.warmup_ms_, self.selection_ = [], [], {}, {}
         lead = self.group is None or self.group.rank == 0
         journal = self.journal if lead else None
@@ -372,7 +374,6 @@ class MeasuredEvaluator:
                 self.selection_ = {k: [float(m.sum(axis=1).max()) for m in runs[k]] for k in base}
                 reference = min(base, key=lambda k: (float(np.median(self.selection_[k])), base.index(k)))
                 chosen = SELECTED
-            by_sitting = []
 
             def sitting(s: int, names: Sequence[str]) -> dict[str, list]:
                 now = list(names) + ([BOUND] if self.lower_bound else [])
@@ -386,33 +387,24 @@ class MeasuredEvaluator:
             else:
                 if reference is None:                 # named, or picked in the selection sitting, or:
                     reference, chosen = (base[0], CHEAPEST_BASELINE) if base else (next(iter(plans)), FIRST_PLAN)
-                distinct = [k for k in items if k != BOUND]
-                judged, by_sitting = run_sequential(sitting, lambda k, runs: self._judged(
-                    task, plans, rep, k, runs, note, prof), distinct, rep[reference], float(self.budget_s),
-                    int(self.looks), self.seed, self.margin, self.sitting_sd, chosen, started=t0)
+                judged, by_sitting = run_sequential(
+                    sitting, lambda k, runs: _evaluation(task, plans[k], source, [r[k] for r in runs if k in r], None,
+                                                         self.seed),
+                    [k for k in items if k != BOUND], rep[reference], float(self.budget_s), int(self.looks), self.seed,
+                    self.margin, self.sitting_sd, chosen, started=t0)
                 bar.total = bar.n                     # what was measured is the whole
         bounds = [b for runs in by_sitting for b in runs.get(BOUND, []) if b is not None]
         bound = float(np.median(bounds)) if bounds else None
-        where = f" (torchrun: {task.ngpu} ranks, each timing its own device's shards)" if self.group else ""
-        source = f"measured:{prof.name}{note}{where}"
+        self.warmup_ms_ = {k: self.warmup_ms_[rep[k]] for k in plans if rep[k] in self.warmup_ms_}
         if self.budget_s is not None:
             self.seconds_ = time.perf_counter() - t0
-            self.warmup_ms_ = {k: self.warmup_ms_[rep[k]] for k in plans if rep[k] in self.warmup_ms_}
             return {k: replace(judged[rep[k]], method=plans[k].method, lower_bound_ms=bound,
                                bound_source=MEASURED_BOUND if bound is not None else None,
                                comparison=replace(judged[rep[k]].comparison, reference=reference)) for k in plans}
         out = {k: _evaluation(task, plans[k], source, [runs[rep[k]] for runs in by_sitting], bound, self.seed)
                for k in plans}
-        self.warmup_ms_ = {k: self.warmup_ms_[rep[k]] for k in plans if rep[k] in self.warmup_ms_}
         self.seconds_ = time.perf_counter() - t0
         return compare_to_reference(out, reference, self.seed, self.margin, self.sitting_sd, chosen)
-
-
-    def _judged(self, task: Task, plans: Mapping[str, Plan], rep: Mapping[str, str], name: str,
-                runs: Sequence[Mapping[str, list]], note: str, prof: HardwareProfile) -> Evaluation:
-        """The Evaluation of distinct plan ``name`` from the sittings it was measured in."""
-        mine = [r[name] for r in runs if name in r]
-        return _evaluation(task, plans[name], f"measured:{prof.name}{note}", mine, None, self.seed)
 
 
 def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",

@@ -106,11 +106,8 @@ def run_sequential(sitting: Callable[[int, Sequence[str]], Mapping[str, list]],
             break
     for p in open_:
         stopped.setdefault(p, f"not decided in {looks} sittings: too close to the margin for this noise")
-    out = {reference: compare_at_look(evaluation(reference, done), evaluation(reference, done), reference,
-                                      reference, seed, margin, sitting_sd, chosen, level)}
-    for p in plans:
-        if p == reference:
-            continue
-        e = compared[p]
-        out[p] = e.with_comparison(replace(e.comparison, stopped=stopped[p]))
+    ref_all = evaluation(reference, done)
+    out = {reference: compare_at_look(ref_all, ref_all, reference, reference, seed, margin, sitting_sd, chosen, level)}
+    out.update({p: compared[p].with_comparison(replace(compared[p].comparison, stopped=stopped[p]))
+                for p in plans if p != reference})
     return out, done

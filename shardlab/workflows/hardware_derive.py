@@ -29,7 +29,7 @@ import numpy as np
 
 from shardlab.costmodel.analytic import AnalyticCompute
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle, plain_model
-from shardlab.costmodel.topology_comm import topology_for
+from shardlab.costmodel.topology_comm import TOPOLOGY_FACTS, topology_for
 from shardlab.data.hardware_profiles import FILE, ProfileFolder, profile_folder
 from shardlab.errors import ShardlabError
 from shardlab.io import read_json, write_json_atomic
@@ -38,7 +38,7 @@ from shardlab.measure.hardware import environment
 #: The bundle an analytic profile's derivation writes (and reads from its base).
 BUNDLE = "analytic"
 #: The facts a derivation needs of the profile, and of its base.
-NEEDS = ("hbm_tbps", "gpus_per_domain", "intra_gbps", "inter_gbps")
+NEEDS = ("hbm_tbps", *TOPOLOGY_FACTS)
 BASE_NEEDS = ("hbm_tbps",)
 
 
@@ -87,6 +87,6 @@ def derive_profile(name: str) -> dict[str, Any]:
     prof.models_dir.mkdir(exist_ok=True)
     CostModelBundle(compute, comm, provenance=provenance).save(out)
     if prof.search_model is None:                     # the bundle exists now: it is what NeuroShard searches with
-        facts = read_json(prof.folder / FILE)
-        write_json_atomic(prof.folder / FILE, {**facts, "search_model": BUNDLE})
+        written = read_json(prof.folder / FILE)
+        write_json_atomic(prof.folder / FILE, {**written, "search_model": BUNDLE})
     return {"profile": name, "out": str(out), "compute": compute.source, "comm": comm.source}

@@ -77,7 +77,7 @@ def _stored(store: str, kind: str) -> int:
         return s.count(kind)
 
 
-def _facts(name: str, like: str, about: str, search_model: str | None, sources: dict[str, str],
+def _hardware_json(name: str, like: str, about: str, search_model: str | None, sources: dict[str, str],
            batch_size: int | None = None) -> dict[str, Any]:
     template = profile_folder(like).measure
     settings = {k: getattr(template, k) for k in MEASURE_FIELDS}
@@ -91,7 +91,7 @@ def _start_folder(folder: Path, name: str, like: str, about: str, batch_size: in
     """Write ``hardware.json`` without a search model, or check that the one there measures as
     ``like`` does (a resumed run)."""
     path = folder / FILE
-    want = _facts(name, like, about, None, {"sitting_log_sd": "unknown: one sitting measured"}, batch_size)
+    want = _hardware_json(name, like, about, None, {"sitting_log_sd": "unknown: one sitting measured"}, batch_size)
     if path.is_file():
         have = json.loads(path.read_text())
         differ = [k for k in MEASURE_FIELDS if have.get(k) != want[k]]
@@ -163,7 +163,7 @@ def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
     comm_words = f"{len(comm)} all-to-alls of {ranks} ranks" if comm else f"no comm measured ({topology.source})"
     fitted = (f"the analytic model fitted here to {len(compute)} fused ops and {comm_words}; held-out compute "
               f"MAPE {held['mape']:.3f}, Spearman {held['spearman']:.3f} on the samples' test split")
-    write_json_atomic(folder / FILE, _facts(name, like, about, BUNDLE, {
+    write_json_atomic(folder / FILE, _hardware_json(name, like, about, BUNDLE, {
         "search_model": fitted, "sitting_log_sd": "unknown: one sitting measured"}, batch_size))
     env = environment(device)
     write_text_atomic(folder / "PROVENANCE.md", "\n".join([
