@@ -12,7 +12,9 @@ Compute models compared (fw + bw ms of a fused op):
   their hardware.json): what ``shardlab hardware derive`` makes of an H200;
 - ``h200 fit``: ``datasets/h200/models/analytic``, fitted to the lease's 240 fused ops. On those
   ops only its held-out tenth is scored; the broad ops (column slices, row blocks) and the plans
-  are all unseen by it.
+  are ops it was not fitted to, though 64 of its 240 ops hold tables of the pool's test split,
+  which the seeds' 6 tasks are drawn from (the H100 models never trained on test-split tables;
+  the two model-family tasks are unseen by every model).
 - ``h100 neuroshard``: the H100's learned bundle, what NeuroShard searched with (on the plans).
 
 Sets: ``floor ops`` (the lease's 240 fused ops; ``h200 fit`` on its test split), ``broad ops``
