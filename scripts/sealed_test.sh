@@ -7,16 +7,17 @@
 #   bash scripts/sealed_test.sh                                   # newest set; no GPU visible: profile cpu
 #   SHARDLAB_CUDA=1 bash scripts/sealed_test.sh --profile h100    # on a GPU machine
 #   bash scripts/sealed_test.sh --set 1                           # the first set, for the record
+#   bash scripts/sealed_test.sh --budget 107s                     # each task within a time budget
 # Writes studies/sealed_test/results/sealed-<UTC time>.{jsonl,md}; earlier runs are kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 args=()
 while [ $# -gt 0 ]; do
-  if [ $# -ge 2 ] && { [ "$1" = --profile ] || [ "$1" = --set ]; }; then
+  if [ $# -ge 2 ] && { [ "$1" = --profile ] || [ "$1" = --set ] || [ "$1" = --budget ]; }; then
     args+=("$1" "$2")
     shift 2
   else
-    echo "usage: bash scripts/sealed_test.sh [--set NAME] [--profile NAME]" >&2
+    echo "usage: bash scripts/sealed_test.sh [--set NAME] [--profile NAME] [--budget DURATION]" >&2
     exit 2
   fi
 done

@@ -115,10 +115,22 @@ EQUIVALENCE_MARGIN = 0.05
 RANK_LOSS_GAP = 0.0488     # log(1.05)
 
 #: A measured comparison with a time budget (``MeasuredEvaluator(budget_s=...)``) looks at its
-#: verdicts after each sitting, at most this many sittings, decided in advance: each look's
-#: intervals are at confidence 1 - 0.05 / LOOKS (Bonferroni over the looks), so stopping at the
-#: first decisive look keeps the 5% error rate of one fixed-size comparison (``evaluate/sequential.py``).
-SEQUENTIAL_LOOKS = 4
+#: verdicts after each sitting, at most this many sittings, decided in advance; each look's
+#: interval is a repeated confidence interval of the boundary below, so stopping at any look keeps
+#: the 5% error rate of one fixed-size comparison (``evaluate/sequential.py``). Eight: decided
+#: plans drop out, so the close calls get the sittings the clear ones leave
+#: (``studies/statistics/sequential.py``).
+SEQUENTIAL_LOOKS = 8
+#: The shape of those looks' boundary (``evaluate/sequential.py`` BOUNDARIES): O'Brien-Fleming,
+#: strict early and nearly a plain 95% interval at the last look (z 2.073 at 8 looks).
+SEQUENTIAL_BOUNDARY = "obrien-fleming"
+#: Timed runs per op, after untimed warm-up runs, in a comparison measured with a time budget
+#: (the profile's own settings where they are smaller): median of 3 after 2 instead of the
+#: profile's 10 after 5 halves a plan's round on 4-rank tasks here at about the same interval
+#: width for the rounds the time buys (``studies/measurement_noise``: 0.85 against 1.7 s per plan
+#: per round; half-width 8.5% at 16 rounds against 10.6% at 8).
+BUDGET_OP_REPEATS = 3
+BUDGET_OP_WARMUP = 2
 
 #: Timed rounds of the selection sitting that picks the best baseline as the reference when
 #: none is named (measured evaluators): the reference is never chosen on the rounds it is judged on.

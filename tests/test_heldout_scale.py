@@ -135,3 +135,18 @@ def test_the_report_judges_every_option_variant_against_its_method_at_defaults()
     md = report(header, records)
     assert "| `neuroshard[greedy_rule=before]` vs `neuroshard` | 0 | 1 | 2 | 2 | 0 | - |" in md
     assert "| `neuroshard[greedy_rule=before]` / `neuroshard` [95%], verdict |" in md
+
+
+def test_a_budgeted_runs_report_gives_what_each_verdict_took_and_judges_no_variant_pair():
+    import copy
+
+    from studies.common.records import read_run, took
+    from studies.heldout_scale.run import report
+
+    header, records = read_run(ROOT / "studies" / "heldout_scale" / "results" / "scale-20261128T101908Z.jsonl.gz")
+    header = copy.deepcopy(header)
+    header["settings"].update(budget_s=600.0, sittings=None)
+    md = report(header, records)
+    assert "a time budget of 600 s per task" in md and "vs `neuroshard` |" not in md
+    ev = records[0]["evaluations"]["neuroshard"]
+    assert f"({took(ev)})" in md and took(ev) == f"2 sittings, {len(ev['rounds_ms'])} rounds"

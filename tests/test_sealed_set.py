@@ -268,3 +268,19 @@ def test_a_development_rerun_is_named_and_titled_apart_from_the_sealed_runs(tiny
     assert md.read_text().startswith("# Sealed set tasks again, as development data: run `set1-")
     from studies.set1_development import run as dev
     assert dev.SET == "1" and dev.RESULTS.name == "results" and dev.RESULTS.parent.name == "set1_development"
+
+
+def test_the_driver_measures_each_task_within_a_budget_and_reports_what_each_verdict_took(tiny, tmp_path):
+    jsonl, md = run.run(tiny, tmp_path, "cpu", methods=("random", "size_greedy"), rounds=3, progress=False,
+                        prefix="set1", budget_s=120.0)
+    lines = [json.loads(x) for x in jsonl.read_text().splitlines()]
+    s = lines[0]["settings"]
+    assert s["budget_s"] == 120.0 and s["sittings"] is None and s["looks"] == run.C.SEQUENTIAL_LOOKS
+    rec = lines[1]
+    assert rec["seconds"] > 0 and all(ev["source"].startswith("measured:cpu[") for ev in rec["evaluations"].values())
+    ref = rec["evaluations"]["random"]["reference"]
+    other = rec["evaluations"][({"random", "size_greedy"} - {ref}).pop()]
+    assert other["stopped"] and 0 < other["ratio_ci_confidence"] < 1
+    text = md.read_text()
+    assert "a time budget of 120 s per task" in text and "| verdict | plans | mean sittings |" in text
+    assert f"; {run.took(other)})" in text and run.took(other).endswith(f"{len(other['rounds_ms'])} rounds")

@@ -1,6 +1,6 @@
 """Measuring with a time budget (shardlab/evaluate/sequential.py): sittings are added while a verdict
 is inconclusive, decided plans drop out, each plan says why it stopped, and every look's interval
-is at 1 - 0.05 / looks. Driven here by simulated sittings (no timing, nothing load-dependent), and
+is a repeated confidence interval of a group-sequential boundary. Driven here by simulated sittings (no timing, nothing load-dependent), and
 once end to end on this machine's kernels."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from shardlab.errors import ShardlabError
-from shardlab.evaluate.sequential import look_confidence, run_sequential
+from shardlab.evaluate.sequential import boundary_z, crossing_probability, look_levels, run_sequential
 from shardlab.evaluate.values import DeviceCost, Evaluation
 
 RATIOS = {"ref": 1.0, "clear": 0.70, "same": 1.0, "close": 1.01}
 #: Per-round noise of each plan's paired ratio (log-sd): "close" is too noisy to settle.
-NOISE = {"ref": 0.0, "clear": 0.004, "same": 0.004, "close": 0.08}
+NOISE = {"ref": 0.0, "clear": 0.004, "same": 0.004, "close": 0.12}
 
 
 def simulated(ratios=RATIOS, rounds=8, noise=NOISE, seed=0):
@@ -48,7 +48,8 @@ def test_each_plan_stops_when_decided_and_drops_out_of_later_sittings():
     assert c["close"].verdict == "inconclusive" and c["close"].stopped.startswith("not decided in 4 sittings")
     assert "clear" not in asked[1] and asked[1][0] == "ref" and "close" in asked[-1]   # the time goes to the close call
     assert len(done) == 4 and len(out["close"].sittings) == 4 and len(out["clear"].sittings) == 1
-    assert all(x.confidence == pytest.approx(1 - 0.05 / 4) for k, x in c.items() if k != "ref")
+    levels = look_levels(4)
+    assert c["clear"].confidence == pytest.approx(levels[0]) and c["close"].confidence == pytest.approx(levels[3])
     lo, hi = c["clear"].ratio_ci95
     assert lo < 0.70 < hi                                   # the wider interval still holds the truth
 
@@ -64,14 +65,34 @@ def test_it_stops_when_every_verdict_is_decisive_or_the_budget_is_spent():
     assert len(done) == 1 and out["close"].comparison.stopped == "budget spent after 1 sittings (25 s)"
 
 
-def test_the_looks_level_and_bad_budgets_are_checked():
-    assert look_confidence(1) == pytest.approx(0.95) and look_confidence(4) == pytest.approx(0.9875)
+@pytest.mark.parametrize("looks, shape, published", [
+    (2, "pocock", 2.178), (4, "pocock", 2.361), (5, "pocock", 2.413),
+    (2, "obrien-fleming", 1.977), (4, "obrien-fleming", 2.024), (5, "obrien-fleming", 2.040)])
+def test_the_boundaries_reproduce_the_published_constants(looks, shape, published):
+    # Jennison & Turnbull (2000), tables 2.1 and 2.3: two-sided, alpha 0.05, equal group sizes
+    z = boundary_z(looks, shape)
+    assert z[-1] == pytest.approx(published, abs=0.0015)
+    if shape == "obrien-fleming":
+        assert z[0] == pytest.approx(z[-1] * looks ** 0.5)               # strict early, widest first
+    assert crossing_probability(z) == pytest.approx(0.05, abs=2e-4)
+
+
+def test_the_looks_levels_and_bad_budgets_are_checked():
+    assert look_levels(1) == pytest.approx((0.95,)) and look_levels(4, "bonferroni") == pytest.approx((0.9875,) * 4)
+    shipped = look_levels()
+    assert len(shipped) == 8 and all(a > b for a, b in zip(shipped, shipped[1:])) and 0.95 < shipped[-1] < 0.97
+    assert crossing_probability([1.96]) == pytest.approx(0.05, abs=1e-4)
+    # Bonferroni is conservative: with correlated looks its crossing chance is below 0.05
+    assert crossing_probability(boundary_z(4, "bonferroni")) < 0.045
     sitting, evaluation, _ = simulated()
     for bad in (0, -1, float("nan"), float("inf"), "soon"):
         with pytest.raises(ShardlabError, match="field 'budget_s'"):
             run_sequential(sitting, evaluation, list(RATIOS), "ref", bad, 4, 0, 0.05, 0.0, "named")
-    with pytest.raises(ShardlabError, match="field 'looks'"):
-        look_confidence(0)
+    for bad in (0, 2.5, True, "4"):
+        with pytest.raises(ShardlabError, match="field 'looks'"):
+            look_levels(bad)
+    with pytest.raises(ShardlabError, match="field 'boundary'"):
+        boundary_z(4, "haybittle")
 
 
 def test_a_budgeted_comparison_of_measured_plans_end_to_end(small_task):
@@ -84,13 +105,33 @@ def test_a_budgeted_comparison_of_measured_plans_end_to_end(small_task):
                            lower_bound=False, progress=False, budget_s=600, looks=2)
     out = ev.evaluate(small_task, plans)
     c = out["random"].comparison
-    assert c.reference == "size_greedy" and c.confidence == pytest.approx(0.975) and c.stopped
-    assert 1 <= len(out["random"].sittings) <= 2 and out["random"].to_dict()["stopped"] == c.stopped
+    took = len(out["random"].sittings)
+    assert c.reference == "size_greedy" and c.confidence == pytest.approx(look_levels(2)[took - 1]) and c.stopped
+    assert 1 <= took <= 2 and out["random"].to_dict()["stopped"] == c.stopped
+    assert out["random"].source.startswith("measured:cpu[batch_size=256,repeats=2,warmup=1]")  # never more repeats
     assert Evaluation.from_dict(out["random"].to_dict()).comparison == c
-    from shardlab.report.uncertainty import comparison_text, uncertainty_note
-    assert "its 97.5% interval (measured with a time budget" in uncertainty_note(out)
-    assert "(97.5% interval) vs size_greedy" in comparison_text("random", out["random"]) and c.stopped in \
+    from shardlab.report.uncertainty import comparison_text, level_text, uncertainty_note
+    pct = level_text(c.confidence)
+    assert (level_text(0.96178), level_text(1 - 4.57e-9), level_text(0.9875)) == ("96.18%", "99.999999543%", "98.75%")
+    assert f"its {pct} interval (measured with a time budget" in uncertainty_note(out)
+    assert f"({pct} interval) vs size_greedy" in comparison_text("random", out["random"]) and c.stopped in \
         comparison_text("random", out["random"])
+    from shardlab.workflows.benchmark import measured_fields    # the benchmark keeps the sequential comparison
+    vs = measured_fields(out)["random"]["measured_vs"]
+    assert list(vs) == ["size_greedy"] and vs["size_greedy"]["sittings"] == took
+    assert vs["size_greedy"]["stopped"] == c.stopped and vs["size_greedy"]["verdict"] == c.verdict
+
+
+def test_a_budget_times_each_op_fewer_times_and_says_so():
+    from shardlab import constants as C
+    from shardlab.evaluate.measured import budget_profile
+    from shardlab.measure.hardware import get_profile
+
+    cpu = get_profile("cpu")
+    prof = budget_profile("cpu")
+    assert (prof.repeats, prof.warmup) == (C.BUDGET_OP_REPEATS, C.BUDGET_OP_WARMUP) < (cpu.repeats, cpu.warmup)
+    assert prof.name == f"cpu[repeats={C.BUDGET_OP_REPEATS},warmup={C.BUDGET_OP_WARMUP}]"
+    assert budget_profile(prof) == prof
 
 
 @pytest.mark.parametrize("argv, words", [

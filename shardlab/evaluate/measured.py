@@ -39,7 +39,7 @@ from shardlab import constants as C
 from shardlab.data.fit_lookups import with_lookups
 from shardlab.data.lookups import lookup_origin
 from shardlab.errors import ShardlabError, field_error
-from shardlab.evaluate.sequential import check_budget, look_confidence, run_sequential
+from shardlab.evaluate.sequential import check_budget, check_looks, run_sequential
 from shardlab.evaluate.stats import check_margin, hierarchical_median_ci
 from shardlab.evaluate.values import (CHEAPEST_BASELINE, FIRST_PLAN, NAMED, SELECTED, DeviceCost, Evaluation,
                                       baseline_names, check_plans, comm_pattern, compare_to_reference, device_tables,
@@ -48,7 +48,7 @@ from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.paths import check_output_path
 from shardlab.measure.comm import CommBench
 from shardlab.measure.compute import DEFAULT_MAX_GB, measure_compute
-from shardlab.measure.hardware import HardwareProfile, core_for, get_profile, pinned
+from shardlab.measure.hardware import HardwareProfile, core_for, get_profile, pinned, profile_with
 from shardlab.schedule import balanced_dims, forward_delays, lower_bound_ms
 from shardlab.tables import Table, Task
 
@@ -241,7 +241,11 @@ class MeasuredEvaluator:
     ``budget_s``: measure with a time budget (s) instead of a fixed ``sittings``: sittings are
     added, up to ``looks`` decided in advance, while a verdict is still inconclusive, decided plans
     drop out, and each verdict says why its plan stopped (:mod:`~shardlab.evaluate.sequential`:
-    the looks' intervals at 1 - 0.05 / ``looks``, so the stopping keeps the stated error rate).
+    the looks' intervals are repeated confidence intervals of a boundary fixed in advance, so the
+    stopping keeps the stated error rate); each op is then timed
+    :data:`~shardlab.constants.BUDGET_OP_REPEATS` times after
+    :data:`~shardlab.constants.BUDGET_OP_WARMUP` warm-ups (the profile's settings where smaller),
+    so the budget buys more rounds (:func:`budget_profile`).
     After :meth:`evaluate`: ``orders_`` (each timed round's order, plan names and
     :data:`BOUND`, sitting after sitting), ``measured_`` (every item in the order it was
     measured, warm-ups and the selection sitting included, as (round, name); round < 0 for
@@ -284,7 +288,7 @@ class MeasuredEvaluator:
         check_margin(self.margin, "measured evaluator")
         if self.budget_s is not None:
             check_budget(self.budget_s)
-            look_confidence(self.looks)
+            check_looks(self.looks)
             if self.group is not None:
                 raise field_error("measured evaluator", "budget_s", self.budget_s,
                                   "needs sittings of their own ranks, which torchrun's cannot be: give a fixed --rounds")
@@ -297,6 +301,11 @@ class MeasuredEvaluator:
                 raise ShardlabError(f"hardware profile '{prof.name}' measures on a CUDA GPU and this machine has "
                                     f"none: measure here with profile '{C.MEASURE_PROFILE}'")
         return prof
+
+    def _measuring_profile(self) -> HardwareProfile:
+        """The profile ops are timed under: the profile, or with a budget :func:`budget_profile`."""
+        prof = self._check()
+        return prof if self.budget_s is None else budget_profile(prof)
 
     def _sitting(self, task: Task, prof: HardwareProfile, items: Sequence[str], measure: Any, orders: list,
                  sitting: int | str, first_batch: int, bar: Any, journal: str | None) -> dict[str, list]:
@@ -330,7 +339,7 @@ class MeasuredEvaluator:
     def evaluate(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, Evaluation]:
         """Measured Evaluations of ``plans`` in paired rounds over ``sittings`` sittings, compared
         to the reference (named, or picked in a selection sitting first)."""
-        prof = self._check()
+        prof = self._measuring_profile()
         check_plans(task, plans)
         t0 = time.perf_counter()
         task, note = measurable(task)
@@ -405,6 +414,16 @@ class MeasuredEvaluator:
                for k in plans}
         self.seconds_ = time.perf_counter() - t0
         return compare_to_reference(out, reference, self.seed, self.margin, self.sitting_sd, chosen)
+
+
+def budget_profile(profile: str | HardwareProfile) -> HardwareProfile:
+    """``profile`` with each op timed :data:`~shardlab.constants.BUDGET_OP_REPEATS` times after
+    :data:`~shardlab.constants.BUDGET_OP_WARMUP` warm-ups where it times more (its name says so,
+    e.g. ``cpu[repeats=3,warmup=2]``): a measurement with a time budget spends the time on more
+    rounds instead (``constants``: what the noise study measured)."""
+    prof = get_profile(profile)
+    return profile_with(prof, repeats=min(prof.repeats, C.BUDGET_OP_REPEATS),
+                        warmup=min(prof.warmup, C.BUDGET_OP_WARMUP))
 
 
 def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",

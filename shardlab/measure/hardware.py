@@ -107,9 +107,9 @@ def measurable_profile(name: str | HardwareProfile) -> HardwareProfile:
     return prof
 
 
-def profile_with(name: str, batch_size: int | None = None, repeats: int | None = None,
+def profile_with(name: str | HardwareProfile, batch_size: int | None = None, repeats: int | None = None,
                  warmup: int | None = None) -> HardwareProfile:
-    """A shipped profile with some timing settings overridden; the name records the change."""
+    """A profile (shipped name or value) with some timing settings overridden; the name records the change."""
     prof = get_profile(name)
     changes = {k: v for k, v in (("batch_size", batch_size), ("repeats", repeats), ("warmup", warmup))
                if v is not None and v != getattr(prof, k)}

@@ -15,6 +15,8 @@ Three kinds of Evaluation, told apart by what they carry (:class:`~shardlab.eval
 
 from __future__ import annotations
 
+import math
+
 from typing import Mapping
 
 from shardlab.constants import EQUIVALENCE_MARGIN
@@ -103,6 +105,13 @@ def verdict_text(name: str, ev: Evaluation) -> str:
     return NO_INTERVAL if is_measured(ev) else NO_UNCERTAINTY
 
 
+def level_text(confidence: float) -> str:
+    """An interval's coverage as a percentage with the digits that tell it from 100%:
+    ``"96.18%"``, ``"99.999999543%"``."""
+    decimals = max(1, math.ceil(-math.log10(max(1.0 - float(confidence), 1e-15))))
+    return f"{100 * float(confidence):.{decimals}f}%"
+
+
 def comparison_text(name: str, ev: Evaluation) -> str:
     """One line for a plan: cost (with its interval), ratio to the reference (with its
     interval) and verdict, e.g. ``"neuroshard: 12.345 ms [12.100, 12.600] (5 rounds); x0.953
@@ -113,7 +122,7 @@ def comparison_text(name: str, ev: Evaluation) -> str:
         return line + ("" if is_measured(ev) else f" ({NO_UNCERTAINTY})")
     if c.reference == name:
         return line + "; the reference"
-    level = f" ({100 * c.confidence:g}% interval)" if c.confidence is not None else ""
+    level = f" ({level_text(c.confidence)} interval)" if c.confidence is not None else ""
     why = f" ({c.stopped})" if c.stopped else ""
     return line + f"; x{ratio_text(name, ev)}{level} vs {c.reference}: {verdict_text(name, ev)}{why}"
 
@@ -142,9 +151,10 @@ def uncertainty_note(evaluations: Mapping[str, Evaluation]) -> str:
         rounds = sorted({rounds_text(e, "").strip() for e in evs if e.ci95_ms is not None})
         several = any(len(e.sittings) > 1 for e in evs)
         chosen = next((e.comparison.chosen for e in evs if e.comparison is not None and e.comparison.chosen), None)
-        looks = next((e.comparison.confidence for e in evs if e.comparison is not None and e.comparison.stopped), None)
-        ratio_ci = (f"its {100 * looks:g}% interval (measured with a time budget: sittings were added while a verdict "
-                    "was inconclusive and each plan stopped once decided, so every look's interval is wider than "
+        looks = sorted({e.comparison.confidence for e in evs if e.comparison is not None and e.comparison.stopped})
+        ratio_ci = (f"its {' / '.join(map(level_text, looks))} interval (measured with a time budget: sittings were "
+                    "added while a verdict was inconclusive and each plan stopped once decided, at the level of the "
+                    "look it stopped at: a repeated confidence interval of a boundary fixed in advance, wider than "
                     "95%, which keeps the 5% error rate under that stopping)" if looks else "its 95% interval")
         parts.append(f"Measured in {' / '.join(rounds)} paired, shuffled rounds: a plan's cost is the median "
                      "over rounds and its error bar / [interval] the 95% bootstrap confidence interval of that "

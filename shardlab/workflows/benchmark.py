@@ -16,7 +16,9 @@ tables drawn uniformly from [LO, HI] per task. A *row* is one (task, method) pai
      ["measured_ms", "measured_bound_ms", "source", "measured_per_device",    # with measure=True
       "measured_rounds_ms" (plan cost per round, ms), "measured_ci95_ms" ([lo, hi] ms or None),
       "measured_vs" ({baseline: {"ratio", "ratio_ci95", "verdict", "equivalence_margin"}}: paired,
-      against every other baseline measured on the task)]}
+      against every other baseline measured on the task; measured with a time budget, against the
+      evaluator's reference only, with "sittings", "rounds", "stopped" and "confidence": the
+      sequential design judges that comparison alone)]}
 
 or, where the method raised :class:`~shardlab.errors.ShardlabError` on that task,
 ``{"setting", "task", "method", "skipped": "<the error's one line>"}``.
@@ -115,7 +117,7 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
                   measure_profile: Any = C.MEASURE_PROFILE,
                   log: Callable[[str], None] | None = None, rounds: int = ROUNDS,
                   evaluator: Evaluator | None = None,
-                  baselines: Sequence[str] = BASELINE_METHODS) -> list[dict[str, Any]]:
+                  baselines: Sequence[str] = BASELINE_METHODS, budget_s: float | None = None) -> list[dict[str, Any]]:
     """Run every method on every task (sharder seed ``seed``; model-based sharders use the shipped
     models of hardware ``profile``) and judge each plan with ``model`` (a cost-model bundle or
     its name in ``profile``, through a :class:`~shardlab.evaluate.ModelEvaluator`: the simulated
@@ -123,7 +125,9 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
     from ``evaluator`` (any :class:`~shardlab.evaluate.Evaluator`, called once per task with all
     its plans); with ``measure`` and no ``evaluator``, a
     :class:`~shardlab.evaluate.MeasuredEvaluator` of ``measure_profile`` with ``rounds`` paired rounds
-    and ``seed`` (slow: real fused fbgemm ops, G gloo ranks, the bound measured in every round).
+    and ``seed`` (slow: real fused fbgemm ops, G gloo ranks, the bound measured in every round),
+    or with ``budget_s`` seconds per task instead (sittings of ``rounds`` rounds added while a
+    verdict against the best baseline is inconclusive: :mod:`~shardlab.evaluate.sequential`).
     Each measured row gets its rounds, interval and, against every other one of ``baselines``
     measured on the task, the paired verdict (module docstring).
     Returns one row per (task, method), in task then method order (module docstring); costs in
@@ -133,7 +137,7 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
     with one)."""
     judge = ModelEvaluator(ModelEvaluator(model, profile).bundle())
     if evaluator is None and measure:
-        evaluator = MeasuredEvaluator(measure_profile, rounds=rounds, seed=seed, progress=False)
+        evaluator = MeasuredEvaluator(measure_profile, rounds=rounds, seed=seed, progress=False, budget_s=budget_s)
     rows: list[dict[str, Any]] = []
     index: dict[str, int] = {}
     bar = tqdm(total=len(tasks) * len(methods), disable=not progress, unit="plan", desc="benchmark")
@@ -179,15 +183,24 @@ def measured_fields(evaluations: Mapping[str, Evaluation], baselines: Sequence[s
     per-device medians, rounds, interval, and ``measured_vs``: against every baseline among the
     keys (itself left out), the paired ratio, its interval and the verdict
     (:func:`~shardlab.evaluate.compare_to_reference`, bootstrap ``seed``; statistics only,
-    nothing is measured again)."""
+    nothing is measured again). Evaluations measured with a time budget (their comparisons say why
+    they ``stopped``) keep their own comparison with the evaluator's reference alone, with the
+    sittings and rounds it took: only it is judged by the sequential design."""
     listed = lambda v: None if v is None else [float(x) for x in v]  # noqa: E731
-    vs = {b: compare_to_reference(evaluations, reference=b, seed=seed) for b in baselines if b in evaluations}
+    budgeted = any(e.comparison is not None and e.comparison.stopped is not None for e in evaluations.values())
+    vs = {} if budgeted else {b: compare_to_reference(evaluations, reference=b, seed=seed)
+                              for b in baselines if b in evaluations}
     out = {}
     for m, ev in evaluations.items():
         out[m] = {"measured_ms": ev.cost_ms, "measured_bound_ms": ev.lower_bound_ms, "source": ev.source,
                   "measured_per_device": [d.to_dict() for d in ev.per_device],
                   "measured_rounds_ms": listed(ev.rounds_ms), "measured_ci95_ms": listed(ev.ci95_ms),
                   "measured_vs": {b: _paired(against[m]) for b, against in vs.items() if b != m}}
+        c = ev.comparison
+        if budgeted and c.reference != m:
+            out[m]["measured_vs"] = {c.reference: {**_paired(ev), "sittings": len(ev.sittings),
+                                                   "rounds": len(ev.rounds_ms), "stopped": c.stopped,
+                                                   "confidence": c.confidence}}
     return out
 
 

@@ -4,7 +4,7 @@ A run writes ``<run>.jsonl`` (header, then one record per task) and ``<run>.jour
 measurement as taken) line by line while it measures; when it has finished, :func:`pack_run` stores
 both gzip-compressed (``.jsonl.gz``, byte-for-byte the same lines), so that the kept runs stay small
 enough to travel with every device call. Readers take either form. :func:`fresh_process_row` runs
-one timed study point in a fresh process.
+one timed study point in a fresh process; :func:`took` says what one measured verdict took.
 """
 
 from __future__ import annotations
@@ -24,6 +24,12 @@ def append_record(f: IO[str], record: Mapping[str, Any]) -> None:
     f.write(json.dumps(record) + "\n")
     f.flush()
     os.fsync(f.fileno())
+
+
+def took(evaluation: Mapping[str, Any]) -> str:
+    """The sittings and rounds an Evaluation JSON was measured in, e.g. ``3 sittings, 24 rounds``."""
+    sittings = len(evaluation.get("sittings_ms") or [evaluation.get("rounds_ms") or []])
+    return f"{sittings} sitting{'s' * (sittings != 1)}, {len(evaluation.get('rounds_ms') or [])} rounds"
 
 
 def read_text(path: str | Path) -> str:

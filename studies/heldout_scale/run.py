@@ -2,7 +2,7 @@
 """NeuroShard against the best heuristic on held-out tasks of 100 to 500 tables at 8 GPUs, measured
 in paired rounds on this machine; run it alone (it times).
 
-    .venv/bin/python studies/heldout_scale/run.py [--rounds 6] [--sittings 2] [--sizes 100,115,150,230,460]
+    .venv/bin/python studies/heldout_scale/run.py [--rounds 6] [--sittings 2 | --budget 10m] [--sizes 100,115,150,230,460]
     .venv/bin/python studies/heldout_scale/run.py --report results/scale-<UTC>.jsonl.gz   # measures nothing
 
 1. Builds the study's tasks (:func:`study_tasks`): the tables of the seven held-out-at-scale
@@ -16,7 +16,11 @@ in paired rounds on this machine; run it alone (it times).
    that refuses a task is recorded as skipped), timing each search (``search_seconds``, s).
 3. Measures the task's plans together: ``MeasuredEvaluator("cpu", rounds, sittings, seed,
    reference=None)``: paired interleaved rounds, the best heuristic picked in a separate selection
-   sitting and judged on the sittings after it, four verdicts with a 5% equivalence margin.
+   sitting and judged on the sittings after it, four verdicts with a 5% equivalence margin. With
+   ``--budget`` each task is measured within that time instead (``MeasuredEvaluator(budget_s=...)``:
+   sittings added while a verdict is inconclusive, decided plans dropping out); the report gives
+   each verdict's sittings and rounds, and an option variant is not judged against its method
+   then (only comparisons with the reference are part of the sequential design).
 4. Appends the task's record to ``results/scale-<UTC>.jsonl`` as soon as it is done and rewrites
    the ``.md`` beside it; every measurement is journalled as it is made (``.journal.jsonl``); both are
    stored gzipped (``.jsonl.gz``, the same lines) once the run has finished. A run
@@ -45,7 +49,8 @@ from shardlab.evaluate.values import Evaluation, compare_to_reference  # noqa: E
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import method_list, run_sharder, sharder_for  # noqa: E402
-from studies.common.records import append_record, pack_run, rewrite_report  # noqa: E402
+from shardlab.cli.arguments import duration  # noqa: E402
+from studies.common.records import append_record, pack_run, rewrite_report, took  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROFILE = "cpu"
@@ -79,9 +84,10 @@ def study_tasks(sizes: Sequence[int] = SIZES) -> list[tuple[int, Any]]:
 
 
 def measure_task(task: Any, methods: Sequence[str], rounds: int, sittings: int, seed: int,
-                 journal: str | None = None) -> dict[str, Any]:
+                 journal: str | None = None, budget_s: float | None = None) -> dict[str, Any]:
     """One task's record: plans with their search seconds, skips, Evaluations against the best
-    heuristic; every measurement is appended to ``journal`` as it is made."""
+    heuristic (``sittings`` sittings, or within ``budget_s`` seconds); every measurement is
+    appended to ``journal`` as it is made."""
     plans, skipped, seconds = {}, {}, {}
     for m in methods:
         start = time.perf_counter()
@@ -90,8 +96,9 @@ def measure_task(task: Any, methods: Sequence[str], rounds: int, sittings: int, 
             seconds[m] = round(time.perf_counter() - start, 3)
         except ShardlabError as e:
             skipped[m] = str(e)
-    evs = MeasuredEvaluator(get_profile(PROFILE), rounds=rounds, sittings=sittings, seed=seed, reference=None,
-                            lower_bound=False, progress=False, journal=journal).evaluate(task, plans)
+    how = {"sittings": sittings} if budget_s is None else {"budget_s": budget_s}
+    evs = MeasuredEvaluator(get_profile(PROFILE), rounds=rounds, seed=seed, reference=None, lower_bound=False,
+                            progress=False, journal=journal, **how).evaluate(task, plans)
     return {"kind": "task", "seed": seed, "task": task.to_dict(),
             "copies": sum((t.source or "").startswith("augmented:") for t in task.tables),
             "weights_gb": sum(t.rows * t.dim * 4 for t in task.tables) / 2**30,
@@ -132,11 +139,15 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
     """The run's markdown: each judged method's outcomes against the best baseline (and each
     option variant against its method at defaults, :func:`variant_pairs`), then every task."""
     s = header["settings"]
+    budget = s.get("budget_s")
     judged = [m for m in s["methods"] if m not in C.BASELINE_METHODS]
     lines = [f"# NeuroShard on held-out tasks at scale, measured: run `{header['run']}`", "",
              f"{len(records)} of {len(s['sizes'])} tasks over the {len(s['sets'])} held-out-at-scale families "
              f"(`datasets/heldout_scale/`), {s['ngpu']} GPUs x {s['mem_cap_gb']:g} GB, profile `{header['profile']}`, "
-             f"{s['rounds']} paired rounds x {s['sittings']} sittings, equivalence margin {s['margin']:.0%}. "
+             + (f"{s['rounds']} paired rounds x {s['sittings']} sittings" if budget is None else
+                f"a time budget of {budget:g} s per task (sittings of {s['rounds']} rounds added while a verdict is "
+                "inconclusive; each verdict gives the sittings and rounds it took)")
+             + f", equivalence margin {s['margin']:.0%}. "
              "The reference is the best baseline among the methods run, picked by the evaluator in a separate "
              "selection sitting. Rows are the configurations' own (nothing scaled or capped); tasks over 115 "
              "tables add labelled copies (`copies`).", "",
@@ -145,7 +156,7 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
     for m in judged:
         said = [verdict(r, m)[0] for r in records]
         lines.append(f"| `{m}` | " + " | ".join(str(said.count(v)) for v in OUTCOMES) + f" | {said.count('reference')} |")
-    pairs = variant_pairs(s["methods"])
+    pairs = variant_pairs(s["methods"]) if budget is None else []
     for variant, default in pairs:
         said = [verdict(r, variant, default)[0] for r in records]
         lines.append(f"| `{variant}` vs `{default}` | " + " | ".join(str(said.count(v)) for v in OUTCOMES) + " | - |")
@@ -156,13 +167,15 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
               "| --- | ---: | ---: | --- | " + " | ".join("---" for _ in judged) + " | ---" * len(pairs)
               + " | --- | ---: | --- |"]
 
-    def cell(v: tuple) -> str:
+    def cell(v: tuple, ev: Mapping[str, Any] | None = None) -> str:
         out, ratio, ci = v
-        return out if ratio is None else f"{ratio:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") + f", {out}"
+        return out if ratio is None else (f"{ratio:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") + f", {out}"
+                                          + (f" ({took(ev)})" if budget is not None and ev else ""))
 
     for r in records:
         best = next((e["reference"] for e in r["evaluations"].values() if e.get("reference")), "-")
-        cells = [cell(verdict(r, m)) for m in judged] + [cell(verdict(r, v, d)) for v, d in pairs]
+        cells = ([cell(verdict(r, m), r["evaluations"].get(m)) for m in judged]
+                 + [cell(verdict(r, v, d)) for v, d in pairs])
         meta = r["plans"].get("neuroshard", {}).get("metadata", {})
         choice = meta.get("portfolio", {}).get("chosen", "-")
         cal = meta.get("task_calibration")
@@ -180,22 +193,26 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
 
 
 def run(rounds: int, sittings: int, out: Path, sizes: Sequence[int] = SIZES, progress: bool = True,
-        methods: Sequence[str] = METHODS) -> Path:
-    """Measure the study's tasks (module docstring); returns the run's packed ``.jsonl.gz`` path."""
+        methods: Sequence[str] = METHODS, budget_s: float | None = None) -> Path:
+    """Measure the study's tasks (module docstring; ``budget_s``: seconds per task instead of
+    ``sittings``); returns the run's packed ``.jsonl.gz`` path."""
     out.mkdir(parents=True, exist_ok=True)
     run_id = "scale-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     jsonl, md = out / f"{run_id}.jsonl", out / f"{run_id}.md"
     header = {"kind": "header", "run": run_id, "profile": PROFILE, "environment": environment("cpu"),
               "settings": {"methods": list(methods), "sets": list(SCALE_FAMILY_SETS), "sizes": list(sizes),
                            "ngpu": NGPU, "mem_cap_gb": MEM_CAP_GB, "study_seed": STUDY_SEED, "rounds": rounds,
-                           "sittings": sittings, "margin": C.EQUIVALENCE_MARGIN}}
+                           "sittings": sittings if budget_s is None else None, "margin": C.EQUIVALENCE_MARGIN,
+                           **({} if budget_s is None else {"budget_s": float(budget_s), "looks": C.SEQUENTIAL_LOOKS,
+                                                           "boundary": C.SEQUENTIAL_BOUNDARY})}}
     records: list[dict[str, Any]] = []
     tasks = study_tasks(sizes)
     with open(jsonl, "x") as f:
         append_record(f, header)
         for seed, task in tqdm(tasks, desc="held-out tasks at scale", unit="task", disable=not progress):
             start = time.perf_counter()
-            rec = measure_task(task, methods, rounds, sittings, seed, journal=str(out / f"{run_id}.journal.jsonl"))
+            rec = measure_task(task, methods, rounds, sittings, seed, journal=str(out / f"{run_id}.journal.jsonl"),
+                               budget_s=budget_s)
             rec["seconds"] = round(time.perf_counter() - start, 1)
             append_record(f, rec)
             records.append(rec)
@@ -207,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=6, help="paired rounds per sitting (default 6)")
     ap.add_argument("--sittings", type=int, default=2, help="sittings (default 2)")
+    ap.add_argument("--budget", type=duration, default=None, metavar="DURATION",
+                    help="measure each task within this time (90s, 10m) instead of --sittings")
     ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="tables per task, comma-separated (default all)")
     ap.add_argument("--methods", default=",".join(METHODS),
@@ -223,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         methods = method_list(args.methods)
         if not set(C.BASELINE_METHODS) <= set(methods):
             raise ShardlabError(f"field 'methods' must include every baseline ({', '.join(C.BASELINE_METHODS)})")
-        print(run(args.rounds, args.sittings, Path(args.out), sizes, methods=tuple(methods)))
+        print(run(args.rounds, args.sittings, Path(args.out), sizes, methods=tuple(methods), budget_s=args.budget))
     except ShardlabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -2,7 +2,7 @@
 """The sealed test: every shipped sharder on the sealed tasks, measured in paired rounds. Run
 only by its one command, ``bash scripts/sealed_test.sh`` (which calls, with fixed settings):
 
-    .venv/bin/python studies/sealed_test/run.py [--set NAME] [--profile NAME]
+    .venv/bin/python studies/sealed_test/run.py [--set NAME] [--profile NAME] [--budget DURATION]
 
 1. Reads the manifest of sealed set ``--set`` (default: the newest, ``draw.NEWEST``; the older
    sets stay runnable by name, for the record) and refuses, in one line, a family file whose
@@ -12,7 +12,11 @@ only by its one command, ``bash scripts/sealed_test.sh`` (which calls, with fixe
    refuses a task (one-line ShardlabError) is recorded as skipped.
 3. Measures the task's plans together: ``MeasuredEvaluator(profile, rounds=8, sittings=2,
    seed=<task seed>, reference=None)`` (``sittings`` passed where the evaluator takes it), i.e.
-   paired interleaved rounds, each plan's verdict against the task's best baseline.
+   paired interleaved rounds, each plan's verdict against the task's best baseline. With
+   ``--budget`` (per task, e.g. ``107s``) the task is measured with that time budget instead
+   (``MeasuredEvaluator(budget_s=...)``: sittings of 8 rounds added while a verdict is
+   inconclusive, decided plans dropping out, repeated confidence intervals), and the report gives
+   each verdict's sittings and rounds and why its plan stopped.
 4. Appends the task's record (entry, task, plans, skips, Evaluation JSON) to
    ``results/<run>.jsonl`` as soon as the task is done, and rewrites ``results/<run>.md`` (per
    method: tasks faster / equivalent / slower / inconclusive against the reference). ``<run>`` is
@@ -37,14 +41,17 @@ from typing import Any, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 from shardlab import constants as C  # noqa: E402
+from shardlab.cli.arguments import duration  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate import VERDICTS as EVALUATOR_VERDICTS, MeasuredEvaluator  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile, profile_with  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
+from studies.common.records import took  # noqa: E402
 from studies.sealed_test.draw import (NEWEST, SETS, check_manifest, load_manifest, manifest_path,  # noqa: E402
                                       sealed_task)
 
@@ -71,10 +78,13 @@ def default_profile() -> str:
     return C.MEASURE_PROFILE
 
 
-def evaluator(profile: Any, rounds: int, sittings: int, seed: int) -> MeasuredEvaluator:
+def evaluator(profile: Any, rounds: int, sittings: int, seed: int, budget_s: float | None = None) -> MeasuredEvaluator:
     """The task's evaluator: ``rounds`` paired rounds in ``sittings`` sittings (where the
-    evaluator takes ``sittings``), seeded by the task, reference the best baseline."""
+    evaluator takes ``sittings``), or sittings of ``rounds`` rounds within ``budget_s`` seconds
+    when given, seeded by the task, reference the best baseline."""
     extra = {"sittings": sittings} if "sittings" in inspect.signature(MeasuredEvaluator).parameters else {}
+    if budget_s is not None:
+        extra = {"budget_s": budget_s}
     return MeasuredEvaluator(profile, rounds=rounds, seed=seed, reference=None, progress=False, **extra)
 
 
@@ -108,26 +118,44 @@ def counts(records: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> dict
 def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
     """The run's markdown: settings, the per-method counts, and each task's verdicts."""
     s = header["settings"]
+    budget = s.get("budget_s")
     sealed = str(header["run"]).startswith("sealed-")
     lines = [f"# {'Sealed test run' if sealed else 'Sealed set tasks again, as development data: run'} `{header['run']}`", "",
              f"Manifest `{header['manifest']['name']}` (seed {header['manifest']['seed']}, sha256 "
              f"`{header['manifest']['sha256'][:16]}...`), profile `{header['profile']['name']}`, "
              f"{len(records)} of {header['manifest']['tasks']} tasks done. Every task's plans measured together: "
-             f"{s['rounds']} paired rounds x {s['sittings'] or 1} sitting(s), equivalence margin "
+             + (f"{s['rounds']} paired rounds x {s['sittings'] or 1} sitting(s)" if budget is None else
+                f"a time budget of {budget:g} s per task (sittings of {s['rounds']} paired rounds, up to "
+                f"{s['looks']}, added while a verdict is inconclusive; decided plans drop out; each look's interval "
+                f"a repeated confidence interval of the `{s['boundary']}` boundary)")
+             + ", equivalence margin "
              f"{s['margin']:.0%}; each verdict is against the task's reference, the best of the baselines "
              f"({', '.join(C.BASELINE_METHODS)}) as the evaluator picks it. A method that was the reference is "
-             "counted under `reference`, not as equivalent to itself.", "",
+             "counted under `reference`, not as equivalent to itself."
+             + (" Each verdict gives the sittings and rounds it took." if budget is not None else ""), "",
              "| method | reference | " + " | ".join(VERDICTS) + " | skipped |",
              "| --- | ---: | " + " | ".join("---:" for _ in VERDICTS) + " | ---: |"]
     for m, k in counts(records, s["methods"]).items():
         lines.append(f"| `{m}` | {k['reference']} | " + " | ".join(str(k[v]) for v in VERDICTS)
                      + f" | {k['skipped']} |")
+    if budget is not None:
+        lines += ["", "Sittings each verdict took (mean over plans, the reference left out; why they stopped):", "",
+                  "| verdict | plans | mean sittings | mean rounds | stopped |", "| --- | ---: | ---: | ---: | --- |"]
+        for v in VERDICTS:
+            evs = [e for rec in records for m, e in rec["evaluations"].items()
+                   if e.get("reference") != m and (e.get("verdict") or "inconclusive") == v]
+            if evs:
+                why = sorted({str(e.get("stopped", "")).split(" after ")[0].split(" in ")[0] for e in evs})
+                lines.append(f"| {v} | {len(evs)} | {np.mean([len(e.get('sittings_ms') or [0]) for e in evs]):.2f} | "
+                             f"{np.mean([len(e.get('rounds_ms') or []) for e in evs]):.1f} | {', '.join(why)} |")
+        lines.append(f"\nMeasuring took {sum(r.get('seconds', 0) for r in records):.0f} s over the tasks done.")
     lines += ["", "## Tasks", "", "| # | task | GPUs | tables | reference | verdicts (ratio to reference) |",
               "| ---: | --- | ---: | ---: | --- | --- |"]
     for rec in records:
         evs = rec["evaluations"]
         ref = next((e.get("reference") for e in evs.values()), None)
-        said = ", ".join(f"`{m}` {e.get('verdict') or '-'} ({e['ratio_to_reference']:.3f})"
+        said = ", ".join(f"`{m}` {e.get('verdict') or '-'} ({e['ratio_to_reference']:.3f}"
+                         + (f"; {took(e)}" if budget is not None else "") + ")"
                          for m, e in evs.items() if m != ref and "ratio_to_reference" in e)
         skips = "".join(f"; `{m}` skipped" for m in rec["skipped"])
         lines.append(f"| {rec['entry']['index']} | `{rec['task']['name']}` | {rec['task']['ngpu']} | "
@@ -137,9 +165,10 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
 
 def run(manifest_file: str | Path | None = None, out: str | Path = RESULTS, profile: str | None = None,
         methods: Sequence[str] = METHODS, rounds: int = ROUNDS, sittings: int = SITTINGS,
-        progress: bool = True, sealed_set: str = NEWEST, prefix: str = "sealed") -> tuple[Path, Path]:
+        progress: bool = True, sealed_set: str = NEWEST, prefix: str = "sealed",
+        budget_s: float | None = None) -> tuple[Path, Path]:
     """The sealed test (module docstring) of set ``sealed_set``'s manifest, or of ``manifest_file``
-    when given; returns the run's (jsonl, md) paths, named ``<prefix>-<UTC time>``. One-line ShardlabError before anything is
+    when given (``budget_s``: seconds per task, measured with a time budget); returns the run's (jsonl, md) paths, named ``<prefix>-<UTC time>``. One-line ShardlabError before anything is
     planned for a bad manifest or a changed family file."""
     manifest_file = Path(manifest_file) if manifest_file is not None else manifest_path(sealed_set)
     manifest = load_manifest(manifest_file)
@@ -157,8 +186,11 @@ def run(manifest_file: str | Path | None = None, out: str | Path = RESULTS, prof
               "manifest": {"name": manifest.get("name"), "seed": manifest["seed"], "tasks": len(manifest["tasks"]),
                            "sha256": hashlib.sha256(manifest_file.read_bytes()).hexdigest()},
               "profile": get_profile(name).to_dict(),
-              "settings": {"methods": list(methods), "rounds": rounds, "sittings": sittings if uses_sittings else None,
-                           "reference": "best baseline", "margin": C.EQUIVALENCE_MARGIN},
+              "settings": {"methods": list(methods), "rounds": rounds,
+                           "sittings": sittings if uses_sittings and budget_s is None else None,
+                           "reference": "best baseline", "margin": C.EQUIVALENCE_MARGIN,
+                           **({} if budget_s is None else {"budget_s": float(budget_s), "looks": C.SEQUENTIAL_LOOKS,
+                                                           "boundary": C.SEQUENTIAL_BOUNDARY})},
               "environment": environment(get_profile(name).device)}
     records: list[dict[str, Any]] = []
     with open(jsonl, "x") as f:
@@ -168,10 +200,12 @@ def run(manifest_file: str | Path | None = None, out: str | Path = RESULTS, prof
             task = sealed_task(manifest, entry)
             measure = profile_with(plan_profile, batch_size=task.batch_size)
             plans, skipped = plans_of(task, methods, plan_profile, int(entry["seed"]))
-            evs = evaluator(measure, rounds, sittings, int(entry["seed"])).evaluate(task, plans) if plans else {}
+            judge = evaluator(measure, rounds, sittings, int(entry["seed"]), budget_s)
+            evs = judge.evaluate(task, plans) if plans else {}
             rec = {"kind": "task", "entry": dict(entry), "task": task.to_dict(),
                    "plans": {m: p.to_dict() for m, p in plans.items()}, "skipped": skipped,
-                   "evaluations": {m: e.to_dict() for m, e in evs.items()}, "measure_profile": measure.name}
+                   "evaluations": {m: e.to_dict() for m, e in evs.items()}, "measure_profile": measure.name,
+                   "seconds": float(getattr(judge, "seconds_", 0.0))}
             f.write(json.dumps(rec) + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -189,9 +223,11 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"sealed set to run (default: {NEWEST}, the newest; older sets for the record)")
     ap.add_argument("--manifest", default=None, help="a manifest file instead of the set's (for the tests)")
     ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
+    ap.add_argument("--budget", type=duration, default=None, metavar="DURATION",
+                    help="measure each task with this time budget (90s, 10m) instead of 8 rounds x 2 sittings")
     args = ap.parse_args(argv)
     try:
-        jsonl, md = run(args.manifest, args.out, args.profile, sealed_set=args.set)
+        jsonl, md = run(args.manifest, args.out, args.profile, sealed_set=args.set, budget_s=args.budget)
     except ShardlabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

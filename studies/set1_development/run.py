@@ -8,7 +8,10 @@ at its defaults, 8 paired rounds x 2 sittings, verdicts against the best baselin
 can be named, so a sealed set not yet run cannot be run from here. A finished run's ``.jsonl``
 is stored gzipped.
 
-    .venv/bin/python studies/set1_development/run.py [--profile NAME]
+    .venv/bin/python studies/set1_development/run.py [--profile NAME] [--budget DURATION]
+
+``--budget 107s``: each task measured with that time budget instead (the sealed driver's
+``--budget``); 107 s per task is what 8 x 2 took on average in the first development run.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from shardlab.cli.arguments import duration  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
 from studies.common.records import pack_run  # noqa: E402
 from studies.sealed_test.run import run  # noqa: E402
@@ -33,9 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default=None, help="hardware profile (default: cpu when no GPU is visible)")
     ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
+    ap.add_argument("--budget", type=duration, default=None, metavar="DURATION",
+                    help="measure each task with this time budget (e.g. 107s) instead of 8 rounds x 2 sittings")
     args = ap.parse_args(argv)
     try:
-        jsonl, md = run(out=args.out, profile=args.profile, sealed_set=SET, prefix="set1")
+        jsonl, md = run(out=args.out, profile=args.profile, sealed_set=SET, prefix="set1", budget_s=args.budget)
     except ShardlabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
