@@ -8,6 +8,7 @@ earlier Bonferroni design and others) against fixed designs of one 95% look: the
 rounds x 2 sittings, and 4 sittings. Nothing is measured: simulated sittings, a few minutes.
 
     .venv/bin/python studies/statistics/sequential.py [--comparisons 400] [--seed 0]
+    .venv/bin/python studies/statistics/sequential.py --report    # rewrite the .md from the .json
 
 A simulated comparison (as in ``run.py``): per sitting s and round r the paired ratio plan /
 reference is exp(log(true ratio) + b_s + e_sr), b_s ~ N(0, tau) per sitting, e_sr ~ N(0, w) per
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import sys
 from pathlib import Path
 
@@ -39,6 +41,7 @@ from shardlab.evaluate.sequential import look_levels, run_sequential  # noqa: E4
 from shardlab.evaluate.values import DeviceCost, Evaluation, compare_to_reference  # noqa: E402
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import git_revision  # noqa: E402
+from shardlab.report.uncertainty import level_text  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TRUE_RATIOS = (1.00, 1.03, 1.05, 1.08, 1.15)
@@ -116,7 +119,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--comparisons", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--report", action="store_true", help="rewrite results/sequential.md from its .json; simulates nothing")
     args = ap.parse_args(argv)
+    if args.report:
+        write_text_atomic(RESULTS / "sequential.md", markdown(json.loads((RESULTS / "sequential.json").read_text())))
+        return
     rows = []
     for within in WITHINS:
         for truth in TRUE_RATIOS:
@@ -142,29 +149,35 @@ def main(argv: list[str] | None = None) -> None:
                         "between_log_sd": TAU, "margin": EQUIVALENCE_MARGIN, "seed": args.seed}, "rows": rows}
     RESULTS.mkdir(exist_ok=True)
     write_json_atomic(RESULTS / "sequential.json", out)
-    names = list(DESIGNS)
+    write_text_atomic(RESULTS / "sequential.md", markdown(out))
+    print(markdown(out))
+
+
+def markdown(out: dict) -> str:
+    """The results' markdown from their JSON (``out``)."""
+    st, rows = out["settings"], out["rows"]
+    names = list(st["designs"])
+    fixed = st["fixed_sittings"]
+    n = rows[0]["comparisons"]
     lines = ["# Verdicts measured with a time budget, simulated (`studies/statistics/sequential.py`)", "",
-             f"Made {out['made']} (git {out['git']}); nothing measured. {args.comparisons} simulated comparisons per "
-             f"true ratio and noise; {ROUNDS} rounds per sitting; between-sitting log-sd {TAU} (the cpu profile's, "
-             f"also assumed by the intervals); margin {EQUIVALENCE_MARGIN:g}. Sequential designs (a look after each "
-             "sitting, stop when decisive): " + "; ".join(
-                 f"`{n}` (up to {k} sittings, looks at " + ", ".join(f"{100 * x:.4g}%" for x in look_levels(k, b)) + ")"
-                 for n, (k, b) in DESIGNS.items()) +
-             f". Fixed: {' or '.join(map(str, FIXED_SITTINGS))} sittings, one 95% look. `{names[0]}` is the shipped "
-             "design.", "",
+             f"Made {out['made']} (git {out['git']}); nothing measured. {n} simulated comparisons per "
+             f"true ratio and noise; {st['rounds']} rounds per sitting; between-sitting log-sd {st['between_log_sd']} "
+             f"(the cpu profile's, also assumed by the intervals); margin {st['margin']:g}. Sequential designs (a look "
+             "after each sitting, stop when decisive): " + "; ".join(
+                 f"`{k}` (up to {d['looks']} sittings, looks at " + ", ".join(map(level_text, d["levels"])) + ")"
+                 for k, d in st["designs"].items()) +
+             f". Fixed: {' or '.join(map(str, fixed))} sittings, one 95% look. `{names[0]}` is the shipped design.", "",
              "Each cell: wrong / inconclusive / mean sittings (sequential), wrong / inconclusive (fixed).", "",
-             "| within-sitting log-sd | true ratio | " + " | ".join(f"`{n}`" for n in names) + " | "
-             + " | ".join(f"fixed {S}" for S in FIXED_SITTINGS) + " |",
-             "| ---: | ---: | " + " | ".join("---" for _ in names) + " | " + " | ".join("---" for _ in FIXED_SITTINGS) + " |"]
+             "| within-sitting log-sd | true ratio | " + " | ".join(f"`{k}`" for k in names) + " | "
+             + " | ".join(f"fixed {S}" for S in fixed) + " |",
+             "| ---: | ---: | " + " | ".join("---" for _ in names) + " | " + " | ".join("---" for _ in fixed) + " |"]
     for r in rows:
         lines.append(f"| {r['within_log_sd']:.2f} | {r['true_ratio']:.2f} | " + " | ".join(
             f"{q['wrong']:.3f} / {q['inconclusive']:.3f} / {q['mean_sittings']:.2f}" for q in r["sequential"].values())
             + " | " + " | ".join(f"{q['wrong']:.3f} / {q['inconclusive']:.3f}" for q in r["fixed"].values()) + " |")
     lines += ["", "Wrong: a decisive verdict against the truth (`faster` at a ratio >= 1, `slower` at <= 1, "
               "`equivalent` outside the margin). Every sequential design's rate must stay <= 0.05.", ""]
-    write_text_atomic(RESULTS / "sequential.md", "\n".join(lines))
-    print("\n".join(lines))
-
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()
