@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up .venv (scripts/setup.sh) and Debian's chromium (scripts/setup_browser.sh), then run
 # every test in one pytest session: the unit and integration tests in tests/ (browser tests
-# included), and every notebook in notebooks/ as executed by papermill with
+# included), and every notebook in notebooks/ as executed by papermill (two at a time) with
 # the small parameters of notebooks/ci/<name>.yaml and interactive = True (the widgets built
 # headless; tests/test_notebooks_interactive.py checks these executions, named by
 # SHARDLAB_PAPERMILLED, instead of running each notebook a third time), validated by nbval
@@ -14,12 +14,25 @@ bash scripts/setup_browser.sh   # Debian's chromium for the browser tests (tests
 export PATH="$PWD/.venv/bin:$PATH" PYTHONUNBUFFERED=1 PYDEVD_DISABLE_FILE_VALIDATION=1
 build="$PWD/build/notebooks"
 rm -rf "$build" && mkdir -p "$build"
-for nb in notebooks/*.ipynb; do
+# papermill NOTEBOOK: execute one notebook into $build with its CI parameters; its output goes to
+# $build/NAME.log, printed whole when it fails. The notebooks are independent (each its own out_dir,
+# kernel and, where it spawns ranks, a TCP store on a free port), so SHARDLAB_NOTEBOOK_JOBS of them
+# (default 2, one per core) run at once.
+papermill_one() {
+  local nb=$1 name params
   name=$(basename "$nb" .ipynb)
   params=(-p out_dir "$PWD/build/runs/$name" -p interactive True)
   [ -f "notebooks/ci/$name.yaml" ] && params+=(-f "notebooks/ci/$name.yaml")
   echo "papermill $nb (${params[*]})"
-  papermill --no-progress-bar --execution-timeout 180 --cwd "$build" "${params[@]}" \
-    "$nb" "$build/$name.ipynb"
-done
+  if ! papermill --no-progress-bar --execution-timeout 180 --cwd "$build" "${params[@]}" \
+      "$nb" "$build/$name.ipynb" >"$build/$name.log" 2>&1; then
+    cat "$build/$name.log" >&2
+    echo "papermill $nb failed" >&2
+    return 1
+  fi
+}
+export -f papermill_one
+export build
+printf '%s\n' notebooks/*.ipynb | xargs -P "${SHARDLAB_NOTEBOOK_JOBS:-2}" -I{} bash -c 'papermill_one "$1"' _ {}
+echo "papermill: every notebook executed, ${SECONDS} s into the run"
 SHARDLAB_PAPERMILLED="$build" python -m pytest tests "$build" --nbval-lax --nbval-current-env -p no:cacheprovider "$@"

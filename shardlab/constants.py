@@ -115,15 +115,16 @@ EQUIVALENCE_MARGIN = 0.05
 RANK_LOSS_GAP = 0.0488     # log(1.05)
 
 #: A measured comparison with a time budget (``MeasuredEvaluator(budget_s=...)``) looks at its
-#: verdicts after each sitting, at most this many sittings, decided in advance; each look's
-#: interval is a repeated confidence interval of the boundary below, so stopping at any look keeps
-#: the 5% error rate of one fixed-size comparison (``evaluate/sequential.py``). Eight: decided
-#: plans drop out, so the close calls get the sittings the clear ones leave
-#: (``studies/statistics/sequential.py``).
-SEQUENTIAL_LOOKS = 8
-#: The shape of those looks' boundary (``evaluate/sequential.py`` BOUNDARIES): O'Brien-Fleming,
-#: strict early and nearly a plain 95% interval at the last look (z 2.073 at 8 looks).
-SEQUENTIAL_BOUNDARY = "obrien-fleming"
+#: verdicts after each sitting, at most this many sittings; each look's interval is a repeated
+#: confidence interval set by alpha spending on the budget's time scale, so stopping at any look
+#: keeps the 5% error rate of one fixed-size comparison (``evaluate/sequential.py``). Sixteen: a
+#: cap that a budget of small tasks reaches (their sittings take seconds), far above what larger
+#: tasks' budgets hold; decided plans drop out, so the close calls get the sittings the clear ones
+#: leave.
+SEQUENTIAL_LOOKS = 16
+#: The spending function of those looks (``evaluate/sequential.py`` SPENDING): O'Brien-Fleming's,
+#: strict early and nearly a plain 95% interval at the last look.
+SEQUENTIAL_SPENDING = "obrien-fleming"
 #: Timed runs per op, after untimed warm-up runs, in a comparison measured with a time budget
 #: (the profile's own settings where they are smaller): median of 3 after 2 instead of the
 #: profile's 10 after 5 halves a plan's round on 4-rank tasks here at about the same interval

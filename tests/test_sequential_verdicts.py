@@ -1,6 +1,6 @@
 """Measuring with a time budget (shardlab/evaluate/sequential.py): sittings are added while a verdict
 is inconclusive, decided plans drop out, each plan says why it stopped, and every look's interval
-is a repeated confidence interval of a group-sequential boundary. Driven here by simulated sittings (no timing, nothing load-dependent), and
+is a repeated confidence interval set by alpha spending on the budget's time scale. Driven here by simulated sittings (no timing, nothing load-dependent), and
 once end to end on this machine's kernels."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from shardlab.errors import ShardlabError
-from shardlab.evaluate.sequential import boundary_z, crossing_probability, look_levels, run_sequential
+from shardlab.evaluate.sequential import Z_MOST, crossing_probability, level_of, next_boundary, run_sequential, spent
 from shardlab.evaluate.values import DeviceCost, Evaluation
 
 RATIOS = {"ref": 1.0, "clear": 0.70, "same": 1.0, "close": 1.01}
@@ -48,8 +48,8 @@ def test_each_plan_stops_when_decided_and_drops_out_of_later_sittings():
     assert c["close"].verdict == "inconclusive" and c["close"].stopped.startswith("not decided in 4 sittings")
     assert "clear" not in asked[1] and asked[1][0] == "ref" and "close" in asked[-1]   # the time goes to the close call
     assert len(done) == 4 and len(out["close"].sittings) == 4 and len(out["clear"].sittings) == 1
-    levels = look_levels(4)
-    assert c["clear"].confidence == pytest.approx(levels[0]) and c["close"].confidence == pytest.approx(levels[3])
+    # a budget far from spent: the early looks spend nothing (z = Z_MOST), the last spends all 5%
+    assert c["clear"].confidence == pytest.approx(level_of(Z_MOST)) and c["close"].confidence == pytest.approx(0.95, abs=1e-3)
     lo, hi = c["clear"].ratio_ci95
     assert lo < 0.70 < hi                                   # the wider interval still holds the truth
 
@@ -65,34 +65,72 @@ def test_it_stops_when_every_verdict_is_decisive_or_the_budget_is_spent():
     assert len(done) == 1 and out["close"].comparison.stopped == "budget spent after 1 sittings (25 s)"
 
 
+def _fixed_boundary(looks, shape):
+    """A fixed-K boundary (equal z: Pocock; z ~ sqrt(K / k): O'Brien-Fleming) of total 5%, by bisection."""
+    weights = [(looks / (k + 1)) ** 0.5 if shape == "obrien-fleming" else 1.0 for k in range(looks)]
+    lo, hi = 1.5, 4.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if crossing_probability([mid * w for w in weights]) > 0.05 else (lo, mid)
+    return hi
+
+
 @pytest.mark.parametrize("looks, shape, published", [
     (2, "pocock", 2.178), (4, "pocock", 2.361), (5, "pocock", 2.413),
     (2, "obrien-fleming", 1.977), (4, "obrien-fleming", 2.024), (5, "obrien-fleming", 2.040)])
-def test_the_boundaries_reproduce_the_published_constants(looks, shape, published):
+def test_the_looks_integration_reproduces_the_published_constants(looks, shape, published):
     # Jennison & Turnbull (2000), tables 2.1 and 2.3: two-sided, alpha 0.05, equal group sizes
-    z = boundary_z(looks, shape)
-    assert z[-1] == pytest.approx(published, abs=0.0015)
-    if shape == "obrien-fleming":
-        assert z[0] == pytest.approx(z[-1] * looks ** 0.5)               # strict early, widest first
-    assert crossing_probability(z) == pytest.approx(0.05, abs=2e-4)
+    assert _fixed_boundary(looks, shape) == pytest.approx(published, abs=0.0015)
+    assert crossing_probability([1.959964]) == pytest.approx(0.05, abs=1e-5)
 
 
-def test_the_looks_levels_and_bad_budgets_are_checked():
-    assert look_levels(1) == pytest.approx((0.95,)) and look_levels(4, "bonferroni") == pytest.approx((0.9875,) * 4)
-    shipped = look_levels()
-    assert len(shipped) == 8 and all(a > b for a, b in zip(shipped, shipped[1:])) and 0.95 < shipped[-1] < 0.97
-    assert crossing_probability([1.96]) == pytest.approx(0.05, abs=1e-4)
-    # Bonferroni is conservative: with correlated looks its crossing chance is below 0.05
-    assert crossing_probability(boundary_z(4, "bonferroni")) < 0.045
+def test_spending_on_the_time_scale_gives_each_look_its_share():
+    for shape in ("obrien-fleming", "pocock"):
+        values = [spent(t / 10, shape) for t in range(11)]
+        assert values[0] == 0 and values[-1] == pytest.approx(0.05) and all(a < b for a, b in zip(values, values[1:]))
+    assert spent(0.25) == pytest.approx(2 * (1 - 0.999955705), rel=1e-3)       # 2 - 2 Phi(1.96 / 0.5)
+    zs, used = [], 0.0
+    for k in range(1, 5):                                                     # four equally spaced looks
+        spend = spent(k / 4) - used
+        used += spend
+        zs.append(next_boundary(tuple(zs), spend))
+        assert crossing_probability(zs) == pytest.approx(used, abs=1e-6)      # each look spends its share
+    assert zs[0] == pytest.approx(3.92, abs=1e-3) and all(a > b for a, b in zip(zs, zs[1:])) and 2.0 < zs[-1] < 2.06
+    assert next_boundary((), 0.05) == pytest.approx(1.96, abs=1e-3)            # one look holding the whole budget
+    assert next_boundary((2.0,), 0.0) == Z_MOST
+
+
+def test_a_budget_of_one_sitting_is_one_plain_95_look_and_a_longer_one_narrows_at_the_end():
+    def clocked(budget):
+        sitting, evaluation, asked = simulated()
+        now = [0.0]
+
+        def timed(s, names):
+            now[0] += 10.0                                                     # a sitting takes 10 s
+            return sitting(s, names)
+
+        out, done = run_sequential(timed, evaluation, list(RATIOS), "ref", budget, 8, 0, 0.05, 0.0, "named",
+                                   clock=lambda: now[0], started=0.0)
+        return out, done
+
+    out, done = clocked(15)
+    assert len(done) == 1 and out["close"].comparison.confidence == pytest.approx(0.95, abs=1e-4)
+    assert out["close"].comparison.stopped == "budget spent after 1 sittings (15 s)"
+    out, done = clocked(40)
+    assert len(done) == 4 and out["close"].comparison.confidence == pytest.approx(level_of(2.043), abs=1e-3)
+    assert out["clear"].comparison.confidence == pytest.approx(level_of(3.92), abs=1e-4)      # decided at look 1 of 4
+
+
+def test_bad_budgets_looks_and_spending_are_refused():
     sitting, evaluation, _ = simulated()
     for bad in (0, -1, float("nan"), float("inf"), "soon"):
         with pytest.raises(ShardlabError, match="field 'budget_s'"):
             run_sequential(sitting, evaluation, list(RATIOS), "ref", bad, 4, 0, 0.05, 0.0, "named")
     for bad in (0, 2.5, True, "4"):
         with pytest.raises(ShardlabError, match="field 'looks'"):
-            look_levels(bad)
-    with pytest.raises(ShardlabError, match="field 'boundary'"):
-        boundary_z(4, "haybittle")
+            run_sequential(sitting, evaluation, list(RATIOS), "ref", 60, bad, 0, 0.05, 0.0, "named")
+    with pytest.raises(ShardlabError, match="field 'spending'"):
+        run_sequential(sitting, evaluation, list(RATIOS), "ref", 60, 4, 0, 0.05, 0.0, "named", spending="bonferroni")
 
 
 def test_a_budgeted_comparison_of_measured_plans_end_to_end(small_task):
@@ -106,7 +144,7 @@ def test_a_budgeted_comparison_of_measured_plans_end_to_end(small_task):
     out = ev.evaluate(small_task, plans)
     c = out["random"].comparison
     took = len(out["random"].sittings)
-    assert c.reference == "size_greedy" and c.confidence == pytest.approx(look_levels(2)[took - 1]) and c.stopped
+    assert c.reference == "size_greedy" and 0.95 <= c.confidence < 1 and c.stopped
     assert 1 <= took <= 2 and out["random"].to_dict()["stopped"] == c.stopped
     assert out["random"].source.startswith("measured:cpu[batch_size=256,repeats=2,warmup=1]")  # never more repeats
     assert Evaluation.from_dict(out["random"].to_dict()).comparison == c

@@ -46,3 +46,12 @@ def test_opposite_verdicts_and_another_reference_are_counted(tmp_path):
     assert out["confirmed"] == out["decisive_first"] - len(flips)
     text = ag.markdown(out)
     assert f"opposite verdicts on **{len(flips)}**" in text and "(not compared)" in text
+
+
+def test_a_rerun_can_name_each_tasks_reference_from_an_earlier_run():
+    from studies.set1_development.run import references_of
+
+    refs = references_of(STORED)
+    lines = _lines()
+    assert len(refs) == 12 and all(refs[r["task"]["name"]] == next(iter(r["evaluations"].values()))["reference"]
+                                   for r in lines[1:])

@@ -198,8 +198,8 @@ def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, sea
     p.add_argument("--budget", type=duration, default=None, metavar="DURATION",
                    help="--measure: a time budget (90s, 10m, 1h) instead of --sittings: sittings are added, up to "
                         f"{SEQUENTIAL_LOOKS}, while a verdict is inconclusive; decided plans drop out; each look's "
-                        "interval a repeated confidence interval of a boundary fixed in advance, so stopping early "
-                        "keeps the 5%% error rate")
+                        "interval a repeated confidence interval by alpha spending on the budget's time, so "
+                        "stopping early keeps the 5%% error rate")
     p.add_argument("--reference", default=None,
                    help="plan to compare against: a Plan JSON file or the method of one of the plans "
                         "(default: the best baseline among them; measured, it is picked in a separate selection "

@@ -241,8 +241,8 @@ class MeasuredEvaluator:
     ``budget_s``: measure with a time budget (s) instead of a fixed ``sittings``: sittings are
     added, up to ``looks`` decided in advance, while a verdict is still inconclusive, decided plans
     drop out, and each verdict says why its plan stopped (:mod:`~shardlab.evaluate.sequential`:
-    the looks' intervals are repeated confidence intervals of a boundary fixed in advance, so the
-    stopping keeps the stated error rate); each op is then timed
+    the looks' intervals are repeated confidence intervals by alpha spending on the budget's
+    time, so the stopping keeps the stated error rate); each op is then timed
     :data:`~shardlab.constants.BUDGET_OP_REPEATS` times after
     :data:`~shardlab.constants.BUDGET_OP_WARMUP` warm-ups (the profile's settings where smaller),
     so the budget buys more rounds (:func:`budget_profile`).

@@ -1,31 +1,32 @@
 """Measuring with a time budget: sittings are added while any verdict against the reference is
 still ``inconclusive``, and measuring stops when every verdict is decisive, the budget is spent,
-or the looks decided in advance are used up.
+or the most sittings (:data:`~shardlab.constants.SEQUENTIAL_LOOKS`) are measured.
 
 **Why the intervals stay honest.** Stopping when the data look decisive would make a 95%
-interval cover less than 95% of the time. So the number of looks K
-(:data:`~shardlab.constants.SEQUENTIAL_LOOKS`, one after each sitting) and the width of every
-look's interval are fixed before anything is measured: look k's interval is a **repeated
-confidence interval** (Jennison & Turnbull, *Group Sequential Methods with Applications to
-Clinical Trials*, 2000, ch. 9) at the normal quantile c_k of a group-sequential boundary
-(:func:`boundary_z`), chosen so that the chance that ANY of the K intervals misses the true ratio
-is 0.05 when each sitting adds the same information. A verdict read off any look's interval --
-the first decisive one, or the last before the budget ran out -- is then wrong at most 5% of the
-time, whatever made measuring stop. The boundary's shape is
-:data:`~shardlab.constants.SEQUENTIAL_BOUNDARY`:
+interval cover less than 95% of the time. So every look's interval (one after each sitting) is a
+**repeated confidence interval** (Jennison & Turnbull, *Group Sequential Methods with
+Applications to Clinical Trials*, 2000, ch. 9) at a normal quantile z_k set by **alpha spending on
+the time scale** (Lan & DeMets, *Biometrika* 70, 1983): with t_k the share of the budget spent
+when look k is taken, the looks up to k may together miss the true ratio with probability
+alpha(t_k), where alpha(t) is the spending function :data:`~shardlab.constants.SEQUENTIAL_SPENDING`
+(:func:`spent`), rising from 0 to 0.05 at t = 1. The last look -- the one after which no sitting
+would fit the budget, or the most sittings -- spends all that is left. z_k is found from the
+earlier looks' z (:func:`next_boundary`: the distribution of the cumulative sums of independent
+normal increments, one per sitting, carried through each look's continuation region on a grid;
+Armitage, McPherson & Rowe, 1969), so the chance that ANY look's interval misses is 0.05 however
+many looks the budget allows, and a verdict read off any look -- the first decisive one or the
+last -- is wrong at most 5% of the time.
 
-- ``obrien-fleming`` (the default): c_k = C sqrt(K / k). Early looks are strict (only clear
-  differences stop there), and the last look is nearly as narrow as one fixed 95% look of the
-  same sittings (C = 2.024 at K = 4, 2.073 at K = 8, against 1.96), so the close calls that
-  measure longest lose little width.
-- ``pocock``: one c for every look (2.361 at K = 4).
-- ``bonferroni``: c_k = z of 1 - 0.05 / K at every look (2.498 at K = 4), the union bound;
-  valid for any dependence between looks and the widest.
+- ``obrien-fleming`` (the default): alpha(t) = 2 - 2 Phi(z_0.975 / sqrt(t)). Early looks are
+  strict (only clear differences stop there), and the last look is nearly a plain 95% interval
+  of all the sittings measured, so the close calls that measure longest lose little width; a
+  budget that holds one sitting gives exactly one 95% look.
+- ``pocock``: alpha(t) = 0.05 ln(1 + (e - 1) t), nearly equal z at every look.
 
-C is found numerically (the distribution of the cumulative sums of K independent standard
-normal increments, integrated on a grid; :func:`crossing_probability`) and reproduces the
-published constants (tested). ``studies/statistics/sequential.py`` simulates the rate of wrong
-decisive verdicts and the sittings a verdict takes, with this machine's noise.
+The looks' times t_k depend on how long sittings took, which depends on how many plans were
+still open; they never depend on the comparison being judged at look k (the last look is
+declared before its verdicts are read). ``studies/statistics/sequential.py`` simulates the rate
+of wrong decisive verdicts and the sittings a verdict takes, with this machine's noise.
 
 **Decided plans drop out.** After a look, a plan with a decisive verdict is not measured in later
 sittings; the reference and the plans still open are, in paired rounds as before. A plan's
@@ -40,6 +41,7 @@ ratio is too close to the margin's edge for this machine's noise to settle).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from functools import lru_cache
@@ -57,13 +59,17 @@ from shardlab.evaluate.values import Evaluation, compare_to_reference
 DECISIVE = ("faster", "slower", "equivalent")
 
 
-#: The boundary shapes of :func:`boundary_z` (module docstring).
-BOUNDARIES = ("obrien-fleming", "pocock", "bonferroni")
+#: The spending functions of :func:`spent` (module docstring).
+SPENDING = ("obrien-fleming", "pocock")
 
 #: Grid step of :func:`crossing_probability` (in units of one sitting's standard deviation; each
-#: edge cell weighted by its share inside the region): the constants it gives are within 0.001 of
-#: the published ones.
+#: edge cell weighted by its share inside the region): the Pocock and O'Brien-Fleming constants
+#: it gives are within 0.001 of the published ones (tests).
 GRID_STEP = 0.004
+
+#: The largest z a look's interval is given (a look that spends nothing): beyond it the normal
+#: tail is below 1e-15, so the interval is as good as infinite.
+Z_MOST = 8.0
 
 
 def check_looks(looks: Any) -> int:
@@ -73,12 +79,32 @@ def check_looks(looks: Any) -> int:
     return int(looks)
 
 
+def check_spending(spending: Any) -> str:
+    """``spending`` if it names a spending function of :data:`SPENDING`; one line otherwise."""
+    if spending not in SPENDING:
+        raise field_error("sequential comparison", "spending", spending, f"must be one of {list(SPENDING)}")
+    return spending
+
+
+def spent(t: float, spending: str = C.SEQUENTIAL_SPENDING, alpha: float = 1.0 - CONFIDENCE) -> float:
+    """alpha(t): the error probability the looks taken by budget share ``t`` (0-1) may spend
+    together (module docstring); 0 at t = 0, ``alpha`` at t >= 1."""
+    check_spending(spending)
+    t = min(max(float(t), 0.0), 1.0)
+    if t == 0.0:
+        return 0.0
+    if spending == "pocock":
+        return alpha * math.log(1.0 + (math.e - 1.0) * t)
+    return 2.0 * (1.0 - NormalDist().cdf(NormalDist().inv_cdf(1.0 - alpha / 2.0) / math.sqrt(t)))
+
+
 def crossing_probability(z: Sequence[float], step: float = GRID_STEP) -> float:
     """P(|Z_k| >= z[k] at some look k), Z_k = S_k / sqrt(k) with S_k the sum of k independent
-    standard normals (equal information per look, no true difference). Computed by carrying the
-    density of S_k on a grid of ``step`` through each look's continuation region |S_k| <
-    z[k] sqrt(k) (the recursive integration of Armitage, McPherson & Rowe, 1969)."""
-    z = np.asarray(z, dtype=float)
+    standard normals (one per sitting, no true difference). Computed by carrying the density of
+    S_k on a grid of ``step`` through each look's continuation region |S_k| < z[k] sqrt(k) (the
+    recursive integration of Armitage, McPherson & Rowe, 1969); a z above 9 counts as 9 (the
+    density beyond is below 1e-18)."""
+    z = np.minimum(np.asarray(z, dtype=float), 9.0)
     edge = float(max(zk * np.sqrt(k + 1) for k, zk in enumerate(z)))
     x = np.arange(-edge - step, edge + 1.5 * step, step)
     t = np.arange(-9.0, 9.0 + step / 2, step)
@@ -96,33 +122,24 @@ def crossing_probability(z: Sequence[float], step: float = GRID_STEP) -> float:
     return float(1.0 - f.sum())
 
 
-def boundary_z(looks: int = C.SEQUENTIAL_LOOKS, shape: str = C.SEQUENTIAL_BOUNDARY,
-               alpha: float = 1.0 - CONFIDENCE) -> tuple[float, ...]:
-    """The normal quantile c_k of each of ``looks`` looks' intervals, shape (looks,): the
-    boundary of ``shape`` (:data:`BOUNDARIES`) whose K intervals all cover with probability
-    1 - ``alpha`` (module docstring)."""
-    k = check_looks(looks)
-    if shape not in BOUNDARIES:
-        raise field_error("sequential comparison", "boundary", shape, f"must be one of {list(BOUNDARIES)}")
-    return _boundary(k, shape, float(alpha))
-
-
-@lru_cache(maxsize=None)
-def _boundary(k: int, shape: str, alpha: float) -> tuple[float, ...]:
-    """:func:`boundary_z` of checked arguments, solved once per process."""
-    if shape == "bonferroni" or k == 1:
-        return (NormalDist().inv_cdf(1.0 - alpha / (2 * k)),) * k
-    weights = np.sqrt(k / np.arange(1, k + 1)) if shape == "obrien-fleming" else np.ones(k)
-    lo, hi = NormalDist().inv_cdf(1.0 - alpha / 2), NormalDist().inv_cdf(1.0 - alpha / (2 * k))
-    for _ in range(40):                                    # bisection: the crossing chance falls as C grows
+@lru_cache(maxsize=4096)
+def next_boundary(previous: tuple[float, ...], spend: float) -> float:
+    """z of the next look, given the earlier looks' z (``previous``, one per sitting), so that
+    the chance of a first miss at this look is ``spend``; :data:`Z_MOST` when ``spend`` is too
+    small to buy a narrower interval."""
+    before = crossing_probability(previous) if previous else 0.0
+    if spend <= 0 or crossing_probability((*previous, Z_MOST)) - before >= spend:
+        return Z_MOST
+    lo, hi = 0.0, Z_MOST                               # the miss chance falls as z grows
+    for _ in range(40):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if crossing_probability(mid * weights) > alpha else (lo, mid)
-    return tuple(float(hi * w) for w in weights)
+        lo, hi = (mid, hi) if crossing_probability((*previous, mid)) - before > spend else (lo, mid)
+    return float(hi)
 
 
-def look_levels(looks: int = C.SEQUENTIAL_LOOKS, shape: str = C.SEQUENTIAL_BOUNDARY) -> tuple[float, ...]:
-    """Each look's interval coverage, 2 Phi(c_k) - 1 (:func:`boundary_z`), shape (looks,)."""
-    return tuple(2.0 * NormalDist().cdf(z) - 1.0 for z in boundary_z(looks, shape))
+def level_of(z: float) -> float:
+    """An interval's coverage at normal quantile ``z``: 2 Phi(z) - 1."""
+    return 2.0 * NormalDist().cdf(z) - 1.0
 
 
 def check_budget(budget_s: Any) -> float:
@@ -147,7 +164,8 @@ def run_sequential(sitting: Callable[[int, Sequence[str]], Mapping[str, list]],
                    evaluation: Callable[[str, Sequence[Mapping[str, list]]], Evaluation],
                    plans: Sequence[str], reference: str, budget_s: float, looks: int, seed: int, margin: float,
                    sitting_sd: float | None, chosen: str | None, clock: Callable[[], float] = time.perf_counter,
-                   started: float | None = None, boundary: str = C.SEQUENTIAL_BOUNDARY) -> tuple[dict[str, Evaluation], list[Mapping[str, list]]]:
+                   started: float | None = None, spending: str = C.SEQUENTIAL_SPENDING
+                   ) -> tuple[dict[str, Evaluation], list[Mapping[str, list]]]:
     """Measure in sittings until every plan is decided, the budget is spent or ``looks`` sittings
     are done (module docstring).
 
@@ -156,39 +174,48 @@ def run_sequential(sitting: Callable[[int, Sequence[str]], Mapping[str, list]],
     Evaluation of plan ``name`` from its measurements of those sittings; ``plans``: the distinct
     plans (the reference among them); ``budget_s``: seconds in all, counted from ``started`` (a
     ``clock`` reading: when the evaluation began, so a selection sitting counts too; default: this
-    call), and a sitting is not started when the last one's length would overrun it;
-    ``boundary``: the shape of the looks' boundary (:func:`boundary_z`). Returns every plan's
-    Evaluation compared with the reference (``stopped`` says why, ``confidence`` the level of the
-    look it stopped at) and the sittings measured."""
+    call), and a sitting is not started when the last one's length would overrun it (the look
+    before it is then the last); ``spending``: the spending function (:func:`spent`). Returns
+    every plan's Evaluation compared with the reference (``stopped`` says why, ``confidence`` the
+    level of the look it stopped at) and the sittings measured."""
     budget = check_budget(budget_s)
-    levels = look_levels(looks, boundary)
+    most = check_looks(looks)
+    check_spending(spending)
     start = clock() if started is None else started
     open_ = [p for p in plans if p != reference]
     stopped: dict[str, str] = {}
     done: list[Mapping[str, list]] = []
     compared: dict[str, Evaluation] = {}
-    for s in range(int(looks)):
+    zs: list[float] = []                  # each look's z
+    used, level = 0.0, CONFIDENCE         # the error probability spent so far; the last look's level
+    for s in range(most):
         began = clock()
         done.append(sitting(s, [reference, *open_]))
+        now = clock()
+        last = s + 1 == most or now - start + (now - began) > budget      # declared before any verdict is read
+        share = 1.0 if last else min(1.0, (now - start) / budget)
+        spend = spent(share, spending) - used
+        used += spend
+        zs.append(next_boundary(tuple(zs), spend))
+        level = level_of(zs[-1])
         ref_now = evaluation(reference, done)
         for p in list(open_):
             compared[p] = compare_at_look(evaluation(p, done), ref_now, p, reference, seed, margin, sitting_sd,
-                                          chosen, levels[s])
+                                          chosen, level)
             if compared[p].verdict in DECISIVE:
                 open_.remove(p)
-                stopped[p] = f"decided after {s + 1} of at most {looks} sittings"
+                stopped[p] = f"decided after {s + 1} of at most {most} sittings"
         if not open_:
             break
-        now = clock()
-        if s + 1 < looks and now - start + (now - began) > budget:
-            for p in open_:
-                stopped[p] = f"budget spent after {s + 1} sittings ({budget:g} s)"
+        if last:
+            if s + 1 < most:
+                for p in open_:
+                    stopped[p] = f"budget spent after {s + 1} sittings ({budget:g} s)"
             break
     for p in open_:
-        stopped.setdefault(p, f"not decided in {looks} sittings: too close to the margin for this noise")
+        stopped.setdefault(p, f"not decided in {most} sittings: too close to the margin for this noise")
     ref_all = evaluation(reference, done)
-    out = {reference: compare_at_look(ref_all, ref_all, reference, reference, seed, margin, sitting_sd, chosen,
-                                      levels[len(done) - 1])}
+    out = {reference: compare_at_look(ref_all, ref_all, reference, reference, seed, margin, sitting_sd, chosen, level)}
     out.update({p: compared[p].with_comparison(replace(compared[p].comparison, stopped=stopped[p]))
                 for p in plans if p != reference})
     return out, done

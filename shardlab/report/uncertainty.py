@@ -154,8 +154,9 @@ def uncertainty_note(evaluations: Mapping[str, Evaluation]) -> str:
         looks = sorted({e.comparison.confidence for e in evs if e.comparison is not None and e.comparison.stopped})
         ratio_ci = (f"its {' / '.join(map(level_text, looks))} interval (measured with a time budget: sittings were "
                     "added while a verdict was inconclusive and each plan stopped once decided, at the level of the "
-                    "look it stopped at: a repeated confidence interval of a boundary fixed in advance, wider than "
-                    "95%, which keeps the 5% error rate under that stopping)" if looks else "its 95% interval")
+                    "look it stopped at: a repeated confidence interval by alpha spending on the budget's time, "
+                    "wider than 95% before the last look, which keeps the 5% error rate under that stopping)"
+                    if looks else "its 95% interval")
         parts.append(f"Measured in {' / '.join(rounds)} paired, shuffled rounds: a plan's cost is the median "
                      "over rounds and its error bar / [interval] the 95% bootstrap confidence interval of that "
                      + ("median, resampling sittings and then rounds within them" if several else "median")

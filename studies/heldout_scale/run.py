@@ -204,7 +204,7 @@ def run(rounds: int, sittings: int, out: Path, sizes: Sequence[int] = SIZES, pro
                            "ngpu": NGPU, "mem_cap_gb": MEM_CAP_GB, "study_seed": STUDY_SEED, "rounds": rounds,
                            "sittings": sittings if budget_s is None else None, "margin": C.EQUIVALENCE_MARGIN,
                            **({} if budget_s is None else {"budget_s": float(budget_s), "looks": C.SEQUENTIAL_LOOKS,
-                                                           "boundary": C.SEQUENTIAL_BOUNDARY})}}
+                                                           "spending": C.SEQUENTIAL_SPENDING})}}
     records: list[dict[str, Any]] = []
     tasks = study_tasks(sizes)
     with open(jsonl, "x") as f:

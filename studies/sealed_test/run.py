@@ -15,7 +15,8 @@ only by its one command, ``bash scripts/sealed_test.sh`` (which calls, with fixe
    paired interleaved rounds, each plan's verdict against the task's best baseline. With
    ``--budget`` (per task, e.g. ``107s``) the task is measured with that time budget instead
    (``MeasuredEvaluator(budget_s=...)``: sittings of 8 rounds added while a verdict is
-   inconclusive, decided plans dropping out, repeated confidence intervals), and the report gives
+   inconclusive, decided plans dropping out, repeated confidence intervals by alpha spending),
+   and the report gives
    each verdict's sittings and rounds and why its plan stopped.
 4. Appends the task's record (entry, task, plans, skips, Evaluation JSON) to
    ``results/<run>.jsonl`` as soon as the task is done, and rewrites ``results/<run>.md`` (per
@@ -78,14 +79,15 @@ def default_profile() -> str:
     return C.MEASURE_PROFILE
 
 
-def evaluator(profile: Any, rounds: int, sittings: int, seed: int, budget_s: float | None = None) -> MeasuredEvaluator:
+def evaluator(profile: Any, rounds: int, sittings: int, seed: int, budget_s: float | None = None,
+              reference: str | None = None) -> MeasuredEvaluator:
     """The task's evaluator: ``rounds`` paired rounds in ``sittings`` sittings (where the
     evaluator takes ``sittings``), or sittings of ``rounds`` rounds within ``budget_s`` seconds
-    when given, seeded by the task, reference the best baseline."""
+    when given, seeded by the task, reference the best baseline (or the method ``reference``)."""
     extra = {"sittings": sittings} if "sittings" in inspect.signature(MeasuredEvaluator).parameters else {}
     if budget_s is not None:
         extra = {"budget_s": budget_s}
-    return MeasuredEvaluator(profile, rounds=rounds, seed=seed, reference=None, progress=False, **extra)
+    return MeasuredEvaluator(profile, rounds=rounds, seed=seed, reference=reference, progress=False, **extra)
 
 
 def plans_of(task: Any, methods: Sequence[str], profile: str, seed: int) -> tuple[dict, dict]:
@@ -127,7 +129,7 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
              + (f"{s['rounds']} paired rounds x {s['sittings'] or 1} sitting(s)" if budget is None else
                 f"a time budget of {budget:g} s per task (sittings of {s['rounds']} paired rounds, up to "
                 f"{s['looks']}, added while a verdict is inconclusive; decided plans drop out; each look's interval "
-                f"a repeated confidence interval of the `{s['boundary']}` boundary)")
+                f"a repeated confidence interval by `{s['spending']}` alpha spending on the budget's time scale)")
              + ", equivalence margin "
              f"{s['margin']:.0%}; each verdict is against the task's reference, the best of the baselines "
              f"({', '.join(C.BASELINE_METHODS)}) as the evaluator picks it. A method that was the reference is "
@@ -166,9 +168,11 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
 def run(manifest_file: str | Path | None = None, out: str | Path = RESULTS, profile: str | None = None,
         methods: Sequence[str] = METHODS, rounds: int = ROUNDS, sittings: int = SITTINGS,
         progress: bool = True, sealed_set: str = NEWEST, prefix: str = "sealed",
-        budget_s: float | None = None) -> tuple[Path, Path]:
+        budget_s: float | None = None, references: Mapping[str, str] | None = None) -> tuple[Path, Path]:
     """The sealed test (module docstring) of set ``sealed_set``'s manifest, or of ``manifest_file``
-    when given (``budget_s``: seconds per task, measured with a time budget); returns the run's (jsonl, md) paths, named ``<prefix>-<UTC time>``. One-line ShardlabError before anything is
+    when given (``budget_s``: seconds per task, measured with a time budget; ``references``: task
+    name -> the method to judge against, for a rerun of the same comparisons; the best baseline
+    elsewhere); returns the run's (jsonl, md) paths, named ``<prefix>-<UTC time>``. One-line ShardlabError before anything is
     planned for a bad manifest or a changed family file."""
     manifest_file = Path(manifest_file) if manifest_file is not None else manifest_path(sealed_set)
     manifest = load_manifest(manifest_file)
@@ -188,9 +192,11 @@ def run(manifest_file: str | Path | None = None, out: str | Path = RESULTS, prof
               "profile": get_profile(name).to_dict(),
               "settings": {"methods": list(methods), "rounds": rounds,
                            "sittings": sittings if uses_sittings and budget_s is None else None,
-                           "reference": "best baseline", "margin": C.EQUIVALENCE_MARGIN,
+                           "reference": "best baseline" if not references else "named per task",
+                           **({"references": dict(references)} if references else {}),
+                           "margin": C.EQUIVALENCE_MARGIN,
                            **({} if budget_s is None else {"budget_s": float(budget_s), "looks": C.SEQUENTIAL_LOOKS,
-                                                           "boundary": C.SEQUENTIAL_BOUNDARY})},
+                                                           "spending": C.SEQUENTIAL_SPENDING})},
               "environment": environment(get_profile(name).device)}
     records: list[dict[str, Any]] = []
     with open(jsonl, "x") as f:
@@ -200,7 +206,8 @@ def run(manifest_file: str | Path | None = None, out: str | Path = RESULTS, prof
             task = sealed_task(manifest, entry)
             measure = profile_with(plan_profile, batch_size=task.batch_size)
             plans, skipped = plans_of(task, methods, plan_profile, int(entry["seed"]))
-            judge = evaluator(measure, rounds, sittings, int(entry["seed"]), budget_s)
+            named = (references or {}).get(task.name)
+            judge = evaluator(measure, rounds, sittings, int(entry["seed"]), budget_s, named if named in plans else None)
             evs = judge.evaluate(task, plans) if plans else {}
             rec = {"kind": "task", "entry": dict(entry), "task": task.to_dict(),
                    "plans": {m: p.to_dict() for m, p in plans.items()}, "skipped": skipped,

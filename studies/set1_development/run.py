@@ -12,6 +12,8 @@ is stored gzipped.
 
 ``--budget 107s``: each task measured with that time budget instead (the sealed driver's
 ``--budget``); 107 s per task is what 8 x 2 took on average in the first development run.
+``--same-references RUN``: judge each task against the reference an earlier run of set 1 chose
+(its ``.jsonl`` or ``.jsonl.gz``), so that the two runs measure the same comparisons.
 """
 
 from __future__ import annotations
@@ -25,12 +27,19 @@ sys.path.insert(0, str(ROOT))
 
 from shardlab.cli.arguments import duration  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
-from studies.common.records import pack_run  # noqa: E402
+from studies.common.records import pack_run, read_run  # noqa: E402
 from studies.sealed_test.run import run  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The one set this study reruns: run and seen, development data since.
 SET = "1"
+
+
+def references_of(path: str | Path) -> dict[str, str]:
+    """Task name -> the method an earlier run judged that task against."""
+    _, records = read_run(Path(path))
+    return {r["task"]["name"]: next(e["reference"] for e in r["evaluations"].values() if e.get("reference"))
+            for r in records if r["evaluations"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,9 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
     ap.add_argument("--budget", type=duration, default=None, metavar="DURATION",
                     help="measure each task with this time budget (e.g. 107s) instead of 8 rounds x 2 sittings")
+    ap.add_argument("--same-references", default=None, metavar="RUN",
+                    help="judge each task against the reference this earlier run of set 1 chose")
     args = ap.parse_args(argv)
     try:
-        jsonl, md = run(out=args.out, profile=args.profile, sealed_set=SET, prefix="set1", budget_s=args.budget)
+        refs = references_of(args.same_references) if args.same_references else None
+        jsonl, md = run(out=args.out, profile=args.profile, sealed_set=SET, prefix="set1", budget_s=args.budget,
+                        references=refs)
     except ShardlabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -2,10 +2,12 @@
 """Write results/sequential.{json,md}: are the verdicts of a comparison measured with a time budget
 (``shardlab.evaluate.sequential``: a look after each sitting at a boundary fixed in advance, stop
 at the first decisive look) still wrong no more than 5% of the time although the stopping depends
-on the data -- and how many sittings does a verdict take? Each design of :data:`DESIGNS` (the
-shipped one, ``constants.SEQUENTIAL_LOOKS`` looks on ``constants.SEQUENTIAL_BOUNDARY``, beside the
-earlier Bonferroni design and others) against fixed designs of one 95% look: the sealed run's 8
-rounds x 2 sittings, and 4 sittings. Nothing is measured: simulated sittings, a few minutes.
+on the data -- and how many sittings does a verdict take? Each design of :data:`DESIGNS` (a
+spending function and a budget of B sittings: the shipped ``constants.SEQUENTIAL_SPENDING`` with
+budgets of 8 and of 2 sittings, Pocock's with 8) against fixed designs of one 95% look at 2, 4
+and 8 sittings (the sealed run's 8 rounds x 2 sittings among them). A simulated sitting takes one
+unit of a simulated clock, so a budget of B units holds B sittings (at most
+``constants.SEQUENTIAL_LOOKS``). Nothing is measured: simulated sittings, about ten minutes.
 
     .venv/bin/python studies/statistics/sequential.py [--comparisons 400] [--seed 0]
     .venv/bin/python studies/statistics/sequential.py --report    # rewrite the .md from the .json
@@ -35,24 +37,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
-from shardlab.constants import EQUIVALENCE_MARGIN, SEQUENTIAL_BOUNDARY, SEQUENTIAL_LOOKS  # noqa: E402
+from shardlab.constants import EQUIVALENCE_MARGIN, SEQUENTIAL_LOOKS, SEQUENTIAL_SPENDING  # noqa: E402
 from shardlab.data.hardware_profiles import profile_folder  # noqa: E402
-from shardlab.evaluate.sequential import look_levels, run_sequential  # noqa: E402
+from shardlab.evaluate.sequential import run_sequential  # noqa: E402
 from shardlab.evaluate.values import DeviceCost, Evaluation, compare_to_reference  # noqa: E402
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import git_revision  # noqa: E402
-from shardlab.report.uncertainty import level_text  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TRUE_RATIOS = (1.00, 1.03, 1.05, 1.08, 1.15)
 ROUNDS = 8
-FIXED_SITTINGS = (2, 4)
+FIXED_SITTINGS = (2, 4, 8)
 #: Within-sitting log-sd of a round's paired ratio (module docstring).
 WITHINS = (0.05, 0.20)
 TAU = profile_folder("cpu").sitting_log_sd
-#: Sequential designs, name -> (looks, boundary): the shipped one first.
-DESIGNS = {f"{SEQUENTIAL_BOUNDARY}-{SEQUENTIAL_LOOKS}": (SEQUENTIAL_LOOKS, SEQUENTIAL_BOUNDARY),
-           "pocock-8": (8, "pocock"), "bonferroni-4": (4, "bonferroni")}
+#: Sequential designs, name -> (spending function, budget in sittings): the shipped one first.
+DESIGNS = {f"{SEQUENTIAL_SPENDING}, budget 8": (SEQUENTIAL_SPENDING, 8), "pocock, budget 8": ("pocock", 8),
+           f"{SEQUENTIAL_SPENDING}, budget 2": (SEQUENTIAL_SPENDING, 2)}
 
 
 def wrong(said: str, truth: float, margin: float = EQUIVALENCE_MARGIN) -> bool:
@@ -97,10 +98,18 @@ def one(truth: float, within: float, seed: int, k: int) -> tuple:
         return cache[s]
 
     seq = []
-    for looks, boundary in DESIGNS.values():
-        out, _ = run_sequential(shared, evaluation, ["ref", "plan"], "ref", 1e9, looks, k, EQUIVALENCE_MARGIN, TAU,
-                                "named", boundary=boundary)
-        seq.append((out["plan"].comparison.verdict or "inconclusive", len(out["plan"].sittings)))
+    for spending, budget in DESIGNS.values():
+        clock = [0]                        # simulated time: one unit per sitting
+
+        def timed(s, names):
+            clock[0] += 1
+            return shared(s, names)
+
+        out, _ = run_sequential(timed, evaluation, ["ref", "plan"], "ref", budget, SEQUENTIAL_LOOKS, k,
+                                EQUIVALENCE_MARGIN, TAU, "named", clock=lambda: clock[0], started=0,
+                                spending=spending)
+        c = out["plan"].comparison
+        seq.append((c.verdict or "inconclusive", len(out["plan"].sittings), c.confidence))
     runs = [shared(s, ["ref", "plan"]) for s in range(max(FIXED_SITTINGS))]
     fixed = [compare_to_reference({"plan": evaluation("plan", runs[:n]), "ref": evaluation("ref", runs[:n])}, "ref", k,
                                   EQUIVALENCE_MARGIN, TAU)["plan"].comparison.verdict or "inconclusive"
@@ -132,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
             for d, name in enumerate(DESIGNS):
                 said, took = [g[0][d][0] for g in got], [g[0][d][1] for g in got]
                 row["sequential"][name] = {**summary(said, truth), "mean_sittings": float(np.mean(took)),
-                                           "mean_rounds": float(np.mean(took)) * ROUNDS}
+                                           "mean_rounds": float(np.mean(took)) * ROUNDS,
+                                           "levels_at_stop": sorted({round(g[0][d][2], 6) for g in got})}
             for f, S in enumerate(FIXED_SITTINGS):
                 row["fixed"][str(S)] = {**summary([g[1][f] for g in got], truth), "sittings": S, "rounds": S * ROUNDS}
             rows.append(row)
@@ -142,9 +152,9 @@ def main(argv: list[str] | None = None) -> None:
                 f"fixed {S} wrong {q['wrong']:.3f} inc {q['inconclusive']:.3f}" for S, q in row["fixed"].items()),
                 flush=True)
     out = {"made": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": git_revision(),
-           "settings": {"rounds": ROUNDS, "designs": {n: {"looks": k, "boundary": b,
-                                                          "levels": list(look_levels(k, b))}
-                                                      for n, (k, b) in DESIGNS.items()},
+           "settings": {"rounds": ROUNDS, "designs": {n: {"spending": sp, "budget_sittings": b,
+                                                          "most_sittings": SEQUENTIAL_LOOKS}
+                                                      for n, (sp, b) in DESIGNS.items()},
                         "fixed_sittings": list(FIXED_SITTINGS), "within_log_sd": list(WITHINS),
                         "between_log_sd": TAU, "margin": EQUIVALENCE_MARGIN, "seed": args.seed}, "rows": rows}
     RESULTS.mkdir(exist_ok=True)
@@ -163,10 +173,10 @@ def markdown(out: dict) -> str:
              f"Made {out['made']} (git {out['git']}); nothing measured. {n} simulated comparisons per "
              f"true ratio and noise; {st['rounds']} rounds per sitting; between-sitting log-sd {st['between_log_sd']} "
              f"(the cpu profile's, also assumed by the intervals); margin {st['margin']:g}. Sequential designs (a look "
-             "after each sitting, stop when decisive): " + "; ".join(
-                 f"`{k}` (up to {d['looks']} sittings, looks at " + ", ".join(map(level_text, d["levels"])) + ")"
-                 for k, d in st["designs"].items()) +
-             f". Fixed: {' or '.join(map(str, fixed))} sittings, one 95% look. `{names[0]}` is the shipped design.", "",
+             "after each sitting, stop when decisive; each look a repeated confidence interval by alpha spending on "
+             "the budget's time scale, the last look spending what is left): " + ", ".join(f"`{k}`" for k in names)
+             + f" (a budget of B sittings). Fixed: {', '.join(map(str, fixed))} sittings, one 95% look. `{names[0]}` "
+             "is the shipped design.", "",
              "Each cell: wrong / inconclusive / mean sittings (sequential), wrong / inconclusive (fixed).", "",
              "| within-sitting log-sd | true ratio | " + " | ".join(f"`{k}`" for k in names) + " | "
              + " | ".join(f"fixed {S}" for S in fixed) + " |",
