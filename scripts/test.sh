@@ -6,7 +6,8 @@
 # headless; tests/test_notebooks_interactive.py checks these executions, named by
 # SHARDLAB_PAPERMILLED, instead of running each notebook a third time), validated by nbval
 # (--nbval-lax).
-# Extra arguments go to pytest (e.g. `bash scripts/test.sh -x -k plan`).
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh -x -k plan`); SHARDLAB_TEST_WORKERS=0
+# runs every test in one process (xdist's -n 2 otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -35,4 +36,10 @@ export -f papermill_one
 export build
 printf '%s\n' notebooks/*.ipynb | xargs -P "${SHARDLAB_NOTEBOOK_JOBS:-2}" -I{} bash -c 'papermill_one "$1"' _ {}
 echo "papermill: every notebook executed, ${SECONDS} s into the run"
-SHARDLAB_PAPERMILLED="$build" python -m pytest tests "$build" --nbval-lax --nbval-current-env -p no:cacheprovider "$@"
+# The tests run in SHARDLAB_TEST_WORKERS processes (default 2, one per core; 0: in this process),
+# each test file -- and each notebook, whose cells depend on each other -- whole in one of them.
+workers=${SHARDLAB_TEST_WORKERS:-2}
+dist=()
+[ "$workers" != 0 ] && dist=(-n "$workers" --dist loadfile)
+SHARDLAB_PAPERMILLED="$build" python -m pytest "${dist[@]}" tests "$build" --nbval-lax --nbval-current-env \
+  -p no:cacheprovider "$@"
