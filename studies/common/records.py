@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence
 
+from shardlab import constants as C
 from shardlab.io import write_bytes_atomic, write_text_atomic
 
 
@@ -30,6 +31,14 @@ def took(evaluation: Mapping[str, Any]) -> str:
     """The sittings and rounds an Evaluation JSON was measured in, e.g. ``3 sittings, 24 rounds``."""
     sittings = len(evaluation.get("sittings_ms") or [evaluation.get("rounds_ms") or []])
     return f"{sittings} sitting{'s' * (sittings != 1)}, {len(evaluation.get('rounds_ms') or [])} rounds"
+
+
+def budget_settings(budget_s: float | None) -> dict[str, Any]:
+    """A run header's settings of measuring with a time budget (none without one): seconds per
+    task, the most sittings and the spending function (``shardlab.evaluate.sequential``)."""
+    if budget_s is None:
+        return {}
+    return {"budget_s": float(budget_s), "looks": C.SEQUENTIAL_LOOKS, "spending": C.SEQUENTIAL_SPENDING}
 
 
 def read_text(path: str | Path) -> str:

@@ -50,7 +50,7 @@ from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import method_list, run_sharder, sharder_for  # noqa: E402
 from shardlab.cli.arguments import duration  # noqa: E402
-from studies.common.records import append_record, pack_run, rewrite_report, took  # noqa: E402
+from studies.common.records import append_record, budget_settings, pack_run, rewrite_report, took  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROFILE = "cpu"
@@ -203,8 +203,7 @@ def run(rounds: int, sittings: int, out: Path, sizes: Sequence[int] = SIZES, pro
               "settings": {"methods": list(methods), "sets": list(SCALE_FAMILY_SETS), "sizes": list(sizes),
                            "ngpu": NGPU, "mem_cap_gb": MEM_CAP_GB, "study_seed": STUDY_SEED, "rounds": rounds,
                            "sittings": sittings if budget_s is None else None, "margin": C.EQUIVALENCE_MARGIN,
-                           **({} if budget_s is None else {"budget_s": float(budget_s), "looks": C.SEQUENTIAL_LOOKS,
-                                                           "spending": C.SEQUENTIAL_SPENDING})}}
+                           **budget_settings(budget_s)}}
     records: list[dict[str, Any]] = []
     tasks = study_tasks(sizes)
     with open(jsonl, "x") as f:

@@ -52,7 +52,7 @@ from shardlab.evaluate import VERDICTS as EVALUATOR_VERDICTS, MeasuredEvaluator 
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile, profile_with  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
-from studies.common.records import took  # noqa: E402
+from studies.common.records import budget_settings, took  # noqa: E402
 from studies.sealed_test.draw import (NEWEST, SETS, check_manifest, load_manifest, manifest_path,  # noqa: E402
                                       sealed_task)
 
@@ -195,8 +195,7 @@ def run(manifest_file: str | Path | None = None, out: str | Path = RESULTS, prof
                            "reference": "best baseline" if not references else "named per task",
                            **({"references": dict(references)} if references else {}),
                            "margin": C.EQUIVALENCE_MARGIN,
-                           **({} if budget_s is None else {"budget_s": float(budget_s), "looks": C.SEQUENTIAL_LOOKS,
-                                                           "spending": C.SEQUENTIAL_SPENDING})},
+                           **budget_settings(budget_s)},
               "environment": environment(get_profile(name).device)}
     records: list[dict[str, Any]] = []
     with open(jsonl, "x") as f:
