@@ -133,6 +133,12 @@ SEQUENTIAL_SPENDING = "obrien-fleming"
 BUDGET_OP_REPEATS = 3
 BUDGET_OP_WARMUP = 2
 
+#: GB of built fused ops (weights + optimizer state) a measured evaluator keeps from one round to
+#: the next within a sitting (``measure/compute.OpCache``): building an op (allocating and zeroing
+#: its weights) took about three quarters of a plan-round on the 12-table set-1 tasks here, and
+#: the timed passes a few percent. Ops beyond this are built for each use and dropped.
+OP_CACHE_GB = 4.0
+
 #: Timed rounds of the selection sitting that picks the best baseline as the reference when
 #: none is named (measured evaluators): the reference is never chosen on the rounds it is judged on.
 SELECTION_ROUNDS = 3

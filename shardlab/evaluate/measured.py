@@ -12,7 +12,12 @@ devices is part of it. Costs are measured at the hardware profile's batch size, 
 timed back to back keep their ratio, so :class:`MeasuredEvaluator` measures every plan once per
 round, in an order shuffled per round (seeded), with the task's lower bound as one more item of
 each round; within a round every plan sees the same lookups, identical device shards are
-measured once and shared, and identical plans are measured once. Per plan it reports the
+measured once and shared, and identical plans are measured once. Within a sitting each fused op
+is built once and timed again in every round, its weights trained on by every pass as in
+training (:class:`~shardlab.measure.compute.OpCache`, up to
+:data:`~shardlab.constants.OP_CACHE_GB` GB of ops; building is most of a round's time on large
+tables, the timed passes a few percent), and the allocator keeps freed memory so that ops built
+again do not fault in fresh pages (:func:`~shardlab.measure.hardware.kept_memory`). Per plan it reports the
 per-round costs, their median and a 95% bootstrap interval; against a reference plan the
 paired per-round ratio, its interval and a verdict (:mod:`shardlab.evaluate.stats`). Optional
 untimed warm-up rounds come first; comm ranks and the compute-measuring process are pinned to
@@ -47,8 +52,8 @@ from shardlab.evaluate.values import (CHEAPEST_BASELINE, FIRST_PLAN, NAMED, SELE
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.paths import check_output_path
 from shardlab.measure.comm import CommBench
-from shardlab.measure.compute import DEFAULT_MAX_GB, measure_compute
-from shardlab.measure.hardware import HardwareProfile, core_for, get_profile, pinned, profile_with
+from shardlab.measure.compute import DEFAULT_MAX_GB, OpCache, measure_compute
+from shardlab.measure.hardware import HardwareProfile, core_for, get_profile, kept_memory, pinned, profile_with
 from shardlab.schedule import balanced_dims, forward_delays, lower_bound_ms
 from shardlab.tables import Table, Task
 
@@ -114,14 +119,15 @@ def _collective(bench: Any | None) -> bool:
 
 def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None = None,
                    cache: dict | None = None, pattern: tuple[list[int], Any] | None = None,
-                   first_batch: int = 0) -> np.ndarray:
+                   first_batch: int = 0, ops: OpCache | None = None) -> np.ndarray:
     """One measurement of a plan given its devices' (sub)tables: an array of shape (G, 4) of
     forward compute, backward compute, forward comm and backward comm (ms) per device (module
     docstring). ``cache``: shard key -> (fw, bw) compute ms, shared within one round.
     ``pattern``: the plan's :func:`~shardlab.evaluate.values.comm_pattern` (dim sums, row-wise
     traffic); default: every shard's columns on its device's all-to-all. ``first_batch``: the
     lookup batches the ops run on (:func:`~shardlab.measure.compute.measure_compute`; a later
-    sitting draws its own). With a torchrun
+    sitting draws its own). ``ops``: the sitting's built ops (:class:`~shardlab.measure.compute.OpCache`).
+    With a torchrun
     group's bench every rank calls this; rank g times device g's shard on its own device, and
     every rank gets every device's times."""
     cache = {} if cache is None else cache
@@ -132,7 +138,7 @@ def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None =
         if tables:
             key = shard_key(tables)
             if key not in cache:
-                s = measure_compute(list(tables), profile, first_batch=first_batch)
+                s = measure_compute(list(tables), profile, first_batch=first_batch, ops=ops)
                 cache[key] = (s.fw_ms, s.bw_ms)
             c[g] = cache[key]
     if _collective(bench):
@@ -144,17 +150,18 @@ def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None =
 
 
 def measure_bound(task: Task, profile: HardwareProfile, bench: Any | None = None,
-                  max_gb: float = DEFAULT_MAX_GB, first_batch: int = 0) -> float | None:
+                  max_gb: float = DEFAULT_MAX_GB, first_batch: int = 0, ops: OpCache | None = None) -> float | None:
     """One measurement of the lower bound (ms, :func:`~shardlab.schedule.lower_bound_ms`): all
     tables in one fused op / G + the cheapest rank's all-to-all of balanced dim sums, on lookup
-    batches from ``first_batch``. None when all tables together exceed ``max_gb`` GB."""
+    batches from ``first_batch`` (the op from ``ops`` when built before). None when all tables
+    together exceed ``max_gb`` GB."""
     if sum(t.memory_bytes(profile.weights_precision, profile.optimizer) for t in task.tables) > max_gb * C.GB:
         return None
     if _collective(bench):    # rank 0 times the one fused op, the others wait for its result
-        whole_ms = bench.share(measure_compute(list(task.tables), profile, max_gb=max_gb,
-                                               first_batch=first_batch).total_ms if bench.rank == 0 else None)
+        whole_ms = bench.share(measure_compute(list(task.tables), profile, max_gb=max_gb, first_batch=first_batch,
+                                               ops=ops).total_ms if bench.rank == 0 else None)
     else:
-        whole_ms = measure_compute(list(task.tables), profile, max_gb=max_gb, first_batch=first_batch).total_ms
+        whole_ms = measure_compute(list(task.tables), profile, max_gb=max_gb, first_batch=first_batch, ops=ops).total_ms
     fw, bw = _comm(balanced_dims(task), None, profile, bench)
     return lower_bound_ms(whole_ms, task.ngpu, np.column_stack([fw, bw]))
 
@@ -310,8 +317,8 @@ class MeasuredEvaluator:
     def _sitting(self, task: Task, prof: HardwareProfile, items: Sequence[str], measure: Any, orders: list,
                  sitting: int | str, first_batch: int, bar: Any, journal: str | None) -> dict[str, list]:
         """One sitting: its own ranks (unless torchrun's), ``warmup_rounds`` untimed rounds, then
-        the timed rounds in ``orders``; ``measure(name, bench, cache, first_batch)`` takes one
-        measurement. Returns name -> per-round measurements."""
+        the timed rounds in ``orders``; ``measure(name, bench, cache, first_batch, ops)`` takes one
+        measurement, ``ops`` the sitting's built ops. Returns name -> per-round measurements."""
         runs: dict[str, list] = {k: [] for k in items}
         offset = len(self.orders_) if sitting != "selection" else 0
         schedule = [(-w - 1, list(items)) for w in range(self.warmup_rounds)][::-1] + list(enumerate(orders))
@@ -320,13 +327,15 @@ class MeasuredEvaluator:
             if bench is None and task.ngpu > 1:
                 bench = stack.enter_context(CommBench.for_profile(task.ngpu, prof, pin=self.pin))
             stack.enter_context(pinned(core_for(-1), self.pin and prof.device == "cpu" and self.group is None))
+            stack.enter_context(kept_memory())
+            ops = OpCache()
             for r, order in schedule:
                 cache: dict = {}
                 for name in order:
                     where = "selection" if sitting == "selection" else f"sitting {sitting + 1}/{self.sittings}"
                     bar.set_postfix_str(f"{where} round {r + 1}/{len(orders)} {name}" if r >= 0 else f"{where} warm-up",
                                         refresh=False)
-                    m = measure(name, bench, cache, first_batch)
+                    m = measure(name, bench, cache, first_batch, ops)
                     self.measured_.append((r + offset if r >= 0 else r, name))
                     _journal(journal, task.name, r, name, m, sitting)
                     if r >= 0:
@@ -360,10 +369,10 @@ class MeasuredEvaluator:
         select = selects_reference(self.reference, base, self.rounds)
         nsit = int(self.sittings) if self.budget_s is None else int(self.looks)
 
-        def measure(name: str, bench: Any, cache: dict, first_batch: int) -> Any:
+        def measure(name: str, bench: Any, cache: dict, first_batch: int, ops: OpCache) -> Any:
             if name == BOUND:
-                return measure_bound(task, prof, bench, first_batch=first_batch)
-            return measure_shards(shards[name], prof, bench, cache, patterns[name], first_batch)
+                return measure_bound(task, prof, bench, first_batch=first_batch, ops=ops)
+            return measure_shards(shards[name], prof, bench, cache, patterns[name], first_batch, ops)
 
         where = f" (torchrun: {task.ngpu} ranks, each timing its own device's shards)" if self.group else ""
         source = f"measured:{prof.name}{note}{where}"

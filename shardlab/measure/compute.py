@@ -192,7 +192,8 @@ def fused_inputs(tables: Sequence[Table], batch_size: int, batch_index: int) -> 
 
 def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "cpu",
                     max_gb: float = DEFAULT_MAX_GB, first_batch: int = 0,
-                    inputs: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None) -> ComputeRecord:
+                    inputs: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
+                    ops: "OpCache | None" = None) -> ComputeRecord:
     """Measure one fused op holding ``tables`` (module docstring). Refuses ops whose weights
     and optimizer state exceed ``max_gb`` GB, naming the largest table. The inputs are lookup
     batches ``first_batch`` .. ``first_batch + profile.input_batches - 1`` of every table (the
@@ -202,7 +203,9 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
     timed by :func:`timer_for` the device (ms); the record's provenance names the timer
     (``compute_timing``). Sequence tables (``pooled`` False) run as fbgemm's sequence ops, one
     per dim beside the pooled op, as TorchRec runs them; the shard's times are the ops' sums
-    (provenance ``ops``)."""
+    (provenance ``ops``). ``ops``: an :class:`OpCache` the op is taken from when it was built
+    before with the same lookup batches (its weights as the earlier passes left them, as in
+    training), and kept in when it fits."""
     profile = measurable_profile(profile)             # a CUDA profile with no GPU: one line
     if not tables:
         raise ShardlabError("measure_compute: field 'tables' is empty")
@@ -221,11 +224,11 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
     if len(groups) > 1 or not groups[0][0]:
         if inputs is not None:
             raise ShardlabError("measure_compute: field 'inputs' is for one pooled op (sequence tables make their own)")
-        parts = [_timed_op(list(g), profile, pooled, first_batch) for pooled, g in groups]
+        parts = [_timed_op(list(g), profile, pooled, first_batch, ops=ops) for pooled, g in groups]
         return ComputeRecord("", tuple(tables), sum(p.fw_ms for p in parts), sum(p.bw_ms for p in parts),
                              sum(p.total_ms for p in parts), profile.to_dict(),
                              {**parts[0].provenance, "ops": len(parts)}, None, None, None)
-    return _timed_op(list(tables), profile, True, first_batch, inputs)
+    return _timed_op(list(tables), profile, True, first_batch, inputs, ops)
 
 
 def _op_groups(tables: Sequence[Table]) -> list[tuple[bool, list[Table]]]:
@@ -237,12 +240,37 @@ def _op_groups(tables: Sequence[Table]) -> list[tuple[bool, list[Table]]]:
                                                    for d in dims]
 
 
-def _timed_op(tables: list[Table], profile: HardwareProfile, pooled: bool, first_batch: int,
-              inputs: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None) -> ComputeRecord:
-    """One fused op of ``tables`` (pooled, or fbgemm's sequence op: one dim, every looked-up row
-    returned), timed as :func:`measure_compute` says: ``warmup`` then ``repeats`` passes over
-    the lookup batches, forward and backward (+ optimizer) each by :func:`timer_for` the device;
-    the gradient is ones of the output's shape (a row per sample, or per lookup)."""
+class OpCache:
+    """Fused ops built once and timed again: key -> (op, lookup batches, gradients), holding at
+    most ``max_gb`` GB of ops' weights and optimizer state (default
+    :data:`~shardlab.constants.OP_CACHE_GB`). An op that would go over is built for its one use
+    and dropped; nothing is evicted (in a round's cyclic order an evicting cache would drop
+    every op before its next use). ``built`` / ``reused``: how many ops were built / taken from
+    the cache; ``held_bytes``: what it holds (bytes)."""
+
+    def __init__(self, max_gb: float = C.OP_CACHE_GB):
+        self.max_gb = float(max_gb)
+        self.held_bytes = 0
+        self.built = 0
+        self.reused = 0
+        self._ops: dict[tuple, Any] = {}
+
+    def get(self, key: tuple, nbytes: int, make: Callable[[], Any]) -> Any:
+        """The value cached under ``key``, else ``make()``, kept when ``nbytes`` more fit."""
+        if key in self._ops:
+            self.reused += 1
+            return self._ops[key]
+        self.built += 1
+        value = make()
+        if self.held_bytes + nbytes <= self.max_gb * C.GB:
+            self._ops[key] = value
+            self.held_bytes += nbytes
+        return value
+
+
+def _prepared(tables: list[Table], profile: HardwareProfile, pooled: bool, first_batch: int,
+              inputs: Sequence[tuple[torch.Tensor, torch.Tensor]] | None) -> tuple[Any, list, list]:
+    """(op, lookup batches on the device, gradients) for one fused op of ``tables``."""
     device = torch.device("cuda" if profile.device == "cuda" else "cpu")
     if inputs is None:
         inputs = [fused_inputs(tables, profile.batch_size, k)
@@ -252,11 +280,29 @@ def _timed_op(tables: list[Table], profile: HardwareProfile, pooled: bool, first
         grads = [torch.ones(profile.batch_size, sum(t.dim for t in tables), device=device)] * len(batches)
     else:
         grads = [torch.ones(len(idx), tables[0].dim, device=device) for idx, _ in batches]
+    return build_tbe(tables, profile, device, pooled=pooled), batches, grads
+
+
+def _timed_op(tables: list[Table], profile: HardwareProfile, pooled: bool, first_batch: int,
+              inputs: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
+              ops: OpCache | None = None) -> ComputeRecord:
+    """One fused op of ``tables`` (pooled, or fbgemm's sequence op: one dim, every looked-up row
+    returned), timed as :func:`measure_compute` says: ``warmup`` then ``repeats`` passes over
+    the lookup batches, forward and backward (+ optimizer) each by :func:`timer_for` the device;
+    the gradient is ones of the output's shape (a row per sample, or per lookup). The op comes
+    from ``ops`` when given (and no ``inputs``: those are the caller's)."""
     fw, bw, tot = [], [], []
     with _threads(profile.threads):
-        op = build_tbe(tables, profile, device, pooled=pooled)
-        timer = timer_for(device)
-        if device.type == "cuda":
+        make = lambda: _prepared(tables, profile, pooled, first_batch, inputs)      # noqa: E731
+        if ops is None or inputs is not None:
+            op, batches, grads = make()
+        else:
+            key = (tuple(tables), pooled, first_batch, profile.batch_size, profile.input_batches,
+                   profile.weights_precision, profile.optimizer, profile.device)
+            nbytes = sum(t.memory_bytes(profile.weights_precision, profile.optimizer) for t in tables)
+            op, batches, grads = ops.get(key, nbytes, make)
+        timer = timer_for(batches[0][0].device)
+        if profile.device == "cuda":
             torch.cuda.synchronize()      # the inputs' copies and the op's initialisation are done
         for i in range(profile.warmup + profile.repeats):
             indices, offsets = batches[i % len(batches)]
@@ -269,7 +315,6 @@ def _timed_op(tables: list[Table], profile: HardwareProfile, pooled: bool, first
                 fw.append(f)
                 bw.append(b)
                 tot.append(t)
-        del op
     return ComputeRecord("", tuple(tables), float(np.median(fw)), float(np.median(bw)), float(np.median(tot)),
                          profile.to_dict(), {"compute_timing": timer.method}, spread_ms(fw), spread_ms(bw),
                          spread_ms(tot))

@@ -21,6 +21,7 @@ maximum, P-state, power limit in W), read from ``nvidia-smi`` where it answers.
 
 from __future__ import annotations
 
+import ctypes
 import datetime as dt
 import os
 import platform
@@ -167,6 +168,37 @@ def pinned(core: int | None, enabled: bool = True) -> Iterator[bool]:
     finally:
         if ok and before is not None:
             os.sched_setaffinity(0, set(before))
+
+
+#: glibc's ``mallopt`` parameters (``malloc.h``) and their defaults, restored by :func:`kept_memory`.
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_MALLOC_DEFAULTS = ((_M_TRIM_THRESHOLD, 128 * 1024), (_M_MMAP_MAX, 65536))
+
+
+@contextmanager
+def kept_memory(enabled: bool = True) -> Iterator[bool]:
+    """Within the block glibc's allocator keeps freed memory for the next allocation instead of
+    returning it to the OS (``mallopt``: no ``mmap`` chunks, trim threshold 2 GB), so building a
+    fused op does not fault in fresh pages for its weights each time: building a 1 GB op took
+    0.49 s with the defaults and 0.14 s so on the 2-core development VM. glibc's static defaults
+    are restored after (its dynamic mmap threshold stays off) and the kept memory released
+    (``malloc_trim``). Yields whether it is in force (False off glibc)."""
+    libc = None
+    if enabled:
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+            ok = bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+        except (OSError, AttributeError):
+            libc, ok = None, False
+    else:
+        ok = False
+    try:
+        yield ok
+    finally:
+        if libc is not None:
+            for param, value in _MALLOC_DEFAULTS:
+                libc.mallopt(param, value)
+            libc.malloc_trim(0)
 
 
 @lru_cache(maxsize=1)

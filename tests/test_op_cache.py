@@ -1,0 +1,109 @@
+"""Built ops kept from one round to the next: the same op (same tables, same lookup batches) is
+built once and timed again, an op over the cache's size is built for each use, other lookup
+batches are another op; a measured evaluator builds each distinct shard once per sitting; the
+allocator setting that makes rebuilding cheap is in force only inside its block."""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+
+import pytest
+
+import shardlab.measure.compute as compute
+from shardlab import Plan
+from shardlab.evaluate import MeasuredEvaluator
+from shardlab.measure.compute import OpCache, measure_compute
+from shardlab.measure.hardware import HardwareProfile, kept_memory
+from shardlab.data.generator import generate_tables
+
+
+def _tables(n: int):
+    """``n`` small generated tables with lookups of their own."""
+    ts = [t for t in generate_tables("dlrm2021", 40, seed=3, dim=16) if t.rows < 200_000]
+    return ts[:n]
+
+FAST = HardwareProfile("test-fast", "cpu", batch_size=256, warmup=1, repeats=2, input_batches=2)
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """Counts fbgemm ops built."""
+    calls = []
+    real = compute.build_tbe
+
+    def counting(tables, profile, device, pooled=True):
+        calls.append(tuple(t.name for t in tables))
+        return real(tables, profile, device, pooled)
+
+    monkeypatch.setattr(compute, "build_tbe", counting)
+    return calls
+
+
+def test_an_op_is_built_once_and_timed_again(builds):
+    tables = _tables(2)
+    ops = OpCache()
+    first = measure_compute(tables, FAST, ops=ops)
+    again = measure_compute(tables, FAST, ops=ops)
+    assert len(builds) == 1 and (ops.built, ops.reused) == (1, 1)
+    assert first.total_ms > 0 and again.total_ms > 0
+    assert ops.held_bytes == sum(t.memory_bytes("fp32", "exact_sgd") for t in tables)
+    measure_compute(tables, FAST, first_batch=2, ops=ops)         # other lookups: another op
+    assert len(builds) == 2 and ops.built == 2
+
+
+def test_an_op_over_the_cache_size_is_built_for_each_use(builds):
+    tables = _tables(1)
+    ops = OpCache(max_gb=tables[0].memory_bytes("fp32", "exact_sgd") / 2 / 2**30)
+    for _ in range(3):
+        measure_compute(tables, FAST, ops=ops)
+    assert len(builds) == 3 and ops.held_bytes == 0 and ops.reused == 0
+
+
+def test_without_a_cache_every_call_builds(builds):
+    tables = _tables(1)
+    measure_compute(tables, FAST)
+    measure_compute(tables, FAST)
+    assert len(builds) == 2
+
+
+def test_a_sitting_builds_each_distinct_shard_once(builds):
+    from shardlab import Task
+    a, b, c = _tables(3)
+    task = Task("t", 2, 1.0, (a, b, c), batch_size=256)
+    plans = {"x": Plan.table_wise(task, [0, 0, 1], "x"), "y": Plan.table_wise(task, [0, 1, 1], "y")}
+    MeasuredEvaluator(FAST, rounds=4, warmup_rounds=1, lower_bound=False, progress=False).evaluate(task, plans)
+    # four shards ({a,b}, {c}, {a}, {b,c}), each built once for 1 warm-up + 4 timed rounds
+    assert sorted(builds) == sorted([(a.name, b.name), (c.name,), (a.name,), (b.name, c.name)])
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (``malloc.h``): ``hblkhd`` is the bytes held in mmap chunks."""
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+
+def _mmapped_by_a_64_mb_block() -> int:
+    """Bytes glibc serves from mmap for one 64 MB malloc (freed again)."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+    before = libc.mallinfo2().hblkhd
+    block = libc.malloc(64 << 20)
+    after = libc.mallinfo2().hblkhd
+    libc.free(block)
+    return after - before
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
+def test_the_allocator_keeps_memory_only_inside_the_block():
+    assert _mmapped_by_a_64_mb_block() >= 64 << 20            # glibc's default: a fresh mapping
+    with kept_memory() as on:
+        assert on and _mmapped_by_a_64_mb_block() == 0       # from the heap, kept for the next op
+    assert _mmapped_by_a_64_mb_block() >= 64 << 20
+    with pytest.raises(RuntimeError):
+        with kept_memory():
+            raise RuntimeError("boom")
+    assert _mmapped_by_a_64_mb_block() >= 64 << 20            # restored after an error too
+    with kept_memory(enabled=False) as on:
+        assert not on and _mmapped_by_a_64_mb_block() >= 64 << 20
