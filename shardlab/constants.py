@@ -126,11 +126,15 @@ SEQUENTIAL_LOOKS = 16
 #: strict early and nearly a plain 95% interval at the last look.
 SEQUENTIAL_SPENDING = "obrien-fleming"
 #: Timed runs per op, after untimed warm-up runs, in a comparison measured with a time budget
-#: (the profile's own settings where they are smaller): median of 3 after 2 instead of the
-#: profile's 10 after 5 halves a plan's round on 4-rank tasks here at about the same interval
-#: width for the rounds the time buys (``studies/measurement_noise``: 0.85 against 1.7 s per plan
-#: per round; half-width 8.5% at 16 rounds against 10.6% at 8).
-BUDGET_OP_REPEATS = 3
+#: (the profile's own settings where they are smaller). With ops built for every measurement,
+#: a median of 3 after 2 halved a plan's round on 4-rank tasks at about the same interval width
+#: (``studies/measurement_noise``: 0.85 against 1.7 s per plan per round). Since ops are built
+#: once per sitting (``OP_CACHE_GB``) and a round's compute is timed in interleaved sweeps
+#: (``measure/interleaved.py``), timed passes are cheap beside the round's comm: on set 1's 4-table
+#: task here (4 plans, 20 rounds) 10 after 2 gave a per-round log-sd of the plans' ratios of
+#: 0.12-0.19 at 0.97 s per round against 0.28-0.37 at 0.61 s for 3 after 2 -- half the variance
+#: per second of measuring.
+BUDGET_OP_REPEATS = 10
 BUDGET_OP_WARMUP = 2
 
 #: GB of built fused ops (weights + optimizer state) a measured evaluator keeps from one round to

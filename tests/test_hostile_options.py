@@ -96,7 +96,7 @@ def test_a_journal_that_is_some_other_file_is_refused_and_left_as_it_was(files, 
 
 
 def test_a_journal_an_earlier_run_wrote_is_taken(tmp_path):
-    from shardlab.evaluate.measured import JOURNAL_FIELDS, check_journal
+    from shardlab.evaluate.journal import JOURNAL_FIELDS, check_journal
 
     journal = tmp_path / "j.jsonl"
     journal.write_text(json.dumps(dict(zip(JOURNAL_FIELDS, ("t", 0, 1, "p", [1.0])))) + "\n")

@@ -1,7 +1,8 @@
 """Built ops kept from one round to the next: the same op (same tables, same lookup batches) is
 built once and timed again, an op over the cache's size is built for each use, other lookup
 batches are another op; a measured evaluator builds each distinct shard once per sitting; the
-allocator setting that makes rebuilding cheap is in force only inside its block."""
+allocator setting that makes rebuilding cheap is in force inside its block and glibc's defaults
+are set again after it, on an error too."""
 
 from __future__ import annotations
 
@@ -96,14 +97,40 @@ def _mmapped_by_a_64_mb_block() -> int:
 
 
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
-def test_the_allocator_keeps_memory_only_inside_the_block():
-    assert _mmapped_by_a_64_mb_block() >= 64 << 20            # glibc's default: a fresh mapping
+def test_inside_the_block_large_blocks_come_from_the_kept_heap():
     with kept_memory() as on:
         assert on and _mmapped_by_a_64_mb_block() == 0       # from the heap, kept for the next op
-    assert _mmapped_by_a_64_mb_block() >= 64 << 20
+    with kept_memory(enabled=False) as on:
+        assert not on
+
+
+class _FakeLibc:
+    def __init__(self):
+        self.calls = []
+
+    def mallopt(self, param, value):
+        self.calls.append(("mallopt", param, value))
+        return 1
+
+    def malloc_trim(self, pad):
+        self.calls.append(("malloc_trim", pad))
+        return 1
+
+
+def test_the_defaults_are_restored_after_the_block_and_after_an_error(monkeypatch):
+    import shardlab.measure.hardware as hardware
+    fake = _FakeLibc()
+    monkeypatch.setattr(hardware.ctypes, "CDLL", lambda name: fake)
+    restored = [("mallopt", -1, 128 * 1024), ("mallopt", -4, 65536), ("malloc_trim", 0)]
+    with kept_memory() as on:
+        assert on and fake.calls == [("mallopt", -4, 0), ("mallopt", -1, 2**31 - 1)]
+    assert fake.calls[2:] == restored
+    fake.calls.clear()
     with pytest.raises(RuntimeError):
         with kept_memory():
             raise RuntimeError("boom")
-    assert _mmapped_by_a_64_mb_block() >= 64 << 20            # restored after an error too
-    with kept_memory(enabled=False) as on:
-        assert not on and _mmapped_by_a_64_mb_block() >= 64 << 20
+    assert fake.calls[2:] == restored
+    fake.calls.clear()
+    with kept_memory(enabled=False):
+        pass
+    assert fake.calls == []

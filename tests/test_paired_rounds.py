@@ -18,7 +18,7 @@ from shardlab.cli import main
 from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.data.tasks import generate_task, pool_tables
 from shardlab.evaluate import BOUND, VERDICTS, MeasuredEvaluator, compare_to_reference, round_orders, verdict
-from shardlab.evaluate import measured as measured_module
+from shardlab.evaluate import plan_round as measured_module
 from shardlab.io import save_plan, save_task
 from shardlab.measure.hardware import profile_with
 from shardlab.search import get_sharder, run_sharder
@@ -102,20 +102,21 @@ def test_rounds_follow_the_seeded_shuffled_orders(measured):
 
 def test_identical_device_shards_are_measured_once_per_round(task, plans, monkeypatch):
     calls = []
-    real = measured_module.measure_compute
+    real = measured_module.measure_interleaved
 
-    def counting(tables, profile, **kw):
-        calls.append(tuple(t.name for t in tables))
-        return real(tables, profile, **kw)
+    def counting(shards, profile, *args, **kw):
+        calls.append([tuple(t.name for t in s) for s in shards])
+        return real(shards, profile, *args, **kw)
 
-    monkeypatch.setattr(measured_module, "measure_compute", counting)
+    monkeypatch.setattr(measured_module, "measure_interleaved", counting)
     # same tables on device 0 in both plans, in another order: one op measured per round
     p = plans["all_on_0"]
     flipped = Plan(task.name, "all_on_0_reversed", task.ngpu, tuple(reversed(p.placements)))
     fast = profile_with("cpu", batch_size=256, repeats=2, warmup=1)
     MeasuredEvaluator(fast, rounds=2, warmup_rounds=0, lower_bound=False, progress=False).evaluate(
         task, {"a": p, "b": flipped})
-    assert len(calls) == 2
+    assert len(calls) == 2 and all(len(shards) == 1 for shards in calls)    # a round: its compute, one op
+    assert set(calls[0][0]) == {t.name for t in task.tables}
 
 
 def test_compare_verb_prints_verdicts_and_json(task, plans, tmp_path, capsys):

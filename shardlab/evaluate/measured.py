@@ -31,7 +31,6 @@ its bound; ratios below 1 mean exactly that.
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import ExitStack
 from dataclasses import replace
@@ -41,8 +40,6 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from shardlab import constants as C
-from shardlab.data.fit_lookups import with_lookups
-from shardlab.data.lookups import lookup_origin
 from shardlab.errors import ShardlabError, field_error
 from shardlab.evaluate.sequential import check_budget, check_looks, run_sequential
 from shardlab.evaluate.stats import check_margin, hierarchical_median_ci
@@ -50,121 +47,14 @@ from shardlab.evaluate.values import (CHEAPEST_BASELINE, FIRST_PLAN, NAMED, SELE
                                       baseline_names, check_plans, comm_pattern, compare_to_reference, device_tables,
                                       selects_reference)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
-from shardlab.paths import check_output_path
+from shardlab.evaluate.journal import append_journal, check_journal
+from shardlab.evaluate.plan_round import (BOUND, MEASURED_BOUND, measurable, measure_bound, measure_shards,
+                                          round_compute, round_orders, shard_key)
 from shardlab.measure.comm import CommBench
-from shardlab.measure.compute import DEFAULT_MAX_GB, OpCache, measure_compute
+from shardlab.measure.compute import DEFAULT_MAX_GB
 from shardlab.measure.hardware import HardwareProfile, core_for, get_profile, kept_memory, pinned, profile_with
-from shardlab.schedule import balanced_dims, forward_delays, lower_bound_ms
-from shardlab.tables import Table, Task
-
-#: The lower bound's name among a round's items.
-#: What a measured lower bound rests on (:func:`measure_bound`), in one line.
-MEASURED_BOUND = "measured: every table in one fused op / G, plus a balanced all-to-all (not proven)"
-BOUND = "<lower bound>"
-
-Shards = Sequence[Sequence[Table]]
-
-
-def measurable(task: Task) -> tuple[Task, str]:
-    """``task`` with lookups for every table (tables with only the Task JSON fields get a
-    generator fitted to their reuse bins and pooling factor at the task's batch size:
-    :func:`~shardlab.data.fit_lookups.with_lookups`) and the note for ``source``: ``""`` when
-    every table has its own generator, else e.g. ``" (lookups fitted for 3/30 tables, replayed
-    from traces for 2/30)"``."""
-
-    out = with_lookups(task)
-    origins = [lookup_origin(t) for t in out.tables]
-    n = len(origins)
-    parts = [f"{what} for {origins.count(kind)}/{n} tables" for kind, what in
-             (("fitted", "lookups fitted"), ("trace", "replayed from traces")) if kind in origins]
-    return out, (f" ({', '.join(parts)})" if parts else "")
-
-
-def round_orders(names: Sequence[str], rounds: int, seed: int, sitting: int = 0) -> list[list[str]]:
-    """The measuring order of each of ``rounds`` timed rounds: ``names`` shuffled per round by
-    ``numpy.random.default_rng([seed, 0x0DE7])`` for sitting 0 and ``[seed, 0x0DE7, sitting]``
-    for later sittings (same seed, same orders)."""
-    rng = np.random.default_rng([seed, 0x0DE7] + ([sitting] if sitting else []))
-    return [[names[i] for i in rng.permutation(len(names))] for _ in range(rounds)]
-
-
-def _comm(dims: Sequence[int], delays: Sequence[float] | None, profile: HardwareProfile,
-          bench: Any | None, rowwise: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-rank forward and backward comm (ms, shape (G,) each): the all-to-all, with
-    ``rowwise``'s collectives when given; zeros for one device. A sequence table's jagged
-    outputs are sent as a fixed width, its mean (:attr:`~shardlab.tables.Table.out_dim`),
-    each rank's sum rounded to whole columns."""
-    if len(dims) < 2:
-        return np.zeros(len(dims)), np.zeros(len(dims))
-    dims = [int(round(d)) for d in dims]            # sequence tables' mean widths: the bench sends whole columns
-    extra = {} if rowwise is None or rowwise.empty else {"rowwise": rowwise}
-    if bench is None:
-        with CommBench.for_profile(len(dims), profile) as b:
-            s = b.measure(dims, delays, repeats=profile.repeats, warmup=profile.warmup, **extra)
-    else:
-        s = bench.measure(dims, delays, repeats=profile.repeats, warmup=profile.warmup, **extra)
-    return np.asarray(s.fw_comm_ms), np.asarray(s.bw_comm_ms)
-
-
-def shard_key(tables: Sequence[Table]) -> tuple:
-    """A shard's identity (name, rows, dim per table, sorted): equal keys are the same fused op."""
-    return tuple(sorted((t.name, t.rows, t.dim) for t in tables))
-
-
-def _collective(bench: Any | None) -> bool:
-    """Whether ``bench`` is a torchrun group's (every rank runs this code) rather than one
-    process's spawned ranks."""
-    return bool(getattr(bench, "collective", False))
-
-
-def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None = None,
-                   cache: dict | None = None, pattern: tuple[list[int], Any] | None = None,
-                   first_batch: int = 0, ops: OpCache | None = None) -> np.ndarray:
-    """One measurement of a plan given its devices' (sub)tables: an array of shape (G, 4) of
-    forward compute, backward compute, forward comm and backward comm (ms) per device (module
-    docstring). ``cache``: shard key -> (fw, bw) compute ms, shared within one round.
-    ``pattern``: the plan's :func:`~shardlab.evaluate.values.comm_pattern` (dim sums, row-wise
-    traffic); default: every shard's columns on its device's all-to-all. ``first_batch``: the
-    lookup batches the ops run on (:func:`~shardlab.measure.compute.measure_compute`; a later
-    sitting draws its own). ``ops``: the sitting's built ops (:class:`~shardlab.measure.compute.OpCache`).
-    With a torchrun
-    group's bench every rank calls this; rank g times device g's shard on its own device, and
-    every rank gets every device's times."""
-    cache = {} if cache is None else cache
-    c = np.zeros((len(shards), 2))
-    mine = [bench.rank] if _collective(bench) else range(len(shards))
-    for g in mine:
-        tables = shards[g]
-        if tables:
-            key = shard_key(tables)
-            if key not in cache:
-                s = measure_compute(list(tables), profile, first_batch=first_batch, ops=ops)
-                cache[key] = (s.fw_ms, s.bw_ms)
-            c[g] = cache[key]
-    if _collective(bench):
-        c = np.asarray(bench.gather(c[bench.rank].tolist()), dtype=float)
-    dims, rowwise = pattern if pattern is not None else ([sum(t.out_dim for t in ts) for ts in shards], None)
-    _, bw = _comm(dims, None, profile, bench, rowwise)
-    fw, _ = _comm(dims, list(forward_delays(c.sum(axis=1) + bw)), profile, bench, rowwise)
-    return np.column_stack([c, fw, bw])
-
-
-def measure_bound(task: Task, profile: HardwareProfile, bench: Any | None = None,
-                  max_gb: float = DEFAULT_MAX_GB, first_batch: int = 0, ops: OpCache | None = None) -> float | None:
-    """One measurement of the lower bound (ms, :func:`~shardlab.schedule.lower_bound_ms`): all
-    tables in one fused op / G + the cheapest rank's all-to-all of balanced dim sums, on lookup
-    batches from ``first_batch`` (the op from ``ops`` when built before). None when all tables
-    together exceed ``max_gb`` GB."""
-    if sum(t.memory_bytes(profile.weights_precision, profile.optimizer) for t in task.tables) > max_gb * C.GB:
-        return None
-    if _collective(bench):    # rank 0 times the one fused op, the others wait for its result
-        whole_ms = bench.share(measure_compute(list(task.tables), profile, max_gb=max_gb, first_batch=first_batch,
-                                               ops=ops).total_ms if bench.rank == 0 else None)
-    else:
-        whole_ms = measure_compute(list(task.tables), profile, max_gb=max_gb, first_batch=first_batch, ops=ops).total_ms
-    fw, bw = _comm(balanced_dims(task), None, profile, bench)
-    return lower_bound_ms(whole_ms, task.ngpu, np.column_stack([fw, bw]))
-
+from shardlab.measure.op_cache import OpCache
+from shardlab.tables import Task
 
 def _evaluation(task: Task, plan: Plan, source: str, sittings: Sequence[Sequence[np.ndarray]],
                 bound: float | None, seed: int) -> Evaluation:
@@ -178,45 +68,6 @@ def _evaluation(task: Task, plan: Plan, source: str, sittings: Sequence[Sequence
     return Evaluation(task.name, plan.method, source, devices, bound, tuple(x for c in costs for x in c),
                       hierarchical_median_ci(costs, seed=seed)[1], sittings_ms=tuple(costs) if len(costs) > 1 else None,
                       bound_source=MEASURED_BOUND if bound is not None else None)
-
-
-#: The fields of one journal line (one measurement).
-JOURNAL_FIELDS = ("task", "sitting", "round", "item", "ms")
-
-
-def check_journal(path: str) -> None:
-    """Refuse, in one line, a journal that cannot take appended measurements: a directory,
-    device or FIFO (:func:`check_output_path`), or an existing non-empty file whose first line
-    is not a measurement record (a task, plan or any other file would be spoilt by appending)."""
-    check_output_path(path)
-    try:
-        with open(path, "rb") as f:
-            first = f.readline(1 << 20)
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        raise ShardlabError(f"{path}: journal not readable ({e.strerror or e})") from None
-    if not first:
-        return
-    try:
-        record = json.loads(first)
-    except ValueError:
-        record = None
-    if not isinstance(record, dict) or set(record) != set(JOURNAL_FIELDS):
-        raise ShardlabError(f"{path}: not a measurement journal (its first line is not one measurement); "
-                            "journal to a new file, or to one an earlier run journalled to")
-
-
-def _journal(path: str | None, task: str, round_: int, name: str, m: np.ndarray | float | None,
-             sitting: int | str = 0) -> None:
-    """Append one measurement to the journal file (flushed at once); ``sitting``: its index, or
-    ``"selection"`` for the sitting that picks the reference."""
-    if path is None:
-        return
-    value = m.tolist() if isinstance(m, np.ndarray) else m
-    with open(path, "a") as f:
-        f.write(json.dumps(dict(zip(JOURNAL_FIELDS, (task, sitting, round_, name, value)))) + "\n")
-        f.flush()
 
 
 class MeasuredEvaluator:
@@ -314,11 +165,13 @@ class MeasuredEvaluator:
         prof = self._check()
         return prof if self.budget_s is None else budget_profile(prof)
 
-    def _sitting(self, task: Task, prof: HardwareProfile, items: Sequence[str], measure: Any, orders: list,
-                 sitting: int | str, first_batch: int, bar: Any, journal: str | None) -> dict[str, list]:
+    def _sitting(self, task: Task, prof: HardwareProfile, items: Sequence[str], measure: Any, prepare: Any,
+                 orders: list, sitting: int | str, first_batch: int, bar: Any, journal: str | None) -> dict[str, list]:
         """One sitting: its own ranks (unless torchrun's), ``warmup_rounds`` untimed rounds, then
-        the timed rounds in ``orders``; ``measure(name, bench, cache, first_batch, ops)`` takes one
-        measurement, ``ops`` the sitting's built ops. Returns name -> per-round measurements."""
+        the timed rounds in ``orders``. Each round starts with ``prepare(order, bench, first_batch,
+        ops, seed)``, its compute in interleaved sweeps (:func:`round_compute`; ``ops`` the
+        sitting's built ops); ``measure(name, bench, cache, first_batch, ops)`` then takes one
+        measurement, ``cache`` what ``prepare`` gave. Returns name -> per-round measurements."""
         runs: dict[str, list] = {k: [] for k in items}
         offset = len(self.orders_) if sitting != "selection" else 0
         schedule = [(-w - 1, list(items)) for w in range(self.warmup_rounds)][::-1] + list(enumerate(orders))
@@ -330,14 +183,15 @@ class MeasuredEvaluator:
             stack.enter_context(kept_memory())
             ops = OpCache()
             for r, order in schedule:
-                cache: dict = {}
+                cache = prepare(order, bench, first_batch, ops,
+                                [self.seed, 0x5EEB, 0 if sitting == "selection" else sitting + 1, r + self.warmup_rounds])
                 for name in order:
                     where = "selection" if sitting == "selection" else f"sitting {sitting + 1}/{self.sittings}"
                     bar.set_postfix_str(f"{where} round {r + 1}/{len(orders)} {name}" if r >= 0 else f"{where} warm-up",
                                         refresh=False)
                     m = measure(name, bench, cache, first_batch, ops)
                     self.measured_.append((r + offset if r >= 0 else r, name))
-                    _journal(journal, task.name, r, name, m, sitting)
+                    append_journal(journal, task.name, r, name, m, sitting)
                     if r >= 0:
                         runs[name].append(m)
                     elif name != BOUND and sitting != "selection":
@@ -371,8 +225,12 @@ class MeasuredEvaluator:
 
         def measure(name: str, bench: Any, cache: dict, first_batch: int, ops: OpCache) -> Any:
             if name == BOUND:
-                return measure_bound(task, prof, bench, first_batch=first_batch, ops=ops)
+                return measure_bound(task, prof, bench, first_batch=first_batch, ops=ops, cache=cache)
             return measure_shards(shards[name], prof, bench, cache, patterns[name], first_batch, ops)
+
+        def prepare(order: Sequence[str], bench: Any, first_batch: int, ops: OpCache, seed: Any) -> dict:
+            return round_compute(task, [shards[n] for n in order if n != BOUND], prof, bench, ops, first_batch, seed,
+                                 BOUND in order)
 
         where = f" (torchrun: {task.ngpu} ranks, each timing its own device's shards)" if self.group else ""
         source = f"measured:{prof.name}{note}{where}"
@@ -386,9 +244,9 @@ class MeasuredEvaluator:
             stack.callback(bar.close)     # also on failure: an error line must not follow the bar on its line
             reference, chosen = self.reference, NAMED if self.reference is not None else None
             if select:                    # lookups after every judged sitting's, orders of their own
-                runs = self._sitting(task, prof, base, measure, round_orders(base, C.SELECTION_ROUNDS, self.seed,
-                                                                             sitting=nsit + 0x5E1),
-                                     "selection", nsit * prof.input_batches, bar, journal)
+                orders = round_orders(base, C.SELECTION_ROUNDS, self.seed, sitting=nsit + 0x5E1)
+                runs = self._sitting(task, prof, base, measure, prepare, orders, "selection", nsit * prof.input_batches,
+                                     bar, journal)
                 self.selection_ = {k: [float(m.sum(axis=1).max()) for m in runs[k]] for k in base}
                 reference = min(base, key=lambda k: (float(np.median(self.selection_[k])), base.index(k)))
                 chosen = SELECTED
@@ -396,7 +254,7 @@ class MeasuredEvaluator:
             def sitting(s: int, names: Sequence[str]) -> dict[str, list]:
                 now = list(names) + ([BOUND] if self.lower_bound else [])
                 orders = round_orders(now, self.rounds, self.seed, sitting=s)
-                runs = self._sitting(task, prof, now, measure, orders, s, s * prof.input_batches, bar, journal)
+                runs = self._sitting(task, prof, now, measure, prepare, orders, s, s * prof.input_batches, bar, journal)
                 self.orders_.extend(orders)           # after: _sitting numbers this sitting's rounds on from it
                 return runs
 

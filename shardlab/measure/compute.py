@@ -50,6 +50,7 @@ from shardlab.data.lookups import table_lookups
 from shardlab.errors import ShardlabError
 from shardlab.processes import ignore_sigint
 from shardlab.measure.hardware import TIMING_METHODS, HardwareProfile, measurable_profile
+from shardlab.measure.op_cache import OpCache, op_bytes, op_key
 from shardlab.measure.records import ComputeRecord, spread_ms
 from shardlab.measure.store import SampleStore
 from shardlab.tables import Table
@@ -62,7 +63,7 @@ Job = tuple[str, list[dict[str, Any]]]
 
 
 @contextmanager
-def _threads(n: int) -> Iterator[None]:
+def torch_threads(n: int) -> Iterator[None]:
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -193,7 +194,7 @@ def fused_inputs(tables: Sequence[Table], batch_size: int, batch_index: int) -> 
 def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "cpu",
                     max_gb: float = DEFAULT_MAX_GB, first_batch: int = 0,
                     inputs: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
-                    ops: "OpCache | None" = None) -> ComputeRecord:
+                    ops: OpCache | None = None) -> ComputeRecord:
     """Measure one fused op holding ``tables`` (module docstring). Refuses ops whose weights
     and optimizer state exceed ``max_gb`` GB, naming the largest table. The inputs are lookup
     batches ``first_batch`` .. ``first_batch + profile.input_batches - 1`` of every table (the
@@ -207,6 +208,22 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
     before with the same lookup batches (its weights as the earlier passes left them, as in
     training), and kept in when it fits."""
     profile = measurable_profile(profile)             # a CUDA profile with no GPU: one line
+    check_op(tables, profile, max_gb)
+    groups = op_groups(tables)
+    if len(groups) > 1 or not groups[0][0]:
+        if inputs is not None:
+            raise ShardlabError("measure_compute: field 'inputs' is for one pooled op (sequence tables make their own)")
+        parts = [timed_op(list(g), profile, pooled, first_batch, ops=ops) for pooled, g in groups]
+        return ComputeRecord("", tuple(tables), sum(p.fw_ms for p in parts), sum(p.bw_ms for p in parts),
+                             sum(p.total_ms for p in parts), profile.to_dict(),
+                             {**parts[0].provenance, "ops": len(parts)}, None, None, None)
+    return timed_op(list(tables), profile, True, first_batch, inputs, ops)
+
+
+def check_op(tables: Sequence[Table], profile: HardwareProfile, max_gb: float = DEFAULT_MAX_GB) -> None:
+    """Refuse, in one line, a shard that cannot be measured as fused ops here: no tables,
+    weights and optimizer state over ``max_gb`` GB (naming the largest table), or an offloaded
+    table."""
     if not tables:
         raise ShardlabError("measure_compute: field 'tables' is empty")
     total = sum(t.memory_bytes(profile.weights_precision, profile.optimizer) for t in tables)
@@ -220,18 +237,9 @@ def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "c
                             f"{offloaded[0].hbm_share:g}): fbgemm's CPU kernels have no host-memory mode (CPU "
                             "ops take EmbeddingLocation.HOST only) and its GPU mode is not measured yet; its "
                             "host-link cost is the analytic model's")
-    groups = _op_groups(tables)
-    if len(groups) > 1 or not groups[0][0]:
-        if inputs is not None:
-            raise ShardlabError("measure_compute: field 'inputs' is for one pooled op (sequence tables make their own)")
-        parts = [_timed_op(list(g), profile, pooled, first_batch, ops=ops) for pooled, g in groups]
-        return ComputeRecord("", tuple(tables), sum(p.fw_ms for p in parts), sum(p.bw_ms for p in parts),
-                             sum(p.total_ms for p in parts), profile.to_dict(),
-                             {**parts[0].provenance, "ops": len(parts)}, None, None, None)
-    return _timed_op(list(tables), profile, True, first_batch, inputs, ops)
 
 
-def _op_groups(tables: Sequence[Table]) -> list[tuple[bool, list[Table]]]:
+def op_groups(tables: Sequence[Table]) -> list[tuple[bool, list[Table]]]:
     """The fused ops a shard runs as: its pooled tables in one op, its sequence tables in one op
     per dim (fbgemm's sequence op returns rows of one width); (pooled, tables) each, pooled first."""
     pooled = [t for t in tables if t.pooled]
@@ -240,35 +248,7 @@ def _op_groups(tables: Sequence[Table]) -> list[tuple[bool, list[Table]]]:
                                                    for d in dims]
 
 
-class OpCache:
-    """Fused ops built once and timed again: key -> (op, lookup batches, gradients), holding at
-    most ``max_gb`` GB of ops' weights and optimizer state (default
-    :data:`~shardlab.constants.OP_CACHE_GB`). An op that would go over is built for its one use
-    and dropped; nothing is evicted (in a round's cyclic order an evicting cache would drop
-    every op before its next use). ``built`` / ``reused``: how many ops were built / taken from
-    the cache; ``held_bytes``: what it holds (bytes)."""
-
-    def __init__(self, max_gb: float = C.OP_CACHE_GB):
-        self.max_gb = float(max_gb)
-        self.held_bytes = 0
-        self.built = 0
-        self.reused = 0
-        self._ops: dict[tuple, Any] = {}
-
-    def get(self, key: tuple, nbytes: int, make: Callable[[], Any]) -> Any:
-        """The value cached under ``key``, else ``make()``, kept when ``nbytes`` more fit."""
-        if key in self._ops:
-            self.reused += 1
-            return self._ops[key]
-        self.built += 1
-        value = make()
-        if self.held_bytes + nbytes <= self.max_gb * C.GB:
-            self._ops[key] = value
-            self.held_bytes += nbytes
-        return value
-
-
-def _prepared(tables: list[Table], profile: HardwareProfile, pooled: bool, first_batch: int,
+def prepared(tables: list[Table], profile: HardwareProfile, pooled: bool, first_batch: int,
               inputs: Sequence[tuple[torch.Tensor, torch.Tensor]] | None) -> tuple[Any, list, list]:
     """(op, lookup batches on the device, gradients) for one fused op of ``tables``."""
     device = torch.device("cuda" if profile.device == "cuda" else "cpu")
@@ -283,7 +263,19 @@ def _prepared(tables: list[Table], profile: HardwareProfile, pooled: bool, first
     return build_tbe(tables, profile, device, pooled=pooled), batches, grads
 
 
-def _timed_op(tables: list[Table], profile: HardwareProfile, pooled: bool, first_batch: int,
+def timed_pass(op: Any, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], grads: Sequence[torch.Tensor], i: int,
+               timer: Timer) -> tuple[float, float, float]:
+    """Pass ``i`` of ``op``: forward on lookup batch ``i % len(batches)``, backward (+ optimizer)
+    with its gradient; (fw_ms, bw_ms, total_ms) by ``timer``."""
+    indices, offsets = batches[i % len(batches)]
+    timer.start()
+    out = op(indices, offsets)
+    timer.mark()
+    out.backward(grads[i % len(grads)])
+    return timer.stop()
+
+
+def timed_op(tables: list[Table], profile: HardwareProfile, pooled: bool, first_batch: int,
               inputs: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
               ops: OpCache | None = None) -> ComputeRecord:
     """One fused op of ``tables`` (pooled, or fbgemm's sequence op: one dim, every looked-up row
@@ -292,25 +284,17 @@ def _timed_op(tables: list[Table], profile: HardwareProfile, pooled: bool, first
     the gradient is ones of the output's shape (a row per sample, or per lookup). The op comes
     from ``ops`` when given (and no ``inputs``: those are the caller's)."""
     fw, bw, tot = [], [], []
-    with _threads(profile.threads):
-        make = lambda: _prepared(tables, profile, pooled, first_batch, inputs)      # noqa: E731
+    with torch_threads(profile.threads):
+        make = lambda: prepared(tables, profile, pooled, first_batch, inputs)      # noqa: E731
         if ops is None or inputs is not None:
             op, batches, grads = make()
         else:
-            key = (tuple(tables), pooled, first_batch, profile.batch_size, profile.input_batches,
-                   profile.weights_precision, profile.optimizer, profile.device)
-            nbytes = sum(t.memory_bytes(profile.weights_precision, profile.optimizer) for t in tables)
-            op, batches, grads = ops.get(key, nbytes, make)
+            op, batches, grads = ops.get(op_key(tables, profile, pooled, first_batch), op_bytes(tables, profile), make)
         timer = timer_for(batches[0][0].device)
         if profile.device == "cuda":
             torch.cuda.synchronize()      # the inputs' copies and the op's initialisation are done
         for i in range(profile.warmup + profile.repeats):
-            indices, offsets = batches[i % len(batches)]
-            timer.start()
-            out = op(indices, offsets)
-            timer.mark()
-            out.backward(grads[i % len(batches)])
-            f, b, t = timer.stop()
+            f, b, t = timed_pass(op, batches, grads, i, timer)
             if i >= profile.warmup:
                 fw.append(f)
                 bw.append(b)
