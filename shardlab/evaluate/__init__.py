@@ -11,7 +11,7 @@ paired rounds, ``measured:torchrec-...``; torchrec is imported only when it runs
 """
 
 from shardlab.evaluate.measured import (BOUND, MeasuredEvaluator, measurable, measure_bound, measure_lower_bound,
-                                        measure_plan, measure_plans, measure_shards, round_orders)
+                                        measure_plan, measure_plans, measure_round, round_orders)
 from shardlab.evaluate.model import ModelEvaluator, estimate_plan
 from shardlab.evaluate.stats import (bootstrap_median_ci, fused_and_summed, hierarchical_median_ci, paired_ratio_ci,
                                      paired_ratios, subadditivity, verdict)
@@ -25,5 +25,5 @@ __all__ = ["BOUND", "VERDICTS", "Comparison", "DeviceCost", "Evaluation", "Evalu
            "MeasuredEvaluator", "ModelEvaluator", "balanced_dims", "bootstrap_median_ci", "check_plans",
            "compare_to_reference", "costs_label", "device_tables", "estimate_plan", "fused_and_summed",
            "hierarchical_median_ci", "measurable", "measure_bound", "measure_lower_bound", "measure_plan",
-           "measure_plans", "measure_shards", "paired_ratio_ci", "paired_ratios", "resolve_reference", "round_orders",
+           "measure_plans", "measure_round", "paired_ratio_ci", "paired_ratios", "resolve_reference", "round_orders",
            "subadditivity", "TorchRecEvaluator", "torchrec_plans", "verdict", "choose_reference"]

@@ -48,8 +48,8 @@ from shardlab.evaluate.values import (CHEAPEST_BASELINE, FIRST_PLAN, NAMED, SELE
                                       selects_reference)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.evaluate.journal import append_journal, check_journal
-from shardlab.evaluate.plan_round import (BOUND, MEASURED_BOUND, measurable, measure_bound, measure_shards,
-                                          round_compute, round_orders, shard_key)
+from shardlab.evaluate.plan_round import (BOUND, MEASURED_BOUND, measurable, measure_bound, measure_round,
+                                          round_orders, shard_key)
 from shardlab.measure.comm import CommBench
 from shardlab.measure.compute import DEFAULT_MAX_GB
 from shardlab.measure.hardware import HardwareProfile, core_for, get_profile, kept_memory, pinned, profile_with
@@ -165,16 +165,17 @@ class MeasuredEvaluator:
         prof = self._check()
         return prof if self.budget_s is None else budget_profile(prof)
 
-    def _sitting(self, task: Task, prof: HardwareProfile, items: Sequence[str], measure: Any, prepare: Any,
-                 orders: list, sitting: int | str, first_batch: int, bar: Any, journal: str | None) -> dict[str, list]:
+    def _sitting(self, task: Task, prof: HardwareProfile, items: Sequence[str], measure: Any, orders: list,
+                 sitting: int | str, first_batch: int, bar: Any, journal: str | None) -> dict[str, list]:
         """One sitting: its own ranks (unless torchrun's), ``warmup_rounds`` untimed rounds, then
-        the timed rounds in ``orders``. Each round starts with ``prepare(order, bench, first_batch,
-        ops, seed)``, its compute in interleaved sweeps (:func:`round_compute`; ``ops`` the
-        sitting's built ops); ``measure(name, bench, cache, first_batch, ops)`` then takes one
-        measurement, ``cache`` what ``prepare`` gave. Returns name -> per-round measurements."""
+        the timed rounds in ``orders``. ``measure(order, bench, first_batch, ops, seed)`` measures
+        one round of the items in ``order`` (:func:`~shardlab.evaluate.plan_round.measure_round`;
+        ``ops`` the sitting's built ops), which are then recorded and journalled in that order.
+        Returns name -> per-round measurements."""
         runs: dict[str, list] = {k: [] for k in items}
         offset = len(self.orders_) if sitting != "selection" else 0
         schedule = [(-w - 1, list(items)) for w in range(self.warmup_rounds)][::-1] + list(enumerate(orders))
+        where = "selection" if sitting == "selection" else f"sitting {sitting + 1}/{self.sittings}"
         with ExitStack() as stack:
             bench = self.group
             if bench is None and task.ngpu > 1:
@@ -183,13 +184,12 @@ class MeasuredEvaluator:
             stack.enter_context(kept_memory())
             ops = OpCache()
             for r, order in schedule:
-                cache = prepare(order, bench, first_batch, ops,
-                                [self.seed, 0x5EEB, 0 if sitting == "selection" else sitting + 1, r + self.warmup_rounds])
+                bar.set_postfix_str(f"{where} round {r + 1}/{len(orders)}" if r >= 0 else f"{where} warm-up",
+                                    refresh=False)
+                got = measure(order, bench, first_batch, ops,
+                              [self.seed, 0x5EEB, 0 if sitting == "selection" else sitting + 1, r + self.warmup_rounds])
                 for name in order:
-                    where = "selection" if sitting == "selection" else f"sitting {sitting + 1}/{self.sittings}"
-                    bar.set_postfix_str(f"{where} round {r + 1}/{len(orders)} {name}" if r >= 0 else f"{where} warm-up",
-                                        refresh=False)
-                    m = measure(name, bench, cache, first_batch, ops)
+                    m = got[name]
                     self.measured_.append((r + offset if r >= 0 else r, name))
                     append_journal(journal, task.name, r, name, m, sitting)
                     if r >= 0:
@@ -223,14 +223,10 @@ class MeasuredEvaluator:
         select = selects_reference(self.reference, base, self.rounds)
         nsit = int(self.sittings) if self.budget_s is None else int(self.looks)
 
-        def measure(name: str, bench: Any, cache: dict, first_batch: int, ops: OpCache) -> Any:
-            if name == BOUND:
-                return measure_bound(task, prof, bench, first_batch=first_batch, ops=ops, cache=cache)
-            return measure_shards(shards[name], prof, bench, cache, patterns[name], first_batch, ops)
-
-        def prepare(order: Sequence[str], bench: Any, first_batch: int, ops: OpCache, seed: Any) -> dict:
-            return round_compute(task, [shards[n] for n in order if n != BOUND], prof, bench, ops, first_batch, seed,
-                                 BOUND in order)
+        def measure(order: Sequence[str], bench: Any, first_batch: int, ops: OpCache, seed: Any) -> dict[str, Any]:
+            plans_now = [n for n in order if n != BOUND]
+            return measure_round(task, {n: shards[n] for n in plans_now}, {n: patterns[n] for n in plans_now}, prof,
+                                 bench, ops, first_batch, seed, BOUND in order)
 
         where = f" (torchrun: {task.ngpu} ranks, each timing its own device's shards)" if self.group else ""
         source = f"measured:{prof.name}{note}{where}"
@@ -245,7 +241,7 @@ class MeasuredEvaluator:
             reference, chosen = self.reference, NAMED if self.reference is not None else None
             if select:                    # lookups after every judged sitting's, orders of their own
                 orders = round_orders(base, C.SELECTION_ROUNDS, self.seed, sitting=nsit + 0x5E1)
-                runs = self._sitting(task, prof, base, measure, prepare, orders, "selection", nsit * prof.input_batches,
+                runs = self._sitting(task, prof, base, measure, orders, "selection", nsit * prof.input_batches,
                                      bar, journal)
                 self.selection_ = {k: [float(m.sum(axis=1).max()) for m in runs[k]] for k in base}
                 reference = min(base, key=lambda k: (float(np.median(self.selection_[k])), base.index(k)))
@@ -254,7 +250,7 @@ class MeasuredEvaluator:
             def sitting(s: int, names: Sequence[str]) -> dict[str, list]:
                 now = list(names) + ([BOUND] if self.lower_bound else [])
                 orders = round_orders(now, self.rounds, self.seed, sitting=s)
-                runs = self._sitting(task, prof, now, measure, prepare, orders, s, s * prof.input_batches, bar, journal)
+                runs = self._sitting(task, prof, now, measure, orders, s, s * prof.input_batches, bar, journal)
                 self.orders_.extend(orders)           # after: _sitting numbers this sitting's rounds on from it
                 return runs
 
@@ -302,8 +298,9 @@ def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",
     profile = get_profile(profile)
     task, note = measurable(task)
     validate_plan(task, plan)
-    m = measure_shards(device_tables(task, plan), profile, bench, pattern=comm_pattern(task, plan, profile.batch_size))
-    bound = measure_bound(task, profile, bench) if lower_bound else None
+    got = measure_round(task, {"plan": device_tables(task, plan)}, {"plan": comm_pattern(task, plan, profile.batch_size)},
+                        profile, bench, None, bound=lower_bound)
+    m, bound = got["plan"], got.get(BOUND)
     mem = [b / C.GB for b in device_memory_bytes(task, plan)]
     devices = tuple(DeviceCost(g, *(float(x) for x in m[g]), mem[g]) for g in range(plan.ngpu))
     return Evaluation(task.name, plan.method, f"measured:{profile.name}{note}", devices, bound,

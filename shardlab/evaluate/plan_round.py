@@ -8,7 +8,8 @@ these rounds."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from contextlib import ExitStack
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from shardlab import constants as C
 from shardlab.data.fit_lookups import with_lookups
 from shardlab.data.lookups import lookup_origin
 from shardlab.measure.comm import CommBench
-from shardlab.measure.compute import DEFAULT_MAX_GB, measure_compute
+from shardlab.measure.compute import DEFAULT_MAX_GB
 from shardlab.measure.hardware import HardwareProfile
 from shardlab.measure.interleaved import measure_interleaved
 from shardlab.measure.op_cache import OpCache, op_bytes
@@ -54,24 +55,6 @@ def round_orders(names: Sequence[str], rounds: int, seed: int, sitting: int = 0)
     return [[names[i] for i in rng.permutation(len(names))] for _ in range(rounds)]
 
 
-def _comm(dims: Sequence[int], delays: Sequence[float] | None, profile: HardwareProfile,
-          bench: Any | None, rowwise: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-rank forward and backward comm (ms, shape (G,) each): the all-to-all, with
-    ``rowwise``'s collectives when given; zeros for one device. A sequence table's jagged
-    outputs are sent as a fixed width, its mean (:attr:`~shardlab.tables.Table.out_dim`),
-    each rank's sum rounded to whole columns."""
-    if len(dims) < 2:
-        return np.zeros(len(dims)), np.zeros(len(dims))
-    dims = [int(round(d)) for d in dims]            # sequence tables' mean widths: the bench sends whole columns
-    extra = {} if rowwise is None or rowwise.empty else {"rowwise": rowwise}
-    if bench is None:
-        with CommBench.for_profile(len(dims), profile) as b:
-            s = b.measure(dims, delays, repeats=profile.repeats, warmup=profile.warmup, **extra)
-    else:
-        s = bench.measure(dims, delays, repeats=profile.repeats, warmup=profile.warmup, **extra)
-    return np.asarray(s.fw_comm_ms), np.asarray(s.bw_comm_ms)
-
-
 def shard_key(tables: Sequence[Table]) -> tuple:
     """A shard's identity (name, rows, dim per table, sorted): equal keys are the same fused op."""
     return tuple(sorted((t.name, t.rows, t.dim) for t in tables))
@@ -83,83 +66,84 @@ def _collective(bench: Any | None) -> bool:
     return bool(getattr(bench, "collective", False))
 
 
-def measure_shards(shards: Shards, profile: HardwareProfile, bench: Any | None = None,
-                   cache: dict | None = None, pattern: tuple[list[int], Any] | None = None,
-                   first_batch: int = 0, ops: OpCache | None = None) -> np.ndarray:
-    """One measurement of a plan given its devices' (sub)tables: an array of shape (G, 4) of
-    forward compute, backward compute, forward comm and backward comm (ms) per device (module
-    docstring). ``cache``: shard key -> (fw, bw) compute ms, shared within one round.
-    ``pattern``: the plan's :func:`~shardlab.evaluate.values.comm_pattern` (dim sums, row-wise
-    traffic); default: every shard's columns on its device's all-to-all. ``first_batch``: the
-    lookup batches the ops run on (:func:`~shardlab.measure.compute.measure_compute`; a later
-    sitting draws its own). ``ops``: the sitting's built ops (:class:`~shardlab.measure.op_cache.OpCache`).
-    With a torchrun group's bench every rank calls this; rank g times device g's shard on its own device, and
-    every rank gets every device's times."""
-    cache = {} if cache is None else cache
-    c = np.zeros((len(shards), 2))
-    mine = [bench.rank] if _collective(bench) else range(len(shards))
-    for g in mine:
-        tables = shards[g]
-        if tables:
-            key = shard_key(tables)
-            if key not in cache:
-                s = measure_compute(list(tables), profile, first_batch=first_batch, ops=ops)
-                cache[key] = (s.fw_ms, s.bw_ms)
-            c[g] = cache[key]
-    if _collective(bench):
-        c = np.asarray(bench.gather(c[bench.rank].tolist()), dtype=float)
-    dims, rowwise = pattern if pattern is not None else ([sum(t.out_dim for t in ts) for ts in shards], None)
-    _, bw = _comm(dims, None, profile, bench, rowwise)
-    fw, _ = _comm(dims, list(forward_delays(c.sum(axis=1) + bw)), profile, bench, rowwise)
-    return np.column_stack([c, fw, bw])
+def measure_round(task: Task, shards: Mapping[str, Shards], patterns: Mapping[str, Any], profile: HardwareProfile,
+                  bench: Any | None, ops: OpCache | None, first_batch: int = 0, seed: Any = 0, bound: bool = False,
+                  max_gb: float = DEFAULT_MAX_GB) -> dict[str, Any]:
+    """One round of the plans whose devices' (sub)tables are ``shards`` (name -> per device) and
+    whose all-to-alls are ``patterns`` (name -> :func:`~shardlab.evaluate.values.comm_pattern`:
+    dim sums and row-wise traffic; None: every shard's columns on its device's all-to-all):
+    name -> an array of shape (G, 4) of forward compute, backward compute, forward comm and
+    backward comm (ms) per device, and with ``bound`` :data:`BOUND` -> the lower bound (ms, None
+    when all tables exceed ``max_gb`` GB; :func:`~shardlab.schedule.lower_bound_ms`).
 
-
-def round_compute(task: Task, plans_shards: Sequence[Shards], profile: HardwareProfile, bench: Any | None,
-                  ops: OpCache, first_batch: int, seed: Any, bound: bool,
-                  max_gb: float = DEFAULT_MAX_GB) -> dict[Any, Any]:
-    """A round's compute, measured before its items in interleaved sweeps
-    (:func:`~shardlab.measure.interleaved.measure_interleaved`, orders drawn by ``seed``): shard
-    key -> (fw_ms, bw_ms) of every distinct device shard of ``plans_shards`` (under a torchrun
-    group: this rank's device's), and, where ``bound`` and all tables fit ``max_gb`` GB,
-    :data:`BOUND` -> the one fused op of every table's total_ms (rank 0's under torchrun). The
-    :func:`measure_shards` and :func:`measure_bound` of the round's items read it as their
-    ``cache``."""
-    collective = _collective(bench)
+    Measured in three interleaved steps (module docstring): every distinct device shard's fused
+    op (and the all-tables op of the bound) in sweeps of one pass each
+    (:func:`~shardlab.measure.interleaved.measure_interleaved`, from ``ops`` where built before,
+    on lookup batches from ``first_batch``); then every plan's backward all-to-all (and the
+    bound's balanced one) in sweeps; then every plan's forward all-to-all with the forward
+    delays that compute + backward comm give, in sweeps. ``seed`` draws the sweeps' orders.
+    ``bench``: the open bench of G ranks (None: one is started here for G > 1); ``ops``: the
+    sitting's built ops (None: built for this round and dropped after); with a torchrun
+    group's bench every rank calls this, rank g times device g's shards on its own device
+    (rank 0 the bound's op) and every rank gets every device's times."""
+    collective, G = _collective(bench), task.ngpu
+    names = list(shards)
     distinct: dict[tuple, list[Table]] = {}
-    for shards in plans_shards:
-        for g in ([bench.rank] if collective else range(len(shards))):
-            if shards[g]:
-                distinct.setdefault(shard_key(shards[g]), list(shards[g]))
-    items = list(distinct.values())
-    whole = bound and (not collective or bench.rank == 0) and op_bytes(task.tables, profile) <= max_gb * C.GB
-    if whole:
-        items.append(list(task.tables))
-    got = measure_interleaved(items, profile, ops, first_batch, seed, max_gb) if items else []
-    out: dict[Any, Any] = {k: (fw, bw) for k, (fw, bw, _) in zip(distinct, got)}
-    if whole:
-        out[BOUND] = got[-1][2]
+    for name in names:
+        for g in ([bench.rank] if collective else range(G)):
+            if shards[name][g]:
+                distinct.setdefault(shard_key(shards[name][g]), list(shards[name][g]))
+    whole = bound and op_bytes(task.tables, profile) <= max_gb * C.GB
+    timed = list(distinct.values()) + ([list(task.tables)] if whole and (not collective or bench.rank == 0) else [])
+    got = measure_interleaved(timed, profile, ops or OpCache(), first_batch, _seed(seed, 0xC0), max_gb) if timed else []
+    compute = {k: (fw, bw) for k, (fw, bw, _) in zip(distinct, got)}
+    whole_ms = got[-1][2] if whole and (not collective or bench.rank == 0) else None
+    if collective:
+        merged: dict[tuple, tuple[float, float]] = {}
+        for part in bench.gather([(shard_key(shards[n][bench.rank]), compute.get(shard_key(shards[n][bench.rank])))
+                                  for n in names if shards[n][bench.rank]]):
+            merged.update(dict(part))
+        compute = merged
+        whole_ms = bench.share(whole_ms) if whole else None
+    c = {n: np.array([compute[shard_key(ts)] if ts else (0.0, 0.0) for ts in shards[n]], dtype=float) for n in names}
+    dims = {}
+    for n in names:
+        d, rw = patterns[n] if patterns.get(n) is not None else ([sum(t.out_dim for t in ts) for ts in shards[n]], None)
+        dims[n] = ([int(round(x)) for x in d], rw)    # sequence tables' mean widths: the bench sends whole columns
+    balanced = [int(round(x)) for x in balanced_dims(task)]
+    bw = _comm_many([(dims[n][0], None, dims[n][1]) for n in names] + ([(balanced, None, None)] if whole else []),
+                    profile, bench, _seed(seed, 0xB0), G)
+    fw = _comm_many([(dims[n][0], list(forward_delays(c[n].sum(axis=1) + bw[k][1])), dims[n][1])
+                     for k, n in enumerate(names)], profile, bench, _seed(seed, 0xF0), G)
+    out: dict[str, Any] = {n: np.column_stack([c[n], fw[k][0], bw[k][1]]) for k, n in enumerate(names)}
+    if bound:
+        out[BOUND] = lower_bound_ms(whole_ms, G, np.column_stack(bw[-1])) if whole else None
     return out
 
 
+def _seed(seed: Any, step: int) -> list[int]:
+    """The seed of one step of a round: ``seed`` (an int or a list of ints) and the step's tag."""
+    return [*(seed if isinstance(seed, (list, tuple)) else [seed]), step]
+
+
+def _comm_many(patterns: list[tuple[list[int], list[float] | None, Any]], profile: HardwareProfile,
+               bench: Any | None, seed: Any, G: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per pattern (dim sums, forward delays in ms or None, row-wise or None) the per-rank
+    forward and backward comm (ms, shape (G,) each), all patterns' exchanges in interleaved
+    sweeps (:meth:`~shardlab.measure.comm.CommBench.measure_many`); zeros for one device."""
+    if G < 2 or not patterns:
+        return [(np.zeros(G), np.zeros(G)) for _ in patterns]
+    with ExitStack() as stack:
+        if bench is None:
+            bench = stack.enter_context(CommBench.for_profile(G, profile))
+        recs = bench.measure_many(patterns, repeats=profile.repeats, warmup=profile.warmup, seed=seed)
+    return [(np.asarray(r.fw_comm_ms), np.asarray(r.bw_comm_ms)) for r in recs]
+
+
 def measure_bound(task: Task, profile: HardwareProfile, bench: Any | None = None,
-                  max_gb: float = DEFAULT_MAX_GB, first_batch: int = 0, ops: OpCache | None = None,
-                  cache: dict | None = None) -> float | None:
+                  max_gb: float = DEFAULT_MAX_GB, first_batch: int = 0) -> float | None:
     """One measurement of the lower bound (ms, :func:`~shardlab.schedule.lower_bound_ms`): all
     tables in one fused op / G + the cheapest rank's all-to-all of balanced dim sums, on lookup
-    batches from ``first_batch`` (the op's time from the round's ``cache`` where
-    :func:`round_compute` put it, else timed here, from ``ops`` when built before). None when all
-    tables together exceed ``max_gb`` GB."""
-    if op_bytes(task.tables, profile) > max_gb * C.GB:
-        return None
-
-    def whole() -> float:
-        if cache is not None and BOUND in cache:
-            return float(cache[BOUND])
-        return measure_compute(list(task.tables), profile, max_gb=max_gb, first_batch=first_batch, ops=ops).total_ms
-
-    if _collective(bench):    # rank 0 times the one fused op, the others wait for its result
-        whole_ms = bench.share(whole() if bench.rank == 0 else None)
-    else:
-        whole_ms = whole()
-    fw, bw = _comm(balanced_dims(task), None, profile, bench)
-    return lower_bound_ms(whole_ms, task.ngpu, np.column_stack([fw, bw]))
+    batches from ``first_batch``; None when all tables together exceed ``max_gb`` GB
+    (:func:`measure_round` with no plans)."""
+    return measure_round(task, {}, {}, profile, bench, None, first_batch, bound=True, max_gb=max_gb)[BOUND]

@@ -14,7 +14,10 @@ and backward-comm imbalance) and times the forward collective from then until it
 waiting for slower ranks is part of its forward cost. Then a barrier and the backward collective,
 with no delay. CUDA work is synchronised before each clock read. Buffers are allocated once per
 sample and reused over ``warmup`` untimed and ``repeats`` timed repetitions; the cost is the
-median and the spread (p25, p75, min, max), all in ms.
+median and the spread (p25, p75, min, max), all in ms. :meth:`CommBench.measure_many` measures
+several samples in one request, their repetitions interleaved: each sweep one repetition of
+every sample, in an order shuffled per sweep (seeded, the same on every rank), so the samples
+share the machine's drift; :meth:`CommBench.measure` is one sample of it.
 
 Ranks are spawned once per :class:`CommBench` (multiprocessing "spawn"; scripts need an
 ``if __name__ == "__main__":`` guard) and rendezvous through a TCPStore the parent hosts on a free
@@ -89,6 +92,18 @@ def check_sample_args(world_size: int, dim_sums: Sequence[int], delays_ms: Seque
     return [int(d) for d in dim_sums], delays
 
 
+def check_patterns(world_size: int, patterns: Sequence[tuple[Sequence[int], Sequence[float] | None, Any]],
+                   repeats: int, warmup: int) -> list[tuple[list[int], list[float], RowWise | None]]:
+    """Each (dim sums, delays, row-wise) pattern checked (:func:`check_sample_args`), an empty
+    row-wise as None."""
+    _require(len(patterns) >= 1, "comm sample", "patterns", list(patterns), "must not be empty")
+    out = []
+    for dims, delays, rowwise in patterns:
+        d, w = check_sample_args(world_size, dims, delays, repeats, warmup)
+        out.append((d, w, None if rowwise is None or rowwise.empty else rowwise.check(world_size)))
+    return out
+
+
 def comm_record(world_size: int, batch_size: int, dims: Sequence[int], delays: Sequence[float],
                 times: Sequence[tuple[Sequence[float], Sequence[float]]], repeats: int, warmup: int,
                 backend: str, device: str, dtype: torch.dtype, rowwise: RowWise | None = None) -> CommRecord:
@@ -150,14 +165,16 @@ def _check_exchange(rank: int, cfg: dict, dim_sums: list[int]) -> dict[str, Any]
             "bw_recv": [bw[j].reshape(rows[j], d[rank]).numpy() for j in range(G)]}
 
 
-def measure_rank(rank: int, cfg: dict, dim_sums: list[int], delays_ms: list[float], repeats: int,
-                 warmup: int, rowwise: RowWise | None = None) -> tuple[list[float], list[float]]:
-    """Rank ``rank``'s part of one sample, in a running group: time ``warmup + repeats``
-    forward/backward exchanges (with ``rowwise``'s collectives, if any); return the timed ones
-    (ms). ``cfg``: ``batch_size``, ``dtype``, ``device_name`` and, on CUDA, ``device_index``
-    (this process's GPU)."""
+def measure_rank(rank: int, cfg: dict, patterns: Sequence[tuple[list[int], list[float], RowWise | None]],
+                 repeats: int, warmup: int, seed: Any = 0) -> list[tuple[list[float], list[float]]]:
+    """Rank ``rank``'s part of one request, in a running group: for each pattern (dim sums,
+    forward delays in ms, row-wise collectives or None) ``warmup + repeats`` forward/backward
+    exchanges, timed in sweeps -- each sweep one exchange of every pattern, in an order
+    ``numpy.random.default_rng(seed)`` shuffles per sweep (the same on every rank), so the
+    patterns share the machine's drift -- and returns each pattern's timed ones (ms). ``cfg``:
+    ``batch_size``, ``dtype``, ``device_name`` and, on CUDA, ``device_index`` (this process's GPU)."""
     dev = torch.device(cfg["device_name"])
-    ex = _Exchange(rank, cfg["batch_size"], dim_sums, cfg["dtype"], dev, rowwise)
+    exchanges = [_Exchange(rank, cfg["batch_size"], dims, cfg["dtype"], dev, rw) for dims, _, rw in patterns]
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     barrier = (lambda: dist.barrier(device_ids=[cfg["device_index"]])) if dev.type == "cuda" else dist.barrier
 
@@ -167,19 +184,22 @@ def measure_rank(rank: int, cfg: dict, dim_sums: list[int], delays_ms: list[floa
         sync()
         return (time.perf_counter() - t0) * 1000.0
 
-    fw_ms, bw_ms = [], []
+    out: list[tuple[list[float], list[float]]] = [([], []) for _ in patterns]
+    rng = np.random.default_rng(seed)
     for i in range(warmup + repeats):
-        barrier()  # start together
-        sync()
-        time.sleep(delays_ms[rank] / 1000.0)
-        fw = timed(ex.forward)  # from ready to done: includes waiting for slower ranks
-        barrier()
-        sync()
-        bw = timed(ex.backward)
-        if i >= warmup:
-            fw_ms.append(fw)
-            bw_ms.append(bw)
-    return fw_ms, bw_ms
+        for k in rng.permutation(len(patterns)):
+            ex = exchanges[k]
+            barrier()  # start together
+            sync()
+            time.sleep(patterns[k][1][rank] / 1000.0)
+            fw = timed(ex.forward)  # from ready to done: includes waiting for slower ranks
+            barrier()
+            sync()
+            bw = timed(ex.backward)
+            if i >= warmup:
+                out[k][0].append(fw)
+                out[k][1].append(bw)
+    return out
 
 
 def _rank_main(rank: int, cfg: dict, port: int, commands: Any, results: Any) -> None:
@@ -370,13 +390,18 @@ class CommBench:
         by rank g) with rank g delayed ``delays_ms[g]`` (ms, default 0) before the forward; with
         ``rowwise``, its index all-to-all, reduce-scatter and all-gather inside the same timings
         (``profile/rowwise_comm.py``)."""
-        dims, delays = check_sample_args(self.world_size, dim_sums, delays_ms, repeats, warmup)
-        rw = None if rowwise is None or rowwise.empty else rowwise.check(self.world_size)
-        budget = self.timeout_s + (warmup + repeats) * max(delays) / 1000.0
-        times = self._request("measure", budget, dim_sums=dims, delays_ms=delays,
-                              repeats=repeats, warmup=warmup, rowwise=rw)
-        return comm_record(self.world_size, self.batch_size, dims, delays, times, repeats, warmup,
-                           self.backend, self.device, self.dtype, rw)
+        return self.measure_many([(dim_sums, delays_ms, rowwise)], repeats, warmup)[0]
+
+    def measure_many(self, patterns: Sequence[tuple[Sequence[int], Sequence[float] | None, RowWise | None]],
+                     repeats: int = 10, warmup: int = 3, seed: Any = 0) -> list[CommRecord]:
+        """:meth:`measure` of each (dim sums, delays in ms or None, row-wise or None) pattern,
+        their exchanges timed in interleaved sweeps whose orders ``seed`` draws
+        (:func:`measure_rank`); one record per pattern."""
+        checked = check_patterns(self.world_size, patterns, repeats, warmup)
+        budget = self.timeout_s + (warmup + repeats) * sum(max(d) for _, d, _ in checked) / 1000.0
+        times = self._request("measure", budget, patterns=checked, repeats=repeats, warmup=warmup, seed=seed)
+        return [comm_record(self.world_size, self.batch_size, dims, delays, [t[k] for t in times], repeats, warmup,
+                            self.backend, self.device, self.dtype, rw) for k, (dims, delays, rw) in enumerate(checked)]
 
     def check_exchange(self, dim_sums: Sequence[int]) -> list[dict[str, list[np.ndarray]]]:
         """Run one coded exchange (float64, same layout as :meth:`measure`). Returns per rank g

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from shardlab.errors import ShardlabError
-from shardlab.measure.comm import BACKENDS, check_sample_args, comm_record, measure_rank
+from shardlab.measure.comm import BACKENDS, check_patterns, comm_record, measure_rank
 from shardlab.measure.records import CommRecord
 from shardlab.measure.rowwise_comm import RowWise
 
@@ -82,9 +82,13 @@ class GroupBench:
         """Forward and backward all-to-all for ``dim_sums[g]`` columns on rank g, rank g delayed
         ``delays_ms[g]`` ms before the forward, with ``rowwise``'s collectives if any (as
         :meth:`CommBench.measure`); every rank gets the whole sample."""
-        dims, delays = check_sample_args(self.world_size, dim_sums, delays_ms, repeats, warmup)
-        rw = None if rowwise is None or rowwise.empty else rowwise.check(self.world_size)
-        mine = measure_rank(self.rank, self._cfg, dims, delays, repeats, warmup, rw)
-        times = self.gather(mine)
-        return comm_record(self.world_size, self.batch_size, dims, delays, times, repeats, warmup,
-                           self.backend, self.device, self.dtype, rw)
+        return self.measure_many([(dim_sums, delays_ms, rowwise)], repeats, warmup)[0]
+
+    def measure_many(self, patterns: Sequence[tuple[Sequence[int], Sequence[float] | None, RowWise | None]],
+                     repeats: int = 10, warmup: int = 3, seed: Any = 0) -> list[CommRecord]:
+        """:meth:`CommBench.measure_many` on the group: every pattern's exchanges in interleaved
+        sweeps (the same orders on every rank), one record per pattern on every rank."""
+        checked = check_patterns(self.world_size, patterns, repeats, warmup)
+        times = self.gather(measure_rank(self.rank, self._cfg, checked, repeats, warmup, seed))
+        return [comm_record(self.world_size, self.batch_size, dims, delays, [t[k] for t in times], repeats, warmup,
+                            self.backend, self.device, self.dtype, rw) for k, (dims, delays, rw) in enumerate(checked)]
