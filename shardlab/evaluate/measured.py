@@ -1,27 +1,26 @@
 """Measured evaluation: plans timed on this machine with real fused fbgemm ops and real
 all-to-alls, in paired, interleaved rounds.
 
-One measurement of a plan (``docs/measurement.md``, the cost model of
-:mod:`shardlab.schedule`): each device's fused op is timed in turn on this machine (compute is
-independent across devices); the backward all-to-all is measured with G real ranks; the forward
-all-to-all with the forward delays that compute + backward comm give, so waiting for slower
-devices is part of it. Costs are measured at the hardware profile's batch size, which the
-``source`` names.
+One round of plans (:func:`~shardlab.evaluate.plan_round.measure_round`; ``docs/measurement.md``,
+the cost model of :mod:`shardlab.schedule`): every distinct device shard's fused op, then every
+plan's backward all-to-all with G real ranks, then every plan's forward all-to-all with the
+forward delays that compute + backward comm give (so waiting for slower devices is part of it),
+each step in interleaved sweeps, so the plans of a round share the machine's drift. Costs are
+measured at the hardware profile's batch size, which the ``source`` names.
 
-**Rounds.** On a shared VM one op's time drifts by tens of percent between rounds while two ops
-timed back to back keep their ratio, so :class:`MeasuredEvaluator` measures every plan once per
-round, in an order shuffled per round (seeded), with the task's lower bound as one more item of
-each round; within a round every plan sees the same lookups, identical device shards are
-measured once and shared, and identical plans are measured once. Within a sitting each fused op
-is built once and timed again in every round, its weights trained on by every pass as in
-training (:class:`~shardlab.measure.compute.OpCache`, up to
-:data:`~shardlab.constants.OP_CACHE_GB` GB of ops; building is most of a round's time on large
-tables, the timed passes a few percent), and the allocator keeps freed memory so that ops built
-again do not fault in fresh pages (:func:`~shardlab.measure.hardware.kept_memory`). Per plan it reports the
-per-round costs, their median and a 95% bootstrap interval; against a reference plan the
-paired per-round ratio, its interval and a verdict (:mod:`shardlab.evaluate.stats`). Optional
-untimed warm-up rounds come first; comm ranks and the compute-measuring process are pinned to
-cores where the OS allows (:mod:`shardlab.measure.hardware`).
+**Rounds.** On a shared VM one op's time drifts by tens of percent between rounds, so
+:class:`MeasuredEvaluator` measures every plan in every round, with the task's lower bound as one
+more item of each round, and records the round's items in an order shuffled per round (seeded);
+within a round every plan sees the same lookups, identical device shards are timed once and
+shared, and identical plans are measured once. Within a sitting each fused op is built once and
+timed again in every round, its weights trained on by every pass as in training
+(:class:`~shardlab.measure.op_cache.OpCache`, up to :data:`~shardlab.constants.OP_CACHE_GB` GB of
+ops; building was most of a round's time on large tables), and the allocator keeps freed memory
+so that ops built again do not fault in fresh pages (:func:`~shardlab.measure.hardware.kept_memory`).
+Per plan it reports the per-round costs, their median and a 95% bootstrap interval; against a
+reference plan the paired per-round ratio, its interval and a verdict
+(:mod:`shardlab.evaluate.stats`). Optional untimed warm-up rounds come first; comm ranks and the
+compute-measuring process are pinned to cores where the OS allows (:mod:`shardlab.measure.hardware`).
 
 Lower bound premise: on the shipped CPU data fused costs are near-additive (median fused /
 sum-of-singles 1.0) but above 1 in about half of the multi-table samples and beyond noise in
@@ -106,7 +105,7 @@ class MeasuredEvaluator:
     so the budget buys more rounds (:func:`budget_profile`).
     After :meth:`evaluate`: ``orders_`` (each timed round's order, plan names and
     :data:`BOUND`, sitting after sitting), ``measured_`` (every item in the order it was
-    measured, warm-ups and the selection sitting included, as (round, name); round < 0 for
+    recorded, warm-ups and the selection sitting included, as (round, name); round < 0 for
     warm-ups, rounds of later sittings numbered on), ``warmup_ms_`` (plan name -> its cost in
     each warm-up round, ms: what the warm-up rounds would have added), ``selection_`` (baseline
     name -> its selection-sitting costs per round, ms; empty without one) and ``seconds_``
@@ -282,8 +281,8 @@ class MeasuredEvaluator:
 def budget_profile(profile: str | HardwareProfile) -> HardwareProfile:
     """``profile`` with each op timed :data:`~shardlab.constants.BUDGET_OP_REPEATS` times after
     :data:`~shardlab.constants.BUDGET_OP_WARMUP` warm-ups where it times more (its name says so,
-    e.g. ``cpu[repeats=3,warmup=2]``): a measurement with a time budget spends the time on more
-    rounds instead (``constants``: what the noise study measured)."""
+    e.g. ``cpu[warmup=2]``): a measurement with a time budget spends the time on more rounds
+    instead (``constants``: what was measured)."""
     prof = get_profile(profile)
     return profile_with(prof, repeats=min(prof.repeats, C.BUDGET_OP_REPEATS),
                         warmup=min(prof.warmup, C.BUDGET_OP_WARMUP))
