@@ -103,11 +103,12 @@ def small():
 
 def test_sittings_are_journalled_with_their_own_lookups_and_a_selection_sitting(small, tmp_path, monkeypatch):
     task, plans = small
-    from shardlab.evaluate import measured
+    from shardlab.evaluate import plan_round
     batches = []
-    real = measured.measure_compute
-    monkeypatch.setattr(measured, "measure_compute",
-                        lambda tables, profile, **kw: batches.append(kw.get("first_batch", 0)) or real(tables, profile, **kw))
+    real = plan_round.measure_interleaved
+    monkeypatch.setattr(plan_round, "measure_interleaved",
+                        lambda shards, profile, ops, first_batch, *a: batches.append(first_batch) or real(
+                            shards, profile, ops, first_batch, *a))
     journal = tmp_path / "j.jsonl"
     ev = MeasuredEvaluator(PROFILE, rounds=3, sittings=2, warmup_rounds=0, lower_bound=False, progress=False,
                            journal=str(journal), seed=1)
