@@ -133,7 +133,7 @@ def test_rank_error_raises_in_parent_and_leaves_no_children():
     t0 = time.monotonic()
     with pytest.raises(CommBenchError, match="rank 0 failed"):
         # bypasses validation: rank 0 cannot allocate a negative buffer, rank 1 waits in a barrier
-        bench._request("measure", 20, dim_sums=[-4, 8], delays_ms=[0.0, 0.0], repeats=1, warmup=0)
+        bench._request("measure", 20, patterns=[([-4, 8], [0.0, 0.0], None)], repeats=1, warmup=0, seed=0)
     assert time.monotonic() - t0 < 15
     assert _all_gone(pids)
     with pytest.raises(ShardlabError, match="not started"):

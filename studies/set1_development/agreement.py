@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Do two runs of set 1 agree, and how decisive is each? Reads stored runs (nothing is measured)
-and writes ``results/agreement-<first>-<second>.{json,md}``:
+and writes ``results/agreement-<first>-<second>.{json.gz,md}``:
 
     .venv/bin/python studies/set1_development/agreement.py results/set1-A.jsonl.gz results/set1-B.jsonl.gz
 
@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     first, second = Path(args.first), Path(args.second)
     out = agreement(first, second, [x or None for x in args.seconds])
     stem = Path(args.out) / f"agreement-{run_name(first)}-{run_name(second)}"
-    write_json_atomic(stem.with_suffix(".json"), out)
+    # gzip-compressed, no indent: the repository is carried whole on every device call (64 MiB)
+    write_json_atomic(stem.with_name(stem.name + ".json.gz"), out, indent=None)
     write_text_atomic(stem.with_suffix(".md"), markdown(out))
     print(markdown(out))
     return 0
