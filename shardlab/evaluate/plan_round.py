@@ -94,10 +94,11 @@ def measure_round(task: Task, shards: Mapping[str, Shards], patterns: Mapping[st
             if shards[name][g]:
                 distinct.setdefault(shard_key(shards[name][g]), list(shards[name][g]))
     whole = bound and op_bytes(task.tables, profile) <= max_gb * C.GB
-    timed = list(distinct.values()) + ([list(task.tables)] if whole and (not collective or bench.rank == 0) else [])
+    times_whole = whole and (not collective or bench.rank == 0)      # under torchrun rank 0 times it
+    timed = list(distinct.values()) + ([list(task.tables)] if times_whole else [])
     got = measure_interleaved(timed, profile, ops or OpCache(), first_batch, _seed(seed, 0xC0), max_gb) if timed else []
     compute = {k: (fw, bw) for k, (fw, bw, _) in zip(distinct, got)}
-    whole_ms = got[-1][2] if whole and (not collective or bench.rank == 0) else None
+    whole_ms = got[-1][2] if times_whole else None
     if collective:
         merged: dict[tuple, tuple[float, float]] = {}
         for part in bench.gather([(shard_key(shards[n][bench.rank]), compute.get(shard_key(shards[n][bench.rank])))
@@ -111,14 +112,25 @@ def measure_round(task: Task, shards: Mapping[str, Shards], patterns: Mapping[st
         d, rw = patterns[n] if patterns.get(n) is not None else ([sum(t.out_dim for t in ts) for ts in shards[n]], None)
         dims[n] = ([int(round(x)) for x in d], rw)    # sequence tables' mean widths: the bench sends whole columns
     balanced = [int(round(x)) for x in balanced_dims(task)]
-    bw = _comm_many([(dims[n][0], None, dims[n][1]) for n in names] + ([(balanced, None, None)] if whole else []),
-                    profile, bench, _seed(seed, 0xB0), G)
-    fw = _comm_many([(dims[n][0], list(forward_delays(c[n].sum(axis=1) + bw[k][1])), dims[n][1])
-                     for k, n in enumerate(names)], profile, bench, _seed(seed, 0xF0), G)
+    with ExitStack() as stack:
+        if bench is None and G > 1:                 # one bench for both steps
+            bench = stack.enter_context(CommBench.for_profile(G, profile))
+        bw, fw = _round_comm(names, dims, c, balanced if whole else None, profile, bench, seed, G)
     out: dict[str, Any] = {n: np.column_stack([c[n], fw[k][0], bw[k][1]]) for k, n in enumerate(names)}
     if bound:
         out[BOUND] = lower_bound_ms(whole_ms, G, np.column_stack(bw[-1])) if whole else None
     return out
+
+
+def _round_comm(names: list[str], dims: dict, c: dict, balanced: list[int] | None, profile: HardwareProfile,
+                bench: Any, seed: Any, G: int) -> tuple[list, list]:
+    """The round's backward all-to-alls (every plan's, then the bound's ``balanced`` one when
+    given), then its forward ones with the delays compute + backward comm give."""
+    bw = _comm_many([(dims[n][0], None, dims[n][1]) for n in names] + ([(balanced, None, None)] if balanced else []),
+                    profile, bench, _seed(seed, 0xB0), G)
+    fw = _comm_many([(dims[n][0], list(forward_delays(c[n].sum(axis=1) + bw[k][1])), dims[n][1])
+                     for k, n in enumerate(names)], profile, bench, _seed(seed, 0xF0), G)
+    return bw, fw
 
 
 def _seed(seed: Any, step: int) -> list[int]:
@@ -133,10 +145,7 @@ def _comm_many(patterns: list[tuple[list[int], list[float] | None, Any]], profil
     sweeps (:meth:`~shardlab.measure.comm.CommBench.measure_many`); zeros for one device."""
     if G < 2 or not patterns:
         return [(np.zeros(G), np.zeros(G)) for _ in patterns]
-    with ExitStack() as stack:
-        if bench is None:
-            bench = stack.enter_context(CommBench.for_profile(G, profile))
-        recs = bench.measure_many(patterns, repeats=profile.repeats, warmup=profile.warmup, seed=seed)
+    recs = bench.measure_many(patterns, repeats=profile.repeats, warmup=profile.warmup, seed=seed)
     return [(np.asarray(r.fw_comm_ms), np.asarray(r.bw_comm_ms)) for r in recs]
 
 

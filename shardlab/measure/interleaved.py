@@ -69,7 +69,8 @@ def _sweeps(swept: list[tuple[tuple, Any]], profile: HardwareProfile,
             rng: np.random.Generator) -> dict[tuple, tuple[float, float, float]]:
     """``warmup`` + ``repeats`` sweeps over the built ``swept`` ops, each in its own shuffled
     order; key -> median (fw_ms, bw_ms, total_ms) over the timed sweeps."""
-    timer = timer_for(swept[0][1][1][0][0].device)
+    _, (_, first_batches, _) = swept[0]
+    timer = timer_for(first_batches[0][0].device)           # the device the ops' inputs are on
     if profile.device == "cuda":
         torch.cuda.synchronize()          # the inputs' copies and the ops' initialisation are done
     runs: dict[tuple, list[tuple[float, float, float]]] = {key: [] for key, _ in swept}
