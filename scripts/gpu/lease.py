@@ -10,7 +10,7 @@ the next):
 
 1. ``plans`` -> ``plan_rounds.jsonl``: the seeds' question. The tasks and every method's plan
    were made beforehand on the CPU (``studies/gpu_compute/lease_plans.py``, TorchRec's planner
-   included) and are read from ``studies/gpu_compute/lease/plans.json``. Per task, every
+   included) and are read from ``studies/gpu_compute/lease/plans.json.gz``. Per task, every
    distinct plan's devices are timed one fused op at a time (forward + backward with the fused
    SGD update, CUDA events: ``shardlab.measure.compute``), in paired, interleaved rounds (orders
    shuffled per round, seeded; identical shards timed once per round): first
@@ -32,7 +32,6 @@ Lookup batches are made by ``--workers`` CPU processes: per table once per task 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import multiprocessing as mp
 import os
@@ -60,9 +59,8 @@ from shardlab.measure.hardware import HardwareProfile, environment, get_profile 
 from shardlab.measure.records import key_for_profile  # noqa: E402
 from shardlab.measure.store import SampleStore, load_measured  # noqa: E402
 from shardlab.tables import Table, Task  # noqa: E402
-from studies.gpu_compute.lease_plans import DRY as DRY_TASKS  # noqa: E402
+from studies.gpu_compute.lease_plans import DRY as DRY_TASKS, PLANS, read_plans  # noqa: E402
 
-PLANS = ROOT / "studies" / "gpu_compute" / "lease" / "plans.json"
 #: Judged rounds per task (>= 5: the 95% interval's ends are then rounds of their own).
 ROUNDS = 5
 #: The dataset whose ops and single tables are timed again, and how many of each.
@@ -261,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     dry = DRY if args.dry_run else None
     max_gb = dry["max_gb"] if dry else 8.0
     args.out.mkdir(parents=True, exist_ok=True)
-    plans = json.loads(args.plans.read_text())
+    plans, plans_sha256 = read_plans(args.plans)
     entries = plans["tasks"]
     env = {**environment(prof.device), "kernel_check": kernel_check(prof)}
     print(f"lease: {env.get('hardware')} profile {prof.name} ({env.get('compute_timing')}); kernel check "
@@ -272,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             header = {**env, "profile": prof.to_dict(), "rounds": dry["rounds"] if dry else ROUNDS,
                       "selection_rounds": C.SELECTION_ROUNDS, "seed": 0, "dry_run": bool(dry),
                       "plans_file": str(args.plans.relative_to(ROOT)) if args.plans.is_relative_to(ROOT) else args.plans.name,
-                      "plans_sha256": hashlib.sha256(args.plans.read_bytes()).hexdigest(), "plans_made": plans["made"],
+                      "plans_sha256": plans_sha256, "plans_made": plans["made"],
                       "covers": "compute only, per device: fused forward + backward (ms); all-to-alls not measured"}
             n = run_plans(entries, prof, RoundLog(args.out / "plan_rounds.jsonl", header), pool,
                           dry["rounds"] if dry else ROUNDS, max_gb, ends["plans"])

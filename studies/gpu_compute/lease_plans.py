@@ -18,6 +18,9 @@ first (whole-family) held-out task of two model families on 8 GPUs (rows capped 
 from __future__ import annotations
 
 import argparse
+import gzip
+import hashlib
+import json
 import sys
 import time
 from pathlib import Path
@@ -35,8 +38,9 @@ from shardlab.tables import Task  # noqa: E402
 from studies.common.heldout import heldout_tasks  # noqa: E402
 from studies.common.methods import TABLE_WISE  # noqa: E402
 
-#: Where the plans are shipped (read by scripts/gpu/lease.py on the device).
-PLANS = Path(__file__).resolve().parent / "lease" / "plans.json"
+#: Where the plans are shipped (read by scripts/gpu/lease.py on the device), gzip-compressed:
+#: the whole repository travels with each device call.
+PLANS = Path(__file__).resolve().parent / "lease" / "plans.json.gz"
 #: The seeds' table counts (4 GPUs each) and the held-out families measured on 8 GPUs.
 SEED_TABLES = (10, 20, 30, 40, 50, 60)
 SEED_GPUS = 4
@@ -88,6 +92,15 @@ def make_plans(tasks: Sequence[Task], methods: Sequence[str], profile: str, seed
                 print(f"{task.name}: {m} {'skipped' if m in skipped else 'planned'} in {seconds[m]:.1f} s", flush=True)
         out.append({"task": task.to_dict(), "plans": plans, "skipped": skipped, "search_seconds": seconds})
     return out
+
+
+def read_plans(path: Path) -> tuple[dict, str]:
+    """The plans at ``path`` (``.json`` or gzip-compressed ``.json.gz``) and the sha256 of their
+    JSON text (the digest of the uncompressed file, so that it is the same either way)."""
+    raw = Path(path).read_bytes()
+    if Path(path).suffix == ".gz":
+        raw = gzip.decompress(raw)
+    return json.loads(raw), hashlib.sha256(raw).hexdigest()
 
 
 def add_methods(path: Path, methods: Sequence[str], argv: Sequence[str] | None = None) -> None:

@@ -44,7 +44,7 @@ from shardlab.plan import Plan  # noqa: E402
 from shardlab.measure.records import key_for_profile  # noqa: E402
 from shardlab.measure.store import SampleStore, kind_file, load_measured  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
-from studies.gpu_compute.lease_plans import PLANS  # noqa: E402
+from studies.gpu_compute.lease_plans import PLANS, read_plans  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The methods whose verdicts the summary counts.
@@ -249,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     header = headers[0]
     if len({(h.get("hardware"), h.get("plans_sha256")) for h in headers}) > 1:
         raise SystemExit("lease_report: the leases differ in hardware or plans: judge each on its own")
-    entries = json.loads(args.plans.read_text())["tasks"]
+    entries = read_plans(args.plans)[0]["tasks"]
     prof = (header.get("profile") or {})
     tasks = [judge_task(e, [[r for r in rounds if r["task"] == e["task"]["name"]] for rounds in sittings],
                         prof["name"], prof["batch_size"], comm_profile=args.comm_profile)
