@@ -138,10 +138,17 @@ BUDGET_OP_REPEATS = 10
 BUDGET_OP_WARMUP = 2
 
 #: GB of built fused ops (weights + optimizer state) a measured evaluator keeps from one round to
-#: the next within a sitting (``measure/compute.OpCache``): building an op (allocating and zeroing
-#: its weights) took about three quarters of a plan-round on the 12-table set-1 tasks here, and
-#: the timed passes a few percent. Ops beyond this are built for each use and dropped.
-OP_CACHE_GB = 4.0
+#: the next within a sitting at most (``measure/op_cache.OpCache``): building an op (allocating
+#: and zeroing its weights) took about three quarters of a plan-round on the 12-table set-1 tasks
+#: here, and the timed passes a few percent. Ops beyond what is kept are built for each use, timed
+#: alone (not in the round's interleaved sweeps) and dropped: on set 1's Ali-CCP tasks of 12-21
+#: tables (10.7-11.5 GB of ops a round) a cache of 4 GB left their per-round log-sd of the plans'
+#: ratios at 0.22-0.33 against 0.15 over the set.
+OP_CACHE_GB = 12.0
+#: ... and at most this share of the memory the host has available when a sitting starts
+#: (``MemAvailable``; 11 GB on the 24 GB development VM), so that the ops kept never push the
+#: machine into swapping or the OOM killer.
+OP_CACHE_MEMORY_SHARE = 0.5
 
 #: Timed rounds of the selection sitting that picks the best baseline as the reference when
 #: none is named (measured evaluators): the reference is never chosen on the rounds it is judged on.

@@ -299,3 +299,27 @@ def test_measured_costs_come_from_the_evaluator(model, tmp_path):
     md = markdown_report(report, 2)
     assert "## simulated costs (no uncertainty)" in md and "## measured costs (median of 5 paired rounds" in md
     assert "| significant wins vs random |" in md and "| wins vs random |" in md
+
+
+def test_a_measured_benchmark_with_a_budget_passes_what_a_task_leaves_to_the_tasks_after_it(model, monkeypatch):
+    """budget_s is per task on average: each task's evaluator gets the run's budget less what the
+    tasks before it measured for, over the tasks left."""
+    import shardlab.workflows.benchmark as benchmark
+    from tests.rounds_fakes import FakeMeasuredEvaluator
+
+    budgets, took = [], iter([20.0, 100.0, 50.0])
+
+    class Budgeted(FakeMeasuredEvaluator):
+        def __init__(self, profile, rounds, seed, progress, budget_s=None):
+            super().__init__(rounds=3, seed=seed)
+            budgets.append(budget_s)
+
+        def evaluate(self, task, plans):
+            self.seconds_ = next(took)
+            return super().evaluate(task, plans)
+
+    monkeypatch.setattr(benchmark, "MeasuredEvaluator", Budgeted)
+    tasks = benchmark_tasks(["2x6"], 3, seed=3)
+    rows = run_benchmark(tasks, ["random", "size_greedy"], model, measure=True, progress=False, budget_s=60.0)
+    assert budgets == [60.0, pytest.approx((180 - 20) / 2), pytest.approx(180 - 120)]
+    assert all("measured_ms" in r for r in rows)

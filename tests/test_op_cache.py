@@ -134,3 +134,21 @@ def test_the_defaults_are_restored_after_the_block_and_after_an_error(monkeypatc
     with kept_memory(enabled=False):
         pass
     assert fake.calls == []
+
+
+def test_a_sittings_cache_holds_the_most_or_half_the_memory_available_whichever_is_less(monkeypatch):
+    import shardlab.measure.op_cache as op_cache
+    from shardlab import constants as C
+    monkeypatch.setattr(op_cache, "available_memory_bytes", lambda: 10 * C.GB)
+    assert OpCache.for_this_host().max_gb == pytest.approx(10 * C.OP_CACHE_MEMORY_SHARE)
+    monkeypatch.setattr(op_cache, "available_memory_bytes", lambda: 1000 * C.GB)
+    assert OpCache.for_this_host().max_gb == C.OP_CACHE_GB
+    monkeypatch.setattr(op_cache, "available_memory_bytes", lambda: None)
+    assert OpCache.for_this_host().max_gb == C.OP_CACHE_GB
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="MemAvailable is Linux's")
+def test_the_memory_available_is_read_from_the_os():
+    from shardlab.measure.hardware import available_memory_bytes
+    free = available_memory_bytes()
+    assert free is not None and 0 < free

@@ -21,6 +21,7 @@ from shardlab.data.model_families import (FAMILY_SETS, SCALE_FAMILY_SETS, SEALED
                                           family_path, family_set, family_tables)
 from shardlab.errors import ShardlabError
 from shardlab.io import write_json_atomic
+from shardlab.evaluate.sequential import BUDGET_SHARING
 from studies.sealed_test import draw, run
 from tests.training_tables import key, keys, training_tables
 
@@ -285,5 +286,7 @@ def test_the_driver_measures_each_task_within_a_budget_and_reports_what_each_ver
     other = rec["evaluations"][({"random", "size_greedy"} - {ref}).pop()]
     assert other["stopped"] and 0.95 - 1e-9 <= other.get("ratio_ci_confidence", 0.95) < 1
     text = md.read_text()
-    assert "a time budget of 8 s per task" in text and "| verdict | plans | mean sittings |" in text
+    assert "a time budget of 8 s per task on average" in text and "| verdict | plans | mean sittings |" in text
+    assert rec["budget_s"] == 8.0 and s["sharing"] == BUDGET_SHARING     # the first task: its share
+    assert f"| {rec['seconds']:.0f} (8) |" in text
     assert f"; {run.took(other)})" in text and run.took(other).endswith(f"{len(other['rounds_ms'])} rounds")

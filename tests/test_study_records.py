@@ -70,3 +70,12 @@ def test_a_packed_file_that_does_not_read_back_is_refused(tmp_path, monkeypatch)
         pack_run(jsonl)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scale-20260101T000000Z.journal.jsonl",
                                                           "scale-20260101T000000Z.jsonl"]
+
+
+def test_a_runs_budget_passes_what_a_task_leaves_to_the_tasks_after_it():
+    from shardlab.evaluate.sequential import task_budget
+    assert task_budget(None, 12, 0, 0.0) is None
+    assert task_budget(100.0, 4, 0, 0.0) == 100.0                  # the first task: an even share
+    assert task_budget(100.0, 4, 1, 40.0) == pytest.approx(120.0)  # 60 s left over, shared by the 3 left
+    assert task_budget(100.0, 4, 3, 200.0) == pytest.approx(200.0)  # the last task: all that is left
+    assert task_budget(100.0, 4, 2, 390.0) == pytest.approx(10.0)   # overrun: never below a tenth

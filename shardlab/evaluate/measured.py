@@ -15,7 +15,7 @@ within a round every plan sees the same lookups, identical device shards are tim
 shared, and identical plans are measured once. Within a sitting each fused op is built once and
 timed again in every round, its weights trained on by every pass as in training
 (:class:`~shardlab.measure.op_cache.OpCache`, up to :data:`~shardlab.constants.OP_CACHE_GB` GB of
-ops; building was most of a round's time on large tables), and the allocator keeps freed memory
+ops or half the memory available; building was most of a round's time on large tables), and the allocator keeps freed memory
 so that ops built again do not fault in fresh pages (:func:`~shardlab.measure.hardware.kept_memory`).
 Per plan it reports the per-round costs, their median and a 95% bootstrap interval; against a
 reference plan the paired per-round ratio, its interval and a verdict
@@ -181,7 +181,7 @@ class MeasuredEvaluator:
                 bench = stack.enter_context(CommBench.for_profile(task.ngpu, prof, pin=self.pin))
             stack.enter_context(pinned(core_for(-1), self.pin and prof.device == "cpu" and self.group is None))
             stack.enter_context(kept_memory())
-            ops = OpCache()
+            ops = OpCache.for_this_host()
             for r, order in schedule:
                 bar.set_postfix_str(f"{where} round {r + 1}/{len(orders)}" if r >= 0 else f"{where} warm-up",
                                     refresh=False)

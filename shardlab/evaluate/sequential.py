@@ -142,6 +142,24 @@ def level_of(z: float) -> float:
     return 2.0 * NormalDist().cdf(z) - 1.0
 
 
+#: How a run of several tasks shares its time budget (:func:`task_budget`), as run records say it.
+BUDGET_SHARING = "the run's budget (per task x tasks) shared: each task gets what is left over the tasks left"
+
+
+def task_budget(budget_s: float | None, ntasks: int, done: int, spent_s: float) -> float | None:
+    """The time budget (s) of the next task of a run of ``ntasks`` tasks whose ``done`` tasks so
+    far measured for ``spent_s`` seconds: the run's budget (``budget_s`` per task x ``ntasks``)
+    less what was spent, over the tasks left, so that the time a quickly decided task leaves
+    goes to the tasks after it (and a task that overran takes it from them); never below a tenth
+    of ``budget_s`` (a task is measured for at least one sitting whatever its budget). It is
+    fixed before the task is measured, so the task's stopping never depends on its own data.
+    None without a budget."""
+    if budget_s is None:
+        return None
+    left = float(budget_s) * ntasks - float(spent_s)
+    return max(0.1 * float(budget_s), left / max(1, ntasks - done))
+
+
 def check_budget(budget_s: Any) -> float:
     """``budget_s`` (s) as a float; one line unless a finite number > 0."""
     try:

@@ -57,7 +57,7 @@ from shardlab.evaluate.values import (SELECTED, DeviceCost, Evaluation, baseline
 from shardlab.export import export_for_device, export_torchrec, placement_rank
 from shardlab.plan import Plan, device_memory_bytes
 from shardlab.processes import sigint_ignored
-from shardlab.measure.hardware import HardwareProfile, get_profile
+from shardlab.measure.hardware import HardwareProfile, available_memory_bytes, get_profile
 from shardlab.tables import Task
 
 #: Learning rate of the fused update (the value only keeps weights finite; time does not depend on it).
@@ -391,9 +391,5 @@ def rank_bytes(task: Task, export: Mapping[str, Any], rank: int) -> int:
 def rank_budget_bytes(ranks_on_host: int, share: float = 0.6) -> float | None:
     """``share`` of this host's available memory (``MemAvailable``, Linux) split over its ranks,
     or None where the OS does not say."""
-    try:
-        with open("/proc/meminfo") as f:
-            kb = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError):
-        return None
-    return kb * 1024 * share / max(1, ranks_on_host)
+    free = available_memory_bytes()
+    return None if free is None else free * share / max(1, ranks_on_host)

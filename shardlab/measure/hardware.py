@@ -201,6 +201,17 @@ def kept_memory(enabled: bool = True) -> Iterator[bool]:
             libc.malloc_trim(0)
 
 
+def available_memory_bytes() -> int | None:
+    """Bytes of memory this host can give without swapping (``MemAvailable`` of
+    ``/proc/meminfo``, Linux), or None where the OS does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            kb = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return kb * 1024
+
+
 @lru_cache(maxsize=1)
 def cpu_name() -> str:
     """The CPU model as the OS reports it (``/proc/cpuinfo``), else ``platform.processor()``."""

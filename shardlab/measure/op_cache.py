@@ -1,13 +1,13 @@
 """Built fused ops kept for the next use: a measured round times the same device shards again
 and again, and building an op (allocating and zeroing its weights) costs more than timing it
-on large tables (``constants.OP_CACHE_GB``)."""
+on large tables (``constants.OP_CACHE_GB``, ``constants.OP_CACHE_MEMORY_SHARE``)."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
 from shardlab import constants as C
-from shardlab.measure.hardware import HardwareProfile
+from shardlab.measure.hardware import HardwareProfile, available_memory_bytes
 from shardlab.tables import Table
 
 
@@ -17,7 +17,8 @@ class OpCache:
     :data:`~shardlab.constants.OP_CACHE_GB`). An op that would go over is built for its one use
     and dropped; nothing is evicted (in a round's cyclic order an evicting cache would drop
     every op before its next use). ``built`` / ``reused``: how many ops were built / taken from
-    the cache; ``held_bytes``: what it holds (bytes)."""
+    the cache; ``held_bytes``: what it holds (bytes). A measured sitting opens one with
+    :meth:`for_this_host`."""
 
     def __init__(self, max_gb: float = C.OP_CACHE_GB):
         self.max_gb = float(max_gb)
@@ -25,6 +26,15 @@ class OpCache:
         self.built = 0
         self.reused = 0
         self._ops: dict[tuple, Any] = {}
+
+    @classmethod
+    def for_this_host(cls) -> "OpCache":
+        """A cache of :data:`~shardlab.constants.OP_CACHE_GB` GB, or of
+        :data:`~shardlab.constants.OP_CACHE_MEMORY_SHARE` of the memory available now where that
+        is less (the most where the OS does not say)."""
+        free = available_memory_bytes()
+        most = C.OP_CACHE_GB if free is None else min(C.OP_CACHE_GB, C.OP_CACHE_MEMORY_SHARE * free / C.GB)
+        return cls(most)
 
     def takes(self, key: tuple, nbytes: int) -> bool:
         """Whether :meth:`get` would keep (or already holds) the op under ``key``."""

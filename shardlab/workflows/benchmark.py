@@ -41,6 +41,7 @@ from shardlab.constants import BASELINE_METHODS
 from shardlab.data.tasks import generate_task, pool_tables, task_from_tables
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import Evaluation, Evaluator, MeasuredEvaluator, ModelEvaluator, compare_to_reference
+from shardlab.evaluate.sequential import task_budget
 from shardlab.io import names_list
 from shardlab.measure.hardware import get_profile
 from shardlab.search import run_sharder, sharder_for
@@ -126,8 +127,10 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
     its plans); with ``measure`` and no ``evaluator``, a
     :class:`~shardlab.evaluate.MeasuredEvaluator` of ``measure_profile`` with ``rounds`` paired rounds
     and ``seed`` (slow: real fused fbgemm ops, G gloo ranks, the bound measured in every round),
-    or with ``budget_s`` seconds per task instead (sittings of ``rounds`` rounds added while a
-    verdict against the best baseline is inconclusive: :mod:`~shardlab.evaluate.sequential`).
+    or with a time budget of ``budget_s`` seconds per task on average instead (sittings of
+    ``rounds`` rounds added while a verdict against the best baseline is inconclusive:
+    :mod:`~shardlab.evaluate.sequential`; the time a task leaves goes to the tasks after it:
+    :func:`~shardlab.evaluate.sequential.task_budget`).
     Each measured row gets its rounds, interval and, against every other one of ``baselines``
     measured on the task, the paired verdict (module docstring).
     Returns one row per (task, method), in task then method order (module docstring); costs in
@@ -136,12 +139,14 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
     on stderr; ``log``: called with one line per row (``print`` without a bar, ``tqdm.write``
     with one)."""
     judge = ModelEvaluator(ModelEvaluator(model, profile).bundle())
-    if evaluator is None and measure:
-        evaluator = MeasuredEvaluator(measure_profile, rounds=rounds, seed=seed, progress=False, budget_s=budget_s)
+    shared = evaluator is None and measure and budget_s is not None     # the run's budget shared by its tasks
+    if evaluator is None and measure and not shared:
+        evaluator = MeasuredEvaluator(measure_profile, rounds=rounds, seed=seed, progress=False)
+    spent = 0.0
     rows: list[dict[str, Any]] = []
     index: dict[str, int] = {}
     bar = tqdm(total=len(tasks) * len(methods), disable=not progress, unit="plan", desc="benchmark")
-    for setting, task in tasks:
+    for done, (setting, task) in enumerate(tasks):
         k = index[setting] = index.get(setting, -1) + 1
         mine, plans = [], {}
         for m in methods:
@@ -164,8 +169,12 @@ def run_benchmark(tasks: Sequence[tuple[str, Task]], methods: Sequence[str], mod
                 if r["method"] in plans:
                     bound, said = plan_bound(task, plans[r["method"]], record, bundle, rowwise)
                     r.update(simulated_bound_ms=bound, bound_source=said)
+        if shared and plans:
+            evaluator = MeasuredEvaluator(measure_profile, rounds=rounds, seed=seed, progress=False,
+                                          budget_s=task_budget(budget_s, len(tasks), done, spent))
         if evaluator is not None and plans:   # every plan of a task in the same rounds, one bound for all
             fields = measured_fields(evaluator.evaluate(task, plans), baselines, seed)
+            spent += float(getattr(evaluator, "seconds_", 0.0))
             for r in mine:
                 r.update(fields.get(r["method"], {}))
         rows += mine

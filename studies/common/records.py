@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence
 
 from shardlab import constants as C
+from shardlab.evaluate.sequential import BUDGET_SHARING
 from shardlab.io import write_bytes_atomic, write_text_atomic
 
 
@@ -35,10 +36,12 @@ def took(evaluation: Mapping[str, Any]) -> str:
 
 def budget_settings(budget_s: float | None) -> dict[str, Any]:
     """A run header's settings of measuring with a time budget (none without one): seconds per
-    task, the most sittings and the spending function (``shardlab.evaluate.sequential``)."""
+    task on average, how they are shared, the most sittings and the spending function
+    (``shardlab.evaluate.sequential``)."""
     if budget_s is None:
         return {}
-    return {"budget_s": float(budget_s), "looks": C.SEQUENTIAL_LOOKS, "spending": C.SEQUENTIAL_SPENDING}
+    return {"budget_s": float(budget_s), "sharing": BUDGET_SHARING, "looks": C.SEQUENTIAL_LOOKS,
+            "spending": C.SEQUENTIAL_SPENDING}
 
 
 def read_text(path: str | Path) -> str:

@@ -17,8 +17,10 @@ in paired rounds on this machine; run it alone (it times).
 3. Measures the task's plans together: ``MeasuredEvaluator("cpu", rounds, sittings, seed,
    reference=None)``: paired interleaved rounds, the best heuristic picked in a separate selection
    sitting and judged on the sittings after it, four verdicts with a 5% equivalence margin. With
-   ``--budget`` each task is measured within that time instead (``MeasuredEvaluator(budget_s=...)``:
-   sittings added while a verdict is inconclusive, decided plans dropping out); the report gives
+   ``--budget`` (per task on average; the run's budget shared, what a task leaves going to the
+   tasks after it: ``shardlab.evaluate.sequential.task_budget``) each task is measured within its share
+   instead (``MeasuredEvaluator(budget_s=...)``: sittings added while a verdict is inconclusive,
+   decided plans dropping out); the report gives
    each verdict's sittings and rounds, and an option variant is not judged against its method
    then (only comparisons with the reference are part of the sequential design).
 4. Appends the task's record to ``results/scale-<UTC>.jsonl`` as soon as it is done and rewrites
@@ -50,6 +52,7 @@ from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import method_list, run_sharder, sharder_for  # noqa: E402
 from shardlab.cli.arguments import duration  # noqa: E402
+from shardlab.evaluate.sequential import task_budget  # noqa: E402
 from studies.common.records import append_record, budget_settings, pack_run, rewrite_report, took  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -97,9 +100,10 @@ def measure_task(task: Any, methods: Sequence[str], rounds: int, sittings: int, 
         except ShardlabError as e:
             skipped[m] = str(e)
     how = {"sittings": sittings} if budget_s is None else {"budget_s": budget_s}
-    evs = MeasuredEvaluator(get_profile(PROFILE), rounds=rounds, seed=seed, reference=None, lower_bound=False,
-                            progress=False, journal=journal, **how).evaluate(task, plans)
-    return {"kind": "task", "seed": seed, "task": task.to_dict(),
+    judge = MeasuredEvaluator(get_profile(PROFILE), rounds=rounds, seed=seed, reference=None, lower_bound=False,
+                              progress=False, journal=journal, **how)
+    evs = judge.evaluate(task, plans)
+    return {"kind": "task", "measured_seconds": float(getattr(judge, "seconds_", 0.0)), **how, "seed": seed, "task": task.to_dict(),
             "copies": sum((t.source or "").startswith("augmented:") for t in task.tables),
             "weights_gb": sum(t.rows * t.dim * 4 for t in task.tables) / 2**30,
             "plans": {m: p.to_dict() for m, p in plans.items()}, "search_seconds": seconds, "skipped": skipped,
@@ -145,7 +149,7 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
              f"{len(records)} of {len(s['sizes'])} tasks over the {len(s['sets'])} held-out-at-scale families "
              f"(`datasets/heldout_scale/`), {s['ngpu']} GPUs x {s['mem_cap_gb']:g} GB, profile `{header['profile']}`, "
              + (f"{s['rounds']} paired rounds x {s['sittings']} sittings" if budget is None else
-                f"a time budget of {budget:g} s per task (sittings of {s['rounds']} rounds added while a verdict is "
+                f"a time budget of {budget:g} s per task on average ({s.get('sharing') or 'each task its own'}; sittings of {s['rounds']} rounds added while a verdict is "
                 "inconclusive; each verdict gives the sittings and rounds it took)")
              + f", equivalence margin {s['margin']:.0%}. "
              "The reference is the best baseline among the methods run, picked by the evaluator in a separate "
@@ -208,10 +212,13 @@ def run(rounds: int, sittings: int, out: Path, sizes: Sequence[int] = SIZES, pro
     tasks = study_tasks(sizes)
     with open(jsonl, "x") as f:
         append_record(f, header)
-        for seed, task in tqdm(tasks, desc="held-out tasks at scale", unit="task", disable=not progress):
+        spent = 0.0
+        for done, (seed, task) in enumerate(tqdm(tasks, desc="held-out tasks at scale", unit="task",
+                                                 disable=not progress)):
             start = time.perf_counter()
             rec = measure_task(task, methods, rounds, sittings, seed, journal=str(out / f"{run_id}.journal.jsonl"),
-                               budget_s=budget_s)
+                               budget_s=task_budget(budget_s, len(tasks), done, spent))
+            spent += rec["measured_seconds"]
             rec["seconds"] = round(time.perf_counter() - start, 1)
             append_record(f, rec)
             records.append(rec)
@@ -224,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=6, help="paired rounds per sitting (default 6)")
     ap.add_argument("--sittings", type=int, default=2, help="sittings (default 2)")
     ap.add_argument("--budget", type=duration, default=None, metavar="DURATION",
-                    help="measure each task within this time (90s, 10m) instead of --sittings")
+                    help="measure with a time budget of this much per task on average (90s, 10m; the time a "
+                         "task leaves goes to the tasks after it) instead of --sittings")
     ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="tables per task, comma-separated (default all)")
     ap.add_argument("--methods", default=",".join(METHODS),

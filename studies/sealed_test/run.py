@@ -13,11 +13,14 @@ only by its one command, ``bash scripts/sealed_test.sh`` (which calls, with fixe
 3. Measures the task's plans together: ``MeasuredEvaluator(profile, rounds=8, sittings=2,
    seed=<task seed>, reference=None)`` (``sittings`` passed where the evaluator takes it), i.e.
    paired interleaved rounds, each plan's verdict against the task's best baseline. With
-   ``--budget`` (per task, e.g. ``107s``) the task is measured with that time budget instead
+   ``--budget`` (per task on average, e.g. ``107s``) the task is measured with a time budget instead
    (``MeasuredEvaluator(budget_s=...)``: sittings of 8 rounds added while a verdict is
    inconclusive, decided plans dropping out, repeated confidence intervals by alpha spending),
    and the report gives
-   each verdict's sittings and rounds and why its plan stopped.
+   each verdict's sittings and rounds and why its plan stopped. The run's budget (``--budget``
+   x tasks) is shared: each task gets what is left over the tasks left
+   (``shardlab.evaluate.sequential.task_budget``), so the time a quickly decided task leaves goes to
+   the tasks after it.
 4. Appends the task's record (entry, task, plans, skips, Evaluation JSON) to
    ``results/<run>.jsonl`` as soon as the task is done, and rewrites ``results/<run>.md`` (per
    method: tasks faster / equivalent / slower / inconclusive against the reference). ``<run>`` is
@@ -52,6 +55,7 @@ from shardlab.evaluate import VERDICTS as EVALUATOR_VERDICTS, MeasuredEvaluator 
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile, profile_with  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
+from shardlab.evaluate.sequential import task_budget  # noqa: E402
 from studies.common.records import budget_settings, took  # noqa: E402
 from studies.sealed_test.draw import (NEWEST, SETS, check_manifest, load_manifest, manifest_path,  # noqa: E402
                                       sealed_task)
@@ -127,8 +131,8 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
              f"`{header['manifest']['sha256'][:16]}...`), profile `{header['profile']['name']}`, "
              f"{len(records)} of {header['manifest']['tasks']} tasks done. Every task's plans measured together: "
              + (f"{s['rounds']} paired rounds x {s['sittings'] or 1} sitting(s)" if budget is None else
-                f"a time budget of {budget:g} s per task (sittings of {s['rounds']} paired rounds, up to "
-                f"{s['looks']}, added while a verdict is inconclusive; decided plans drop out; each look's interval "
+                f"a time budget of {budget:g} s per task on average ({s.get('sharing') or 'each task its own'}; "
+                f"sittings of {s['rounds']} paired rounds, up to {s['looks']}, added while a verdict is inconclusive; decided plans drop out; each look's interval "
                 f"a repeated confidence interval by `{s['spending']}` alpha spending on the budget's time scale)")
              + ", equivalence margin "
              f"{s['margin']:.0%}; each verdict is against the task's reference, the best of the baselines "
@@ -147,12 +151,14 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
             evs = [e for rec in records for m, e in rec["evaluations"].items()
                    if e.get("reference") != m and (e.get("verdict") or "inconclusive") == v]
             if evs:
-                why = sorted({str(e.get("stopped", "")).split(" after ")[0].split(" in ")[0] for e in evs})
+                why = sorted({str(e.get("stopped", "")).split(" after ")[0].split(" in ")[0] for e in evs} - {""})
                 lines.append(f"| {v} | {len(evs)} | {np.mean([len(e.get('sittings_ms') or [0]) for e in evs]):.2f} | "
                              f"{np.mean([len(e.get('rounds_ms') or []) for e in evs]):.1f} | {', '.join(why)} |")
         lines.append(f"\nMeasuring took {sum(r.get('seconds', 0) for r in records):.0f} s over the tasks done.")
-    lines += ["", "## Tasks", "", "| # | task | GPUs | tables | reference | verdicts (ratio to reference) |",
-              "| ---: | --- | ---: | ---: | --- | --- |"]
+    timing = budget is not None and any("budget_s" in r for r in records)
+    lines += ["", "## Tasks", "", "| # | task | GPUs | tables | " + ("measured s (budget) | " if timing else "")
+              + "reference | verdicts (ratio to reference) |",
+              "| ---: | --- | ---: | ---: | " + ("---: | " if timing else "") + "--- | --- |"]
     for rec in records:
         evs = rec["evaluations"]
         ref = next((e.get("reference") for e in evs.values()), None)
@@ -160,8 +166,10 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
                          + (f"; {took(e)}" if budget is not None else "") + ")"
                          for m, e in evs.items() if m != ref and "ratio_to_reference" in e)
         skips = "".join(f"; `{m}` skipped" for m in rec["skipped"])
+        took_s = f"{rec.get('seconds', 0):.0f} ({rec['budget_s']:.0f}) | " if timing and "budget_s" in rec else (
+            "- | " if timing else "")
         lines.append(f"| {rec['entry']['index']} | `{rec['task']['name']}` | {rec['task']['ngpu']} | "
-                     f"{len(rec['task']['tables'])} | `{ref}` | {said}{skips} |")
+                     f"{len(rec['task']['tables'])} | {took_s}`{ref}` | {said}{skips} |")
     return "\n".join(lines) + "\n"
 
 
@@ -201,17 +209,22 @@ def run(manifest_file: str | Path | None = None, out: str | Path = RESULTS, prof
     with open(jsonl, "x") as f:
         f.write(json.dumps(header) + "\n")
         f.flush()
-        for entry in tqdm(manifest["tasks"], desc=f"sealed tasks ({plan_profile})", unit="task", disable=not progress):
+        spent = 0.0
+        for done, entry in enumerate(tqdm(manifest["tasks"], desc=f"sealed tasks ({plan_profile})", unit="task",
+                                          disable=not progress)):
             task = sealed_task(manifest, entry)
             measure = profile_with(plan_profile, batch_size=task.batch_size)
             plans, skipped = plans_of(task, methods, plan_profile, int(entry["seed"]))
             named = (references or {}).get(task.name)
-            judge = evaluator(measure, rounds, sittings, int(entry["seed"]), budget_s, named if named in plans else None)
+            budget = task_budget(budget_s, len(manifest["tasks"]), done, spent)
+            judge = evaluator(measure, rounds, sittings, int(entry["seed"]), budget, named if named in plans else None)
             evs = judge.evaluate(task, plans) if plans else {}
+            spent += float(getattr(judge, "seconds_", 0.0))
             rec = {"kind": "task", "entry": dict(entry), "task": task.to_dict(),
                    "plans": {m: p.to_dict() for m, p in plans.items()}, "skipped": skipped,
                    "evaluations": {m: e.to_dict() for m, e in evs.items()}, "measure_profile": measure.name,
-                   "seconds": float(getattr(judge, "seconds_", 0.0))}
+                   "seconds": float(getattr(judge, "seconds_", 0.0)),
+                   **({"budget_s": budget} if budget is not None else {})}
             f.write(json.dumps(rec) + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -230,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--manifest", default=None, help="a manifest file instead of the set's (for the tests)")
     ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
     ap.add_argument("--budget", type=duration, default=None, metavar="DURATION",
-                    help="measure each task with this time budget (90s, 10m) instead of 8 rounds x 2 sittings")
+                    help="measure with a time budget of this much per task on average (90s, 10m; the "
+                         "time a task leaves goes to the tasks after it) instead of 8 rounds x 2 sittings")
     args = ap.parse_args(argv)
     try:
         jsonl, md = run(args.manifest, args.out, args.profile, sealed_set=args.set, budget_s=args.budget)

@@ -10,8 +10,9 @@ is stored gzipped.
 
     .venv/bin/python studies/set1_development/run.py [--profile NAME] [--budget DURATION]
 
-``--budget 107s``: each task measured with that time budget instead (the sealed driver's
-``--budget``); 107 s per task is what 8 x 2 took on average in the first development run.
+``--budget 107s``: measured with a time budget of 107 s per task on average instead (the sealed
+driver's ``--budget``: the run's 12 x 107 s shared, the time a task leaves going to the tasks after
+it); 107 s per task is what 8 x 2 took on average in the first development run.
 ``--same-references RUN``: judge each task against the reference an earlier run of set 1 chose
 (its ``.jsonl`` or ``.jsonl.gz``), so that the two runs measure the same comparisons.
 """
@@ -47,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=None, help="hardware profile (default: cpu when no GPU is visible)")
     ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
     ap.add_argument("--budget", type=duration, default=None, metavar="DURATION",
-                    help="measure each task with this time budget (e.g. 107s) instead of 8 rounds x 2 sittings")
+                    help="measure with a time budget of this much per task on average (e.g. 107s; the time "
+                         "a task leaves goes to the tasks after it) instead of 8 rounds x 2 sittings")
     ap.add_argument("--same-references", default=None, metavar="RUN",
                     help="judge each task against the reference this earlier run of set 1 chose")
     args = ap.parse_args(argv)
