@@ -1,4 +1,4 @@
-"""NeuroShard costing row layouts with a row-wise comm model (search/row_comm.py): the pattern
+"""NeuroShard costing row layouts with a row-wise comm model (search/row_wise.py, ``row_aware_comm``): the pattern
 the search charges is the one the evaluators measure and predict for the finished plan."""
 
 import numpy as np

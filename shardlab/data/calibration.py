@@ -6,7 +6,7 @@ Poisson with the bucket's rate, and Poisson bin probabilities come from a precom
 :func:`calibrate` minimises L1(accesses) + 0.5 L1(unique rows) + |log(unique fraction / target)|
 of that expectation with Adam on a differentiable torch twin, over the free hyperparameters
 (``FREE``, within ``BOUNDS``). No sampling happens here; pools built from a fitted preset are
-verified by real sampling (``scripts/build_pool.py``).
+verified by real sampling (``studies/tools/build_pool.py``).
 """
 
 from __future__ import annotations

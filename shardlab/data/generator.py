@@ -28,7 +28,7 @@ not decide them by chance. Lookups are regenerated exactly from (index_seed, dis
 batch_size, batch_index) with ``np.random.default_rng``; a pool stores parameters and measured
 stats, never lookups.
 
-Calibration (``scripts/build_pool.py --calibrate``): a table's expected 17-bin histograms
+Calibration (``studies/tools/build_pool.py --calibrate``): a table's expected 17-bin histograms
 follow without sampling (ranks in buckets, Poisson access counts per row); the preset
 hyperparameters are fitted by gradient descent on a torch twin of that model, averaged over
 several pool-sized draws, and the shipped pools are then verified by real sampling.

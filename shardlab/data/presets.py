@@ -85,7 +85,7 @@ PRESETS: dict[str, GeneratorPreset] = {
         target_access_hist=(0.069, 0.044, 0.068, 0.101, 0.121, 0.104, 0.073, 0.058, 0.052, 0.05,
                             0.049, 0.048, 0.048, 0.043, 0.031, 0.023, 0.019),
         target_unique_fraction=0.14479, pooling_mean=15.8117,
-        # fitted by scripts/build_pool.py --calibrate (see datasets/dlrm_synth/PROVENANCE.md)
+        # fitted by studies/tools/build_pool.py --calibrate (see datasets/dlrm_synth/PROVENANCE.md)
         rows_log10_mean=5.0392, pooling_log_sd=0.8, light_frac=0.0292, rows_pool_slope=0.2373,
         alpha_mean=1.0719, alpha_sd=0.1319, alpha_pool_slope=-0.3584, alpha_rows_slope=-0.8211,
         q_log10_mean=1.3479, q_log10_sd=0.3396, hot_table_frac=1.0, hot_log10_mean=-2.3782,
@@ -102,7 +102,7 @@ PRESETS: dict[str, GeneratorPreset] = {
         target_access_hist=(0.027, 0.023, 0.04, 0.068, 0.105, 0.12, 0.099, 0.07, 0.059, 0.054,
                             0.04, 0.07175, 0.064, 0.047, 0.021, 0.017125, 0.0750625),
         target_unique_fraction=0.0784525, pooling_mean=13.6075,
-        # fitted by scripts/build_pool.py --calibrate (see datasets/dlrm_synth_2022/PROVENANCE.md)
+        # fitted by studies/tools/build_pool.py --calibrate (see datasets/dlrm_synth_2022/PROVENANCE.md)
         rows_log10_mean=4.8924, pooling_log_sd=0.8, light_frac=0.4712, rows_pool_slope=0.6225,
         alpha_mean=1.3234, alpha_sd=0.717, alpha_pool_slope=-0.4993, alpha_rows_slope=-0.5534,
         q_log10_mean=2.7869, q_log10_sd=1.1632, hot_table_frac=0.4232, hot_log10_mean=-1.7978,

@@ -7,7 +7,7 @@ faster). The guard re-scores every state the column-wise search evaluated with o
 same measurements) and returns the cheapest state under all of them:
 
 - for each judge, every device that holds a column split has its predicted compute ms multiplied
-  by the judge's split-calibration factor (``costmodel/calibration.py``; 1 for a bundle without
+  by the judge's split-calibration factor (``costmodel/bundle.py``, ``calibrate_splits``; 1 for a bundle without
   one) and the plan is re-simulated with the judge's comm model;
 - a state's *guarded ratio* under a judge is that cost over the judge's cost of the table-wise
   plan (or, when no table-wise plan fits, over the judge's cheapest state); its *score* is the
