@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from shardlab.errors import ShardlabError
-from shardlab.measure.comm import (CommBench, CommBenchError, batch_rows,
-                                   measure_all_to_all, randomized_dim_assignment)
+from shardlab.measure.comm import CommBench, CommBenchError, batch_rows, randomized_dim_assignment
 from shardlab.measure.records import CommRecord
 
 BATCH = 4096
@@ -95,7 +94,6 @@ def test_sample_records_settings(bench2):
     (lambda b: b.measure([4, 4], delays_ms=[0]), "delays_ms"),
     (lambda b: b.measure([4, 4], repeats=0), "repeats"),
     (lambda b: CommBench(1, 100), "world_size"),
-    (lambda b: measure_all_to_all([8], 100), "world_size"),
     (lambda b: CommBench(4, 3), "batch_size"),
     (lambda b: CommBench(2, 100, backend="nccl", device="cpu"), "backend"),
     (lambda b: randomized_dim_assignment([4, -8], 2, np.random.default_rng(0)), "dims"),
@@ -152,8 +150,9 @@ def test_dead_rank_raises_in_parent_and_leaves_no_children():
     assert _all_gone(pids)
 
 
-def test_one_shot_measure():
+def test_a_bench_opened_and_closed_leaves_no_rank_behind():
     before = {p.pid for p in multiprocessing.active_children()}
-    s = measure_all_to_all([8, 24], 256, repeats=2, warmup=0, timeout_s=60)
+    with CommBench(2, 256, timeout_s=60) as bench:
+        s = bench.measure([8, 24], repeats=2, warmup=0)
     assert s.dim_sums == (8, 24) and len(s.bw_comm_ms) == 2
     assert {p.pid for p in multiprocessing.active_children()} <= before

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shardlab.constants import SEED_DIMS
-from shardlab.data.tasks import generate_task, generate_tasks, pool_tables
+from shardlab.data.tasks import generate_task, pool_tables
 from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.search import get_sharder, run_sharder
 
@@ -15,8 +15,8 @@ def _base(name: str) -> str:
 
 
 def test_train_and_test_tasks_use_disjoint_tables():
-    train = {_base(t.name) for task in generate_tasks(5, ntables=60, split="train") for t in task.tables}
-    test = {_base(t.name) for task in generate_tasks(5, ntables=60, split="test") for t in task.tables}
+    train = {_base(t.name) for s in range(5) for t in generate_task(ntables=60, split="train", seed=s).tables}
+    test = {_base(t.name) for s in range(5) for t in generate_task(ntables=60, split="test", seed=s).tables}
     assert train and test and not train & test
     assert {t.name for t in pool_tables("dlrm-synth", "train")}.isdisjoint(
         t.name for t in pool_tables("dlrm-synth", "test"))

@@ -319,7 +319,3 @@ def task_dims(dims: Sequence[int] | None, imported: bool) -> tuple[tuple[int, ..
     chosen = tuple(int(d) for d in (C.SEED_DIMS if dims is None else dims))
     return chosen, "dims drawn from " + ",".join(str(d) for d in chosen)
 
-
-def generate_tasks(n: int, seed: int = 0, **kwargs) -> list[Task]:
-    """``n`` tasks with seeds ``seed, seed+1, ...`` (other arguments as :func:`generate_task`)."""
-    return [generate_task(seed=seed + i, **kwargs) for i in range(n)]

@@ -415,11 +415,3 @@ def check_rowwise_exchange(bench: CommBench, rowwise: RowWise) -> list[dict[str,
     """Run one coded row-wise exchange on ``bench``'s ranks (``rowwise_comm.check_rowwise``)."""
     return bench._request("check_rowwise", bench.timeout_s, rowwise=rowwise.check(bench.world_size))
 
-
-def measure_all_to_all(dim_sums: Sequence[int], batch_size: int, delays_ms: Sequence[float] | None = None,
-                       backend: str = "gloo", repeats: int = 10, warmup: int = 3, device: str = "cpu",
-                       dtype: torch.dtype = torch.float32, threads_per_rank: int = 1,
-                       timeout_s: float = 120.0) -> CommRecord:
-    """One-shot :meth:`CommBench.measure` on ``len(dim_sums)`` ranks (starts and stops a bench)."""
-    with CommBench(len(dim_sums), batch_size, backend, device, dtype, threads_per_rank, timeout_s) as bench:
-        return bench.measure(dim_sums, delays_ms, repeats, warmup)
