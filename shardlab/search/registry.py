@@ -128,7 +128,7 @@ def _spec_parts(spec: str) -> tuple[str, list[tuple[str, str]]]:
     if not m:
         raise ShardlabError(f"method '{spec}' must look like 'name' or 'name[key=value,...]'")
     pairs = []
-    for item in _split_top(m.group(2) or ""):
+    for item in split_specs(m.group(2) or ""):
         key, sep, value = item.partition("=") if "=" in item else item.partition(":")
         if not sep or not key.strip().isidentifier():
             raise ShardlabError(f"method '{spec}': option '{item.strip()}' must look like key=value")
@@ -136,8 +136,9 @@ def _spec_parts(spec: str) -> tuple[str, list[tuple[str, str]]]:
     return m.group(1), pairs
 
 
-def _split_top(text: str) -> list[str]:
-    """Comma-separated items of ``text``, commas inside brackets kept (empty items dropped)."""
+def split_specs(text: str) -> list[str]:
+    """Comma-separated items of ``text``, commas inside brackets kept, blanks dropped
+    (``random,neuroshard[model=analytic,columns=false]`` -> two specs)."""
     out, depth, cur = [], 0, ""
     for ch in text:
         depth += (ch in "[(") - (ch in "])")
@@ -238,7 +239,7 @@ def method_list(methods: str | Sequence[str]) -> list[str]:
     (one-line error naming the bad one). Returns the labels plans will carry
     (:func:`method_label`)."""
     if isinstance(methods, str) and not methods.strip().startswith(("[", "(")):
-        names = _split_top(methods)
+        names = split_specs(methods)
     else:
         names = names_list(methods)
     if not names:

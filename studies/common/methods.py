@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Mapping, TypeVar
 
-#: Name a variant was recorded under -> the spec of the same sharder.
-SPEC_OF = {"neuroshard_tw": "neuroshard[columns=false]",
-           "neuroshard_pool": "neuroshard[model=neuroshard]",
-           "neuroshard_unguarded": "neuroshard[split_guard=false]",
-           "neuroshard_rwcomm": "neuroshard[rowwise_comm=shipped]"}
+from shardlab.search.registry import ALIASES, split_specs
+
+#: Name a variant was recorded under -> the spec of the same sharder: the registry's aliases
+#: (``shardlab.search.ALIASES``) but ``neuroshard_broad``, whose records were made with the
+#: defaults of their day, not with today's ``neuroshard``.
+SPEC_OF = {old: spec for old, spec in ALIASES.items() if old != "neuroshard_broad"}
 
 #: NeuroShard searching table-wise only (no column splits): the reference of column-wise.
 TABLE_WISE = SPEC_OF["neuroshard_tw"]
@@ -38,10 +39,4 @@ def respelled(by_method: Mapping[str, V]) -> dict[str, V]:
 def split_methods(text: str) -> list[str]:
     """Comma-separated methods, commas inside brackets belonging to their spec
     (``random,neuroshard[model=analytic,columns=false]`` -> two methods); blanks dropped."""
-    out, depth, start = [], 0, 0
-    for i, ch in enumerate(text + ","):
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
-            out.append(text[start:i].strip())
-            start = i + 1
-    return [m for m in out if m]
+    return split_specs(text)
