@@ -80,11 +80,16 @@ def setting(text: str) -> tuple[str, Any]:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """Field name -> the docstring written right after the field in the class source."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
-    return {node.target.id: inspect.cleandoc(doc.value.value) for node, doc in zip(body, body[1:])
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-            and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)}
+    """Field name -> the docstring written right after the field in the class source (a base
+    dataclass's fields from its source; a field a subclass declares again, from the subclass's)."""
+    docs: dict[str, str] = {}
+    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
+        docs.update({node.target.id: inspect.cleandoc(doc.value.value) for node, doc in zip(body, body[1:])
+                     if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                     and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
+                     and isinstance(doc.value.value, str)})
+    return docs
 
 
 def field_types(cls: type) -> dict[str, Any]:

@@ -20,30 +20,19 @@ if TYPE_CHECKING:      # a profile object may be passed; at run time this module
     from shardlab.measure.hardware import HardwareProfile
 
 @dataclass(frozen=True)
-class DreamShardArgs:
-    """DreamShard's training configuration (one place for every knob)."""
+class _PolicyArgs:
+    """The knobs both policies' training has (first in each subclass's ``--help``; a subclass may set its own default)."""
 
-    iterations: int = 10
-    """Outer iterations, each: measure plans, refit the cost network, REINFORCE (iterations)."""
-    measure_per_iteration: int = 4
-    """Plans of the current policy measured per iteration, over all device counts (plans; 0: none, and without
-    measured or given plans no cost-network update: the reward is the cost model's alone)."""
-    updates_per_iteration: int = 50
-    """REINFORCE updates per iteration (policy-gradient steps)."""
     episodes: int = 16
-    """Episodes per update, all on one training task (batch size, episodes)."""
-    lr: float = 5e-4
-    """Adam learning rate at the start of each iteration, decayed linearly to 0 (unitless)."""
-    entropy_coef: float = 1e-3
-    """Weight of the entropy bonus in the loss (unitless)."""
+    """Episodes per update, all on one training task (episodes)."""
     ngpu: tuple[int, ...] = (4,)
     """Device counts G of the training tasks and measured plans; one policy serves them all (devices)."""
     ntables: tuple[int, int] = (10, 60)
     """Tables per training task and measured plan: inclusive range LOW HIGH (tables)."""
-    tasks_per_iteration: int = 8
-    """Training tasks drawn per iteration, cycled by the updates (tasks)."""
-    cost_epochs: int = 100
-    """Epochs of each cost-network update, continuing from its current weights (epochs)."""
+    lr: float = 5e-4
+    """Adam learning rate (unitless)."""
+    entropy_coef: float = 1e-3
+    """Weight of the entropy bonus in the loss (unitless)."""
     profile: str | HardwareProfile = "cpu"
     """Hardware profile the plans are measured with: a shipped profile name or a profile."""
     probe_every: int = 0
@@ -55,29 +44,40 @@ class DreamShardArgs:
     progress: bool = True
     """Show a progress bar over the updates."""
 
+
+@dataclass(frozen=True)
+class DreamShardArgs(_PolicyArgs):
+    """DreamShard's training configuration (one place for every knob)."""
+
+    iterations: int = 10
+    """Outer iterations, each: measure plans, refit the cost network, REINFORCE (iterations)."""
+    measure_per_iteration: int = 4
+    """Plans of the current policy measured per iteration, over all device counts (plans; 0: none, and without
+    measured or given plans no cost-network update: the reward is the cost model's alone)."""
+    updates_per_iteration: int = 50
+    """REINFORCE updates per iteration (policy-gradient steps)."""
+    lr: float = 5e-4
+    """Adam learning rate at the start of each iteration, decayed linearly to 0 (unitless)."""
+    tasks_per_iteration: int = 8
+    """Training tasks drawn per iteration, cycled by the updates (tasks)."""
+    cost_epochs: int = 100
+    """Epochs of each cost-network update, continuing from its current weights (epochs)."""
+
     def __post_init__(self) -> None:
         check_rl_args(self, {"iterations": 1, "measure_per_iteration": 0, "updates_per_iteration": 1, "episodes": 1,
                             "tasks_per_iteration": 1, "cost_epochs": 1, "probe_every": 0})
 
 
 @dataclass(frozen=True)
-class AutoShardArgs:
+class AutoShardArgs(_PolicyArgs):
     """AutoShard's training configuration (one place for every knob)."""
 
     updates: int = 300
     """Learner updates in all (gradient steps; each replays ``episodes`` episodes)."""
-    episodes: int = 16
-    """Episodes the actors play per update, all on one training task (episodes)."""
-    ngpu: tuple[int, ...] = (4,)
-    """Device counts G of the training tasks and measured plans; one policy serves them all (devices)."""
-    ntables: tuple[int, int] = (10, 60)
-    """Tables per training task and measured plan: inclusive range LOW HIGH (tables)."""
     n_tasks: int = 16
     """Training tasks drawn once and cycled by the updates (tasks)."""
     sync_every: int = 4
     """Updates between refreshes of the actors' behaviour policy (updates)."""
-    lr: float = 5e-4
-    """Adam learning rate (unitless)."""
     entropy_coef: float = 1e-2
     """Weight of the entropy bonus (unitless)."""
     value_coef: float = 0.5
@@ -94,16 +94,6 @@ class AutoShardArgs:
     """Greedy policy plans measured per refit (plans; 0: none, no refits: the reward is the cost model's alone)."""
     cost_epochs: int | None = None
     """Epochs of each online refit (epochs; None: the pre-trained cost model's own)."""
-    profile: str | HardwareProfile = "cpu"
-    """Hardware profile the plans are measured with: a shipped profile name or a profile."""
-    probe_every: int = 0
-    """Updates between probes of the greedy policy on the fixed probe tasks (updates; 0: none)."""
-    probe_judge: str = "neuroshard_broad"
-    """Shipped cost-model bundle that judges the probes (a simulation, labelled so)."""
-    seed: int = 0
-    """Seed of tasks, sampling, networks and the measured-plan campaign (integer >= 0)."""
-    progress: bool = True
-    """Show a progress bar over the updates."""
 
     def __post_init__(self) -> None:
         check_rl_args(self, {"updates": 1, "episodes": 1, "n_tasks": 1, "sync_every": 1, "refit_every": 1,
