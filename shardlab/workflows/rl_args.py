@@ -21,7 +21,8 @@ if TYPE_CHECKING:      # a profile object may be passed; at run time this module
 
 @dataclass(frozen=True)
 class _PolicyArgs:
-    """The knobs both policies' training has (first in each subclass's ``--help``; a subclass may set its own default)."""
+    """The knobs both policies' training has (first in each subclass's ``--help``; a subclass
+    declares a field again where its default or help differs)."""
 
     episodes: int = 16
     """Episodes per update, all on one training task (episodes)."""
