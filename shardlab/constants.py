@@ -122,6 +122,12 @@ RANK_LOSS_GAP = 0.0488     # log(1.05)
 #: tasks' budgets hold; decided plans drop out, so the close calls get the sittings the clear ones
 #: leave.
 SEQUENTIAL_LOOKS = 16
+#: ... and the looks before this many sittings spend no error probability unless the budget holds
+#: no more (``evaluate/sequential.py``): on set 1 (two runs an hour apart, 2026-12-02) the only two
+#: opposite verdicts were both decided after one sitting (x0.85 and x0.91, then x1.10 and x1.11):
+#: that sitting's ops ran 20-40% apart from every other sitting's, consistently over its 8 rounds,
+#: so its own rounds could not show it.
+SEQUENTIAL_MIN_SITTINGS = 2
 #: The spending function of those looks (``evaluate/sequential.py`` SPENDING): O'Brien-Fleming's,
 #: strict early and nearly a plain 95% interval at the last look.
 SEQUENTIAL_SPENDING = "obrien-fleming"

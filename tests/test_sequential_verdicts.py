@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.sequential import Z_MOST, crossing_probability, level_of, next_boundary, run_sequential, spent
 from shardlab.evaluate.values import DeviceCost, Evaluation
@@ -118,7 +119,11 @@ def test_a_budget_of_one_sitting_is_one_plain_95_look_and_a_longer_one_narrows_a
     assert out["close"].comparison.stopped == "budget spent after 1 sittings (15 s)"
     out, done = clocked(40)
     assert len(done) == 4 and out["close"].comparison.confidence == pytest.approx(level_of(2.043), abs=1e-3)
-    assert out["clear"].comparison.confidence == pytest.approx(level_of(3.92), abs=1e-4)      # decided at look 1 of 4
+    # decided at look 1 of 4, which spends nothing (constants.SEQUENTIAL_MIN_SITTINGS): at z = Z_MOST,
+    # not at O'Brien-Fleming's 3.92 for a first look
+    assert C.SEQUENTIAL_MIN_SITTINGS == 2
+    assert out["clear"].comparison.confidence == pytest.approx(level_of(Z_MOST), abs=1e-6)
+    assert out["clear"].comparison.stopped == "decided after 1 of at most 8 sittings"
 
 
 def test_bad_budgets_looks_and_spending_are_refused():

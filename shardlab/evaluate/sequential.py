@@ -23,6 +23,12 @@ last -- is wrong at most 5% of the time.
   budget that holds one sitting gives exactly one 95% look.
 - ``pocock``: alpha(t) = 0.05 ln(1 + (e - 1) t), nearly equal z at every look.
 
+**No verdict on one sitting when the budget holds more.** The looks before
+:data:`~shardlab.constants.SEQUENTIAL_MIN_SITTINGS` sittings spend no error probability (their z
+is :data:`Z_MOST`, so only a difference far beyond any noise seen ends a plan there), unless the
+budget holds no more sittings: a sitting can sit apart from the others as a whole (an op built
+slow for the sitting), which its own rounds cannot show and only a second sitting can.
+
 The looks' times t_k depend on how long sittings took, which depends on how many plans were
 still open; they never depend on the comparison being judged at look k (the last look is
 declared before its verdicts are read). ``studies/statistics/sequential.py`` simulates the rate
@@ -182,7 +188,8 @@ def run_sequential(sitting: Callable[[int, Sequence[str]], Mapping[str, list]],
                    evaluation: Callable[[str, Sequence[Mapping[str, list]]], Evaluation],
                    plans: Sequence[str], reference: str, budget_s: float, looks: int, seed: int, margin: float,
                    sitting_sd: float | None, chosen: str | None, clock: Callable[[], float] = time.perf_counter,
-                   started: float | None = None, spending: str = C.SEQUENTIAL_SPENDING
+                   started: float | None = None, spending: str = C.SEQUENTIAL_SPENDING,
+                   min_sittings: int = C.SEQUENTIAL_MIN_SITTINGS
                    ) -> tuple[dict[str, Evaluation], list[Mapping[str, list]]]:
     """Measure in sittings until every plan is decided, the budget is spent or ``looks`` sittings
     are done (module docstring).
@@ -193,7 +200,8 @@ def run_sequential(sitting: Callable[[int, Sequence[str]], Mapping[str, list]],
     plans (the reference among them); ``budget_s``: seconds in all, counted from ``started`` (a
     ``clock`` reading: when the evaluation began, so a selection sitting counts too; default: this
     call), and a sitting is not started when the last one's length would overrun it (the look
-    before it is then the last); ``spending``: the spending function (:func:`spent`). Returns
+    before it is then the last); ``spending``: the spending function (:func:`spent`);
+    ``min_sittings``: looks before this many sittings spend nothing unless last. Returns
     every plan's Evaluation compared with the reference (``stopped`` says why, ``confidence`` the
     level of the look it stopped at) and the sittings measured."""
     budget = check_budget(budget_s)
@@ -212,7 +220,7 @@ def run_sequential(sitting: Callable[[int, Sequence[str]], Mapping[str, list]],
         now = clock()
         last = s + 1 == most or now - start + (now - began) > budget      # declared before any verdict is read
         share = 1.0 if last else min(1.0, (now - start) / budget)
-        spend = spent(share, spending) - used
+        spend = spent(share, spending) - used if last or s + 1 >= min_sittings else 0.0
         used += spend
         zs.append(next_boundary(tuple(zs), spend))
         level = level_of(zs[-1])
