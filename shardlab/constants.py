@@ -95,8 +95,9 @@ ROWWISE_COMM_MODEL = "analytic_rowwise_comm"
 RANGE_ENVELOPE_QUANTILE = 1.0
 
 #: Quantile of log(measured / predicted) over measured split shards that NeuroShard's split
-#: guard charges every device holding a column split (``costmodel/bundle.py``, ``calibrate_splits``): 0.75 asks a
-#: split to win even when the model under-predicts its shards as badly as in 1 case of 4.
+#: guard charges every device holding a column split (``costmodel/bundle.py``,
+#: ``calibrate_splits``): 0.75 asks a split to win even when the model under-predicts its shards
+#: as badly as in 1 case of 4.
 SPLIT_GUARD_QUANTILE = 0.75
 
 #: Guarded scores within this fraction of the best are tied, and the state with fewest column

@@ -173,7 +173,8 @@ def dataclass_from_args(cls: type, args: argparse.Namespace) -> Any:
 
 
 def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, search_model: bool = False) -> None:
-    """The options that choose and configure the evaluator (shared by the verbs evaluate, compare and report).
+    """The options that choose and configure the evaluator (shared by the verbs evaluate, compare
+    and report).
     ``search_model``: the default model is the profile's NeuroShard bundle
     (its folder's ``search_model``), else the profile's analytic model."""
     how = p.add_mutually_exclusive_group()

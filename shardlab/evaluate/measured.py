@@ -15,8 +15,8 @@ within a round every plan sees the same lookups, identical device shards are tim
 shared, and identical plans are measured once. Within a sitting each fused op is built once and
 timed again in every round, its weights trained on by every pass as in training
 (:class:`~shardlab.measure.op_cache.OpCache`, up to :data:`~shardlab.constants.OP_CACHE_GB` GB of
-ops or half the memory available; building was most of a round's time on large tables), and the allocator keeps freed memory
-so that ops built again do not fault in fresh pages (:func:`~shardlab.measure.hardware.kept_memory`).
+ops or half the memory available; building was most of a round's time on large tables), and the
+allocator keeps freed memory so that ops built again do not fault in fresh pages (:func:`~shardlab.measure.hardware.kept_memory`).
 Per plan it reports the per-round costs, their median and a 95% bootstrap interval; against a
 reference plan the paired per-round ratio, its interval and a verdict
 (:mod:`shardlab.evaluate.stats`). Optional untimed warm-up rounds come first; comm ranks and the

@@ -10,8 +10,9 @@ their ratio. On set-1 tasks here (4 plans, 10 timed passes per op) this took the
 of the plans' compute ratios from 0.27 to 0.066 (4 tables on 2 devices) and from 0.13 to 0.06 (12
 tables on 2 devices), for about 15% more time per round.
 
-Ops the cache cannot take (over its size together: :meth:`~shardlab.measure.op_cache.OpCache.for_this_host`) are timed
-one at a time after the sweeps, as :func:`~shardlab.measure.compute.measure_compute` times them.
+Ops the cache cannot take (over its size together,
+:meth:`~shardlab.measure.op_cache.OpCache.for_this_host`) are timed one at a time after the
+sweeps, as :func:`~shardlab.measure.compute.measure_compute` times them.
 """
 
 from __future__ import annotations
