@@ -136,10 +136,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--comparisons", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--report", action="store_true", help="rewrite results/sequential.md from its .json; simulates nothing")
+    ap.add_argument("--report", type=Path, metavar="JSON",
+                    help="rewrite the .md beside a stored results .json from it; simulates nothing")
     args = ap.parse_args(argv)
     if args.report:
-        write_text_atomic(RESULTS / "sequential.md", markdown(json.loads((RESULTS / "sequential.json").read_text())))
+        write_text_atomic(args.report.with_suffix(".md"), markdown(json.loads(args.report.read_text())))
         return
     rows = []
     for within, apart in NOISES:
@@ -168,8 +169,9 @@ def main(argv: list[str] | None = None) -> None:
                         "first_decisive_sitting": C.SEQUENTIAL_MIN_SITTINGS,
                         "between_log_sd": TAU, "margin": EQUIVALENCE_MARGIN, "seed": args.seed}, "rows": rows}
     RESULTS.mkdir(exist_ok=True)
-    write_json_atomic(RESULTS / "sequential.json", out)
-    write_text_atomic(RESULTS / "sequential.md", markdown(out))
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    write_json_atomic(RESULTS / f"sequential-{stamp}.json", out)      # each run a new file, never over an earlier one
+    write_text_atomic(RESULTS / f"sequential-{stamp}.md", markdown(out))
     print(markdown(out))
 
 
