@@ -39,26 +39,51 @@ def simulated(ratios=RATIOS, rounds=8, noise=NOISE, seed=0):
     return sitting, evaluation, asked
 
 
+def ten_second_sittings(sitting):
+    """``sitting`` on a simulated clock on which every sitting takes 10 s, and that clock."""
+    now = [0.0]
+
+    def timed(s, names):
+        now[0] += 10.0
+        return sitting(s, names)
+
+    return timed, lambda: now[0]
+
+
 def test_each_plan_stops_when_decided_and_drops_out_of_later_sittings():
     sitting, evaluation, asked = simulated()
-    out, done = run_sequential(sitting, evaluation, list(RATIOS), "ref", budget_s=1e9, looks=4, seed=0,
-                               margin=0.05, sitting_sd=0.0, chosen="named")
+    timed, clock = ten_second_sittings(sitting)
+    out, done = run_sequential(timed, evaluation, list(RATIOS), "ref", budget_s=40, looks=4, seed=0,
+                               margin=0.05, sitting_sd=0.0, chosen="named", clock=clock, started=0.0)
     c = {k: e.comparison for k, e in out.items()}
-    assert c["clear"].verdict == "faster" and c["clear"].stopped == "decided after 1 of at most 4 sittings"
+    # a 30% difference is not decided on sitting 1 (a look that spends nothing decides nothing), but on sitting 2
+    assert c["clear"].verdict == "faster" and c["clear"].stopped == "decided after 2 of at most 4 sittings"
     assert c["same"].verdict == "equivalent" and c["same"].stopped.startswith("decided after")
     assert c["close"].verdict == "inconclusive" and c["close"].stopped.startswith("not decided in 4 sittings")
-    assert "clear" not in asked[1] and asked[1][0] == "ref" and "close" in asked[-1]   # the time goes to the close call
-    assert len(done) == 4 and len(out["close"].sittings) == 4 and len(out["clear"].sittings) == 1
-    # a budget far from spent: the early looks spend nothing (z = Z_MOST), the last spends all 5%
-    assert c["clear"].confidence == pytest.approx(level_of(Z_MOST)) and c["close"].confidence == pytest.approx(0.95, abs=1e-3)
+    assert "clear" in asked[1] and "clear" not in asked[2] and asked[2][0] == "ref" and "close" in asked[-1]
+    assert len(done) == 4 and len(out["close"].sittings) == 4 and len(out["clear"].sittings) == 2
+    # look 2 at half the budget spends alpha(0.5) (its z about 2.77), the last spends the rest of the 5%
+    assert c["clear"].confidence == pytest.approx(level_of(next_boundary((Z_MOST,), spent(0.5))), abs=1e-9)
+    assert 0.99 < c["clear"].confidence < 0.995 and c["close"].confidence == pytest.approx(level_of(2.043), abs=1e-3)
     lo, hi = c["clear"].ratio_ci95
     assert lo < 0.70 < hi                                   # the wider interval still holds the truth
 
 
+def test_a_look_that_spends_nothing_decides_nothing():
+    # a budget so long that its share stays ~0: no look spends until the last, however clear the difference
+    sitting, evaluation, asked = simulated({"ref": 1.0, "clear": 0.5})
+    timed, clock = ten_second_sittings(sitting)
+    out, done = run_sequential(timed, evaluation, ["ref", "clear"], "ref", 1e12, 3, 0, 0.05, 0.0, "named",
+                               clock=clock, started=0.0)
+    assert len(done) == 3 and out["clear"].comparison.stopped == "decided after 3 of at most 3 sittings"
+
+
 def test_it_stops_when_every_verdict_is_decisive_or_the_budget_is_spent():
     sitting, evaluation, asked = simulated({"ref": 1.0, "clear": 0.7})
-    out, done = run_sequential(sitting, evaluation, ["ref", "clear"], "ref", 1e9, 4, 0, 0.05, 0.0, "named")
-    assert len(done) == 1 and out["clear"].comparison.verdict == "faster"
+    timed, clock = ten_second_sittings(sitting)
+    out, done = run_sequential(timed, evaluation, ["ref", "clear"], "ref", 80, 8, 0, 0.05, 0.0, "named",
+                               clock=clock, started=0.0)
+    assert len(done) == 2 and out["clear"].comparison.verdict == "faster"
     ticks = iter(range(0, 1000, 10))                        # every clock reading 10 s later: a sitting takes 10 s
     sitting, evaluation, asked = simulated()
     out, done = run_sequential(sitting, evaluation, list(RATIOS), "ref", 25, 4, 0, 0.05, 0.0, "named",
@@ -104,26 +129,21 @@ def test_spending_on_the_time_scale_gives_each_look_its_share():
 def test_a_budget_of_one_sitting_is_one_plain_95_look_and_a_longer_one_narrows_at_the_end():
     def clocked(budget):
         sitting, evaluation, asked = simulated()
-        now = [0.0]
-
-        def timed(s, names):
-            now[0] += 10.0                                                     # a sitting takes 10 s
-            return sitting(s, names)
-
-        out, done = run_sequential(timed, evaluation, list(RATIOS), "ref", budget, 8, 0, 0.05, 0.0, "named",
-                                   clock=lambda: now[0], started=0.0)
-        return out, done
+        timed, clock = ten_second_sittings(sitting)
+        return run_sequential(timed, evaluation, list(RATIOS), "ref", budget, 8, 0, 0.05, 0.0, "named",
+                              clock=clock, started=0.0)
 
     out, done = clocked(15)
     assert len(done) == 1 and out["close"].comparison.confidence == pytest.approx(0.95, abs=1e-4)
+    assert out["clear"].comparison.verdict == "faster"          # the last look decides, even on one sitting
     assert out["close"].comparison.stopped == "budget spent after 1 sittings (15 s)"
     out, done = clocked(40)
     assert len(done) == 4 and out["close"].comparison.confidence == pytest.approx(level_of(2.043), abs=1e-3)
-    # decided at look 1 of 4, which spends nothing (constants.SEQUENTIAL_MIN_SITTINGS): at z = Z_MOST,
-    # not at O'Brien-Fleming's 3.92 for a first look
+    # look 1 of 4 spends nothing and decides nothing (constants.SEQUENTIAL_MIN_SITTINGS); look 2 at half
+    # the budget decides the clear difference at its boundary
     assert C.SEQUENTIAL_MIN_SITTINGS == 2
-    assert out["clear"].comparison.confidence == pytest.approx(level_of(Z_MOST), abs=1e-6)
-    assert out["clear"].comparison.stopped == "decided after 1 of at most 8 sittings"
+    assert out["clear"].comparison.stopped == "decided after 2 of at most 8 sittings"
+    assert out["clear"].comparison.confidence == pytest.approx(level_of(next_boundary((Z_MOST,), spent(0.5))))
 
 
 def test_bad_budgets_looks_and_spending_are_refused():

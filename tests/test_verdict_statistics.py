@@ -11,6 +11,8 @@ synthetic rounds (nothing measured, so nothing here depends on the machine's loa
 
 from __future__ import annotations
 
+from statistics import NormalDist
+
 import numpy as np
 import pytest
 
@@ -19,7 +21,7 @@ from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.evaluate import (VERDICTS, DeviceCost, Evaluation, MeasuredEvaluator, TorchRecEvaluator,
                                bootstrap_median_ci, compare_to_reference, hierarchical_median_ci, paired_ratio_ci,
                                verdict)
-from shardlab.evaluate.stats import equivalence_band
+from shardlab.evaluate.stats import at_level, equivalence_band
 
 #: Per-round log-ratio spread within one sitting, and between sittings (log-sd), of the synthetic comparisons.
 WITHIN, BETWEEN = 0.05, 0.03
@@ -96,6 +98,27 @@ def test_paired_ratios_of_several_sittings():
                                                           bootstrap_median_ci(ratios[:3], seed=2))
     with pytest.raises(ShardlabError, match="sittings"):
         paired_ratio_ci(plan, ref[:1])
+
+
+def test_a_higher_level_scales_the_95_interval_and_widens_as_z_grows():
+    rng = np.random.default_rng(5)
+    ref = [list(10.0 * (1 + 0.2 * rng.random(8))) for _ in range(2)]
+    plan = [[r * 0.9 * np.exp(0.05 * rng.standard_normal()) for r in s] for s in ref]
+    centre, ci95 = paired_ratio_ci(plan, ref, seed=1, sitting_sd=0.025)
+    widths = []
+    for z in (1.959964, 3.0, 5.0, 8.0):
+        level = 2 * NormalDist().cdf(z) - 1
+        c, ci = paired_ratio_ci(plan, ref, seed=1, sitting_sd=0.025, confidence=level)
+        assert c == centre and ci == pytest.approx(at_level(centre, ci95, level))
+        q = NormalDist().inv_cdf((1 + level) / 2) / NormalDist().inv_cdf(0.975)   # z / 1.96 (z to float precision)
+        assert np.log(centre / ci[0]) == pytest.approx(np.log(centre / ci95[0]) * q, rel=1e-9)
+        assert np.log(ci[1] / centre) == pytest.approx(np.log(ci95[1] / centre) * q, rel=1e-9)
+        widths.append(ci[1] - ci[0])
+    assert widths[0] == pytest.approx(ci95[1] - ci95[0]) and all(a < b for a, b in zip(widths, widths[1:]))
+    # the bootstrap's own percentiles stop widening: at 1 - 1e-15 they are the extreme resamples
+    flat = [np.divide(a, b) for a, b in zip(plan, ref)]
+    _, far = hierarchical_median_ci(flat, seed=1, confidence=2 * NormalDist().cdf(8.0) - 1)
+    assert far[1] - far[0] < widths[-1] / 2
 
 
 def _sittings(rng: np.random.Generator, n: int, sittings: int, rounds: int, between: float, within: float,

@@ -23,11 +23,17 @@ last -- is wrong at most 5% of the time.
   budget that holds one sitting gives exactly one 95% look.
 - ``pocock``: alpha(t) = 0.05 ln(1 + (e - 1) t), nearly equal z at every look.
 
+Each look's interval is the 95% interval of the sittings so far (the hierarchical bootstrap
+widened by the profile's between-sitting spread: :func:`~shardlab.evaluate.stats.paired_ratio_ci`)
+with its log half-widths scaled by z_k / 1.96 (:func:`~shardlab.evaluate.stats.at_level`): a
+bootstrap's percentiles cannot be read at the 1 - 1e-5 levels of early looks.
+
 **No verdict on one sitting when the budget holds more.** The looks before
-:data:`~shardlab.constants.SEQUENTIAL_MIN_SITTINGS` sittings spend no error probability (their z
-is :data:`Z_MOST`, so only a difference far beyond any noise seen ends a plan there), unless the
-budget holds no more sittings: a sitting can sit apart from the others as a whole (an op built
-slow for the sitting), which its own rounds cannot show and only a second sitting can.
+:data:`~shardlab.constants.SEQUENTIAL_MIN_SITTINGS` sittings spend no error probability and
+decide nothing, however clear the difference looks, unless the budget holds no more sittings: a
+sitting can sit apart from the others as a whole (an op built slow for the sitting, 15-35% off in
+set 1's runs), which its own rounds cannot show and only a second sitting can. So does any look
+that spends nothing (a budget so long that its share is still ~0).
 
 The looks' times t_k depend on how long sittings took, which depends on how many plans were
 still open; they never depend on the comparison being judged at look k (the last look is
@@ -223,6 +229,8 @@ def run_sequential(sitting: Callable[[int, Sequence[str]], Mapping[str, list]],
         spend = spent(share, spending) - used if last or s + 1 >= min_sittings else 0.0
         used += spend
         zs.append(next_boundary(tuple(zs), spend))
+        if spend <= 0.0 and not last:     # a look that spends nothing decides nothing (module docstring)
+            continue
         level = level_of(zs[-1])
         ref_now = evaluation(reference, done)
         for p in list(open_):

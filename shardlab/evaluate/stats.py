@@ -156,6 +156,18 @@ def with_sitting_spread(centre: float, ci: tuple[float, float], within: tuple[fl
             max(ci[1], float(centre * np.exp(np.sqrt(high ** 2 + extra)))))
 
 
+def at_level(centre: float, ci: tuple[float, float], confidence: float) -> tuple[float, float]:
+    """The :data:`CONFIDENCE` (95%) interval ``ci`` of a ratio around ``centre`` carried to
+    ``confidence``: each side's log half-width times z(confidence) / z(0.95), z the two-sided
+    normal quantile (a repeated confidence interval's z at a sequential look is 2.5-8). A percentile
+    bootstrap cannot be read that far out: with :data:`N_BOOT` resamples its 1 - 1e-5 quantile is
+    the most extreme resample, which does not widen as z grows, so high levels come from the
+    bootstrap's 95% ends and the normal scale the looks' boundaries assume. Ratios, dimensionless."""
+    q = NormalDist().inv_cdf((1.0 + confidence) / 2.0) / NormalDist().inv_cdf((1.0 + CONFIDENCE) / 2.0)
+    low, high = max(0.0, np.log(centre / ci[0])), max(0.0, np.log(ci[1] / centre))
+    return float(centre * np.exp(-q * low)), float(centre * np.exp(q * high))
+
+
 def paired_ratio_ci(plan_sittings: Sequence[Sequence[float]], reference_sittings: Sequence[Sequence[float]],
                     seed: int = 0, n_boot: int = N_BOOT, sitting_sd: float = 0.0, confidence: float = CONFIDENCE
                     ) -> tuple[float, tuple[float, float] | None]:
@@ -166,7 +178,8 @@ def paired_ratio_ci(plan_sittings: Sequence[Sequence[float]], reference_sittings
     when > 0 the interval is at least the within-sitting one widened by it
     (:func:`with_sitting_spread`; module docstring), except where every round's ratio is exactly
     1 (a plan against its own measurements, which cannot drift apart). One sitting and
-    ``sitting_sd`` 0: the ordinary bootstrap over that sitting's rounds."""
+    ``sitting_sd`` 0: the ordinary bootstrap over that sitting's rounds. The bootstrap is read at
+    95%; another ``confidence`` scales that interval (:func:`at_level`)."""
     if len(plan_sittings) != len(reference_sittings):
         raise ShardlabError(f"paired ratios: {len(plan_sittings)} sittings of the plan, "
                             f"{len(reference_sittings)} of the reference")
@@ -175,11 +188,13 @@ def paired_ratio_ci(plan_sittings: Sequence[Sequence[float]], reference_sittings
     if not 0.0 < float(confidence) < 1.0:
         raise field_error("paired ratios", "confidence", confidence, "must be in (0, 1)")
     ratios = [paired_ratios(a, b) for a, b in zip(plan_sittings, reference_sittings)]
-    centre, ci = hierarchical_median_ci(ratios, seed=seed, n_boot=n_boot, confidence=confidence)
-    if ci is None or sitting_sd == 0 or all(np.all(r == 1.0) for r in ratios):   # the same measurements: no drift
+    centre, ci = hierarchical_median_ci(ratios, seed=seed, n_boot=n_boot)
+    if ci is not None and sitting_sd > 0 and not all(np.all(r == 1.0) for r in ratios):  # same measurements: no drift
+        _, within = hierarchical_median_ci(ratios, seed=seed, n_boot=n_boot, resample_sittings=False)
+        ci = with_sitting_spread(centre, ci, within, sitting_sd, len(ratios))
+    if ci is None or float(confidence) == CONFIDENCE:
         return centre, ci
-    _, within = hierarchical_median_ci(ratios, seed=seed, n_boot=n_boot, confidence=confidence, resample_sittings=False)
-    return centre, with_sitting_spread(centre, ci, within, sitting_sd, len(ratios), confidence)
+    return centre, at_level(centre, ci, float(confidence))
 
 
 def check_margin(margin: float, owner: str = "verdict") -> float:
