@@ -31,7 +31,7 @@ bootstrap's percentiles cannot be read at the 1 - 1e-5 levels of early looks.
 **No verdict on one sitting when the budget holds more.** The looks before
 :data:`~shardlab.constants.SEQUENTIAL_MIN_SITTINGS` sittings spend no error probability and
 decide nothing, however clear the difference looks, unless the budget holds no more sittings: a
-sitting can sit apart from the others as a whole (an op built slow for the sitting, 15-35% off in
+sitting can sit apart from the others as a whole (an op built slow for the sitting, 20-40% off in
 set 1's runs), which its own rounds cannot show and only a second sitting can. So does any look
 that spends nothing (a budget so long that its share is still ~0).
 
