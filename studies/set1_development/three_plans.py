@@ -1,0 +1,55 @@
+#!/usr/bin/env python
+"""The 14-table Ali-CCP task on 2 GPUs with three of its plans only: do the two modes of
+`neuroshard` against `torchrec` (about 0.85 and 1.07, README) appear outside set 1's nine-plan
+rounds? Measures (run it alone): 4 fixed sittings x 8 paired rounds of `torchrec`, `neuroshard`
+and `dreamshard` (the plans of run set1-20261202T132237Z), reference `torchrec`, profile cpu,
+journaled to ``--journal``; prints each sitting's median ratio to `torchrec` and the median of
+`neuroshard`'s device-0 compute (fw + bw ms) per sitting. One process per call; call it
+several times for several processes.
+
+    .venv/bin/python studies/set1_development/three_plans.py --journal /tmp/three.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from shardlab.evaluate.measured import MeasuredEvaluator  # noqa: E402
+from shardlab.plan import Plan  # noqa: E402
+from shardlab.tables import Task  # noqa: E402
+
+RUN = Path(__file__).resolve().parent / "results" / "set1-20261202T132237Z.jsonl.gz"
+PLANS = ("torchrec", "neuroshard", "dreamshard")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--journal", required=True, help="JSON-lines file every measurement is appended to")
+    args = ap.parse_args(argv)
+    rec = next(r for r in map(json.loads, gzip.open(RUN, "rt")) if r["kind"] == "task" and "-14x2-" in r["task"]["name"])
+    task = Task.from_dict(rec["task"])
+    plans = {m: Plan.from_dict(rec["plans"][m]) for m in PLANS}
+    out = MeasuredEvaluator(profile="cpu", rounds=8, sittings=4, reference="torchrec", progress=False,
+                            journal=args.journal).evaluate(task, plans)
+    ref = out["torchrec"].sittings
+    for m in PLANS[1:]:
+        print(m, "median ratio per sitting:",
+              [round(float(np.median(np.divide(a, b))), 3) for a, b in zip(out[m].sittings, ref)])
+    dev0: dict = {}
+    for r in map(json.loads, open(args.journal)):
+        if r.get("item") == "neuroshard" and isinstance(r.get("round"), int) and r["round"] >= 0:
+            dev0.setdefault(r["sitting"], []).append(float(np.sum(np.array(r["ms"])[0, :2])))
+    print("neuroshard device-0 compute ms per sitting:", {k: round(float(np.median(v)), 2) for k, v in dev0.items()})
+
+
+if __name__ == "__main__":
+    main()
