@@ -144,6 +144,16 @@ SEQUENTIAL_SPENDING = "obrien-fleming"
 BUDGET_OP_REPEATS = 10
 BUDGET_OP_WARMUP = 2
 
+#: Untimed passes of an op right before each of its timed passes in a round's interleaved sweeps
+#: (``measure/interleaved.py``): 0 times each pass after whatever op the sweep ran before it; k > 0
+#: times it after k passes of itself, as in training (``studies/set1_development``, op context).
+SWEEP_LEAD_PASSES = 0
+
+#: Most bytes of the spacer a sitting's op cache allocates before each op it builds, drawn per op
+#: from the sitting's seed (``measure/op_cache.py``), so that each sitting's ops lie at addresses of
+#: their own; 0: none.
+OP_SPACER_BYTES = 0
+
 #: GB of built fused ops (weights + optimizer state) a measured evaluator keeps from one round to
 #: the next within a sitting at most (``measure/op_cache.OpCache``): building an op (allocating
 #: and zeroing its weights) took about three quarters of a plan-round on the 12-table set-1 tasks

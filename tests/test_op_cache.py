@@ -152,3 +152,42 @@ def test_the_memory_available_is_read_from_the_os():
     from shardlab.measure.hardware import available_memory_bytes
     free = available_memory_bytes()
     assert free is not None and 0 < free
+
+
+def test_lead_passes_time_each_op_after_itself(monkeypatch):
+    import shardlab.measure.interleaved as interleaved
+    from shardlab import constants as C
+    passes = []
+    real = interleaved.timed_pass
+
+    def counting(op, batches, grads, i, timer):
+        passes.append((id(op), i))
+        return real(op, batches, grads, i, timer)
+
+    monkeypatch.setattr(interleaved, "timed_pass", counting)
+    shards = [[t] for t in _tables(2)]
+    for lead in (0, 2):
+        monkeypatch.setattr(C, "SWEEP_LEAD_PASSES", lead)
+        passes.clear()
+        interleaved.measure_interleaved(shards, FAST, OpCache(), 0, 0)
+        assert len(passes) == (FAST.warmup + FAST.repeats) * len(shards) * (1 + lead)
+        # every pass of the sweep comes in a run of 1 + lead passes of one op, on batches i - lead .. i
+        for k in range(0, len(passes), 1 + lead):
+            run = passes[k:k + 1 + lead]
+            assert len({o for o, _ in run}) == 1 and [i for _, i in run] == list(range(run[-1][1] - lead, run[-1][1] + 1))
+
+
+def test_op_spacers_are_drawn_by_the_cache_seed(monkeypatch):
+    from shardlab import constants as C
+    monkeypatch.setattr(C, "OP_SPACER_BYTES", 1 << 16)
+    sizes = []
+    for seed in (5, 5, 6):
+        cache = OpCache(seed=[seed, 1])
+        for k in range(3):
+            cache.get(("op", k), 10, lambda: object())
+        sizes.append([s.numel() for s in cache._spacers])
+    assert sizes[0] == sizes[1] != sizes[2] and all(n % 64 == 0 and n <= 1 << 16 for n in sizes[0])
+    monkeypatch.setattr(C, "OP_SPACER_BYTES", 0)
+    cache = OpCache()
+    cache.get(("op", 0), 10, lambda: object())
+    assert cache._spacers == [None]

@@ -181,7 +181,7 @@ class MeasuredEvaluator:
                 bench = stack.enter_context(CommBench.for_profile(task.ngpu, prof, pin=self.pin))
             stack.enter_context(pinned(core_for(-1), self.pin and prof.device == "cpu" and self.group is None))
             stack.enter_context(kept_memory())
-            ops = OpCache.for_this_host()
+            ops = OpCache.for_this_host([self.seed, 0x0BCA, 0 if sitting == "selection" else sitting + 1])
             for r, order in schedule:
                 bar.set_postfix_str(f"{where} round {r + 1}/{len(orders)}" if r >= 0 else f"{where} warm-up",
                                     refresh=False)

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from shardlab import constants as C
 from shardlab.measure.compute import (DEFAULT_MAX_GB, check_op, op_groups, prepared, timed_op, timed_pass, timer_for,
                                       torch_threads)
 from shardlab.measure.hardware import HardwareProfile, measurable_profile
@@ -69,7 +70,10 @@ def measure_interleaved(shards: Sequence[Sequence[Table]], profile: str | Hardwa
 def _sweeps(swept: list[tuple[tuple, Any]], profile: HardwareProfile,
             rng: np.random.Generator) -> dict[tuple, tuple[float, float, float]]:
     """``warmup`` + ``repeats`` sweeps over the built ``swept`` ops, each in its own shuffled
-    order; key -> median (fw_ms, bw_ms, total_ms) over the timed sweeps."""
+    order; key -> median (fw_ms, bw_ms, total_ms) over the timed sweeps. With
+    :data:`~shardlab.constants.SWEEP_LEAD_PASSES` = k > 0 every timed pass of an op follows k
+    untimed passes of the same op on the batches before it, so that it runs after itself, as
+    in training, whatever op the sweep's order put before it."""
     _, (_, first_batches, _) = swept[0]
     timer = timer_for(first_batches[0][0].device)           # the device the ops' inputs are on
     if profile.device == "cuda":
@@ -78,6 +82,8 @@ def _sweeps(swept: list[tuple[tuple, Any]], profile: HardwareProfile,
     for i in range(profile.warmup + profile.repeats):
         for k in rng.permutation(len(swept)):
             key, (op, batches, grads) = swept[k]
+            for lead in range(C.SWEEP_LEAD_PASSES, 0, -1):
+                timed_pass(op, batches, grads, i - lead, timer)
             got = timed_pass(op, batches, grads, i, timer)
             if i >= profile.warmup:
                 runs[key].append(got)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import numpy as np
+import torch
+
 from shardlab import constants as C
 from shardlab.measure.hardware import HardwareProfile, available_memory_bytes
 from shardlab.tables import Table
@@ -20,21 +23,30 @@ class OpCache:
     the cache; ``held_bytes``: what it holds (bytes). A measured sitting opens one with
     :meth:`for_this_host`."""
 
-    def __init__(self, max_gb: float = C.OP_CACHE_GB):
+    def __init__(self, max_gb: float = C.OP_CACHE_GB, seed: Any = 0):
         self.max_gb = float(max_gb)
         self.held_bytes = 0
         self.built = 0
         self.reused = 0
         self._ops: dict[tuple, Any] = {}
+        self._spacers: list[Any] = []
+        self._rng = np.random.default_rng([int(x) for x in np.atleast_1d(seed)])
+
+    def _spacer(self) -> Any:
+        """A block of 0 to :data:`~shardlab.constants.OP_SPACER_BYTES` bytes (64-byte steps, drawn by
+        the cache's seed) allocated before an op is built, so that its buffers' addresses differ
+        from one cache to the next; None when the constant is 0."""
+        most = C.OP_SPACER_BYTES // 64
+        return torch.empty(int(self._rng.integers(0, most + 1)) * 64, dtype=torch.uint8) if most else None
 
     @classmethod
-    def for_this_host(cls) -> "OpCache":
+    def for_this_host(cls, seed: Any = 0) -> "OpCache":
         """A cache of :data:`~shardlab.constants.OP_CACHE_GB` GB, or of
         :data:`~shardlab.constants.OP_CACHE_MEMORY_SHARE` of the memory available now where that
         is less (the most where the OS does not say)."""
         free = available_memory_bytes()
         most = C.OP_CACHE_GB if free is None else min(C.OP_CACHE_GB, C.OP_CACHE_MEMORY_SHARE * free / C.GB)
-        return cls(most)
+        return cls(most, seed)
 
     def takes(self, key: tuple, nbytes: int) -> bool:
         """Whether :meth:`get` would keep (or already holds) the op under ``key``."""
@@ -46,9 +58,11 @@ class OpCache:
             self.reused += 1
             return self._ops[key]
         self.built += 1
+        spacer = self._spacer()
         value = make()
         if self.held_bytes + nbytes <= self.max_gb * C.GB:
             self._ops[key] = value
+            self._spacers.append(spacer)
             self.held_bytes += nbytes
         return value
 

@@ -3,7 +3,8 @@
 `neuroshard` against `torchrec` (about 0.85 and 1.07, README) appear outside set 1's nine-plan
 rounds? Measures (run it alone): 4 fixed sittings x 8 paired rounds of `torchrec`, `neuroshard`
 and `dreamshard` (the plans of run set1-20261202T132237Z), reference `torchrec`, profile cpu,
-journaled to ``--journal``; prints each sitting's median ratio to `torchrec` and the median of
+journaled to ``--journal`` (``--all-plans``: the run's nine plans, as set 1 measured them;
+``--lead K``: K untimed passes of an op before each timed one); prints each sitting's median ratio to `torchrec` and the median of
 `neuroshard`'s device-0 compute (fw + bw ms) per sitting. One process per call; call it
 several times for several processes.
 
@@ -23,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+from shardlab import constants as C  # noqa: E402
 from shardlab.evaluate.measured import MeasuredEvaluator  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
@@ -34,11 +36,22 @@ PLANS = ("torchrec", "neuroshard", "dreamshard")
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--journal", required=True, help="JSON-lines file every measurement is appended to")
+    ap.add_argument("--all-plans", action="store_true", help="all nine of the run's plans, as set 1 measured them")
+    ap.add_argument("--lead", type=int, default=C.SWEEP_LEAD_PASSES,
+                    help="untimed passes of an op before each timed one (constants.SWEEP_LEAD_PASSES)")
+    ap.add_argument("--sittings", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0, help="the evaluator's seed (round and sweep orders)")
+    ap.add_argument("--no-pin", action="store_true", help="pin neither the ranks nor the measuring process to cores")
+    ap.add_argument("--spacer", type=int, default=C.OP_SPACER_BYTES,
+                    help="most bytes allocated before each op is built (constants.OP_SPACER_BYTES)")
     args = ap.parse_args(argv)
+    C.SWEEP_LEAD_PASSES, C.OP_SPACER_BYTES = args.lead, args.spacer
     rec = next(r for r in map(json.loads, gzip.open(RUN, "rt")) if r["kind"] == "task" and "-14x2-" in r["task"]["name"])
     task = Task.from_dict(rec["task"])
-    plans = {m: Plan.from_dict(rec["plans"][m]) for m in PLANS}
-    out = MeasuredEvaluator(profile="cpu", rounds=8, sittings=4, reference="torchrec", progress=False,
+    names = list(rec["plans"]) if args.all_plans else PLANS
+    plans = {m: Plan.from_dict(rec["plans"][m]) for m in names}
+    out = MeasuredEvaluator(profile="cpu", rounds=8, sittings=args.sittings, reference="torchrec", progress=False, seed=args.seed,
+                            pin=not args.no_pin,
                             journal=args.journal).evaluate(task, plans)
     ref = out["torchrec"].sittings
     for m in PLANS[1:]:
