@@ -33,11 +33,12 @@ class OpCache:
         self._rng = np.random.default_rng([int(x) for x in np.atleast_1d(seed)])
 
     def _spacer(self) -> Any:
-        """A block of 0 to :data:`~shardlab.constants.OP_SPACER_BYTES` bytes (64-byte steps, drawn by
-        the cache's seed) allocated before an op is built, so that its buffers' addresses differ
-        from one cache to the next; None when the constant is 0."""
+        """A zeroed block (so it holds physical pages) of 0 to
+        :data:`~shardlab.constants.OP_SPACER_BYTES` bytes (64-byte steps, drawn by the cache's
+        seed), allocated before an op is built and kept as long as the op, so that the op's buffers
+        lie elsewhere from one cache to the next; None when the constant is 0."""
         most = C.OP_SPACER_BYTES // 64
-        return torch.empty(int(self._rng.integers(0, most + 1)) * 64, dtype=torch.uint8) if most else None
+        return torch.zeros(int(self._rng.integers(0, most + 1)) * 64, dtype=torch.uint8) if most else None
 
     @classmethod
     def for_this_host(cls, seed: Any = 0) -> "OpCache":
