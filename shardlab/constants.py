@@ -220,6 +220,11 @@ MAX_NEUROSHARD_GPUS = 256
 #: rather than searched for hours; neuroshard[columns=false] has no such bound.
 MAX_NEUROSHARD_WORK = 256_000
 
+#: Longest time budget (s) column-wise NeuroShard takes (``neuroshard[search_budget_s=...]``): with
+#: a budget the two bounds above do not apply; the table-wise pass always runs, and a beam round
+#: runs only when its estimated time fits what is left (``search/neuroshard.py``).
+MOST_SEARCH_BUDGET_S = 86_400.0
+
 #: The exact planner (``optimal``): up to this many item x device pairs it solves the integer
 #: program (with its time limit); up to ``MAX_RELAXED_PAIRS`` it solves the program's LP
 #: relaxation for the bound and answers with its greedy start; beyond, the bound is the

@@ -33,11 +33,16 @@ tight task, the search's plan is the first heuristic plan that does (``metadata[
 ``profile`` (default ``constants.PLAN_PROFILE``) picks the shipped models (``model`` empty: the
 ``search_model`` of the profile's folder). Bounds: column-wise search refuses
 ``ngpu > constants.MAX_NEUROSHARD_GPUS`` and tables x GPUs over ``constants.MAX_NEUROSHARD_WORK``
-at once; ``columns=false`` answers up to ``constants.MAX_SEARCH_GPUS``.
+at once, unless given a time budget (``search_budget_s``, s): then it runs the table-wise pass
+whatever the size, starts a beam round only when that round's estimated time (its states x the
+last grid call's seconds per state) fits what is left, and answers with the best plan so far
+(``metadata["search_budget"]``: rounds run, seconds, whether the budget stopped it; a budgeted
+search depends on the machine's speed). ``columns=false`` answers up to ``constants.MAX_SEARCH_GPUS``.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
@@ -76,6 +81,9 @@ OPTION_RANGES = {
     "top_n": (lambda v: is_int(v) and 1 <= v <= 1000, "must be an integer in [1, 1000]"),
     "host_size": (lambda v: is_int(v) and 1 <= v <= C.MAX_NGPU, f"must be an integer in [1, {C.MAX_NGPU}]"),
     "greedy_rule": (lambda v: v in GREEDY_RULES, f"must be one of {', '.join(GREEDY_RULES)}"),
+    "search_budget_s": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                and 0 < v <= C.MOST_SEARCH_BUDGET_S),
+                        f"must be a number of seconds in (0, {C.MOST_SEARCH_BUDGET_S:g}]"),
     "portfolio": (lambda v: all(parse_method(m)[0] in C.PORTFOLIO_CANDIDATES for m in v),
                   f"must name methods of {', '.join(C.PORTFOLIO_CANDIDATES)} (options allowed; none: off)"),
 }
@@ -114,7 +122,9 @@ class NeuroShardSharder:
     greedy_rule: str = "after"
     portfolio: tuple[str, ...] = C.PORTFOLIO_METHODS
     task_calibration: bool | None = None
+    search_budget_s: float | None = None
     _bundle: CostModelBundle | None = field(default=None, repr=False)
+    _budget_record: dict[str, Any] | None = field(default=None, repr=False)
     _task_bundle: CostModelBundle | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -231,6 +241,8 @@ class NeuroShardSharder:
         try:
             ranked, guard, rows = self._search(task)
             first = self._chosen(task, self._plan(task, ranked[0], seed, guard, rows), seed)
+            if self._budget_record is not None:           # the portfolio's winner says what the budget did too
+                first = replace(first, metadata={**first.metadata, "search_budget": self._budget_record})
             out: dict[tuple, Plan] = {_layout(first): first}
             for state in ranked:
                 if len(out) == k:
@@ -273,13 +285,15 @@ class NeuroShardSharder:
         """Every evaluated state, cheapest guarded cost first (ties: the order evaluated, the
         table-wise plan first), what the split guard did (JSON-ready), and the row layouts
         chosen for tables that fit no device (``search/row_wise.py``; plan metadata)."""
-        if self.columns:
-            check_search_gpus(task, C.MAX_NEUROSHARD_GPUS, "column-wise neuroshard")
+        started = time.perf_counter()
+        if self.columns and self.search_budget_s is None:
+            check_search_gpus(task, C.MAX_NEUROSHARD_GPUS, "column-wise neuroshard (without a search budget)")
             work = len(task.tables) * task.ngpu
             if work > C.MAX_NEUROSHARD_WORK:
                 raise ShardlabError(f"task '{task.name}': {len(task.tables):,} tables x {task.ngpu} GPUs = {work:,} is "
                                     f"over column-wise neuroshard's bound of {C.MAX_NEUROSHARD_WORK:,} (hours of "
-                                    "search); use neuroshard[columns=false]")
+                                    "search); give it a time budget (--set search_budget_s=60) or use "
+                                    "neuroshard[columns=false]")
         coster = self.coster()
         comm = self.bundle().comm_for(task.ngpu)[0]
         blocks = whole_blocks(task)
@@ -303,9 +317,12 @@ class NeuroShardSharder:
             task.check_feasible(column_wise=self.columns)
         best = self.table_wise_many(task, [blocks], coster, comm)[0]
         evaluated = [] if best is None else [State(blocks, best[0], best[1])]
+        self._budget_record = None
         if self.columns:
             beam = [(best[1].cost_ms if best else float("inf"), blocks)]
             seen = {self._key(blocks)}
+            per_state = time.perf_counter() - started         # s per state of the last grid call (the first: 1 state)
+            done, stopped = 0, False
             for _ in range(self.max_splits):
                 todo = []
                 for _, state in beam:
@@ -315,15 +332,25 @@ class NeuroShardSharder:
                         if key not in seen:
                             seen.add(key)
                             todo.append(nxt)
+                if self.search_budget_s is not None and todo and (
+                        time.perf_counter() - started + per_state * len(todo) > self.search_budget_s):
+                    stopped = True                              # the next round would overrun the budget
+                    break
+                round_started = time.perf_counter()
+                done += 1
                 scored = []
                 for nxt, got in zip(todo, self.table_wise_many(task, todo, coster, comm)):
                     if got is not None:
                         scored.append((got[1].cost_ms, nxt))
                         evaluated.append(State(nxt, got[0], got[1]))
+                per_state = (time.perf_counter() - round_started) / max(1, len(todo))
                 if not scored:
                     break
                 scored.sort(key=lambda x: x[0])
                 beam = scored[: self.beam_width]
+            if self.search_budget_s is not None:
+                self._budget_record = search_budget_record(self.search_budget_s, done, self.max_splits,
+                                                           time.perf_counter() - started, stopped)
         if not evaluated:
             evaluated, rows = self._fallback(task, coster)
         return (*self._guard(task, evaluated), rows)
@@ -392,6 +419,8 @@ class NeuroShardSharder:
         metadata = {"split_guard": {**guard, "splits": s.splits, "predicted_ms": s.simulated.cost_ms,
                                     "guarded_ratios": state.ratios}} if guard else {}
         metadata.update(rows)
+        if self._budget_record is not None:
+            metadata["search_budget"] = self._budget_record
         outside = self._outside(task, s)
         if outside:
             metadata["valid_range"] = outside
@@ -409,6 +438,17 @@ class NeuroShardSharder:
             shards[d].append(b.table)
         bundle = self.bundle()
         return range_report(bundle.compute, bundle.comm_for(task.ngpu)[0], shards)
+
+
+def search_budget_record(budget_s: float, rounds: int, most: int, seconds: float, stopped: bool) -> dict[str, Any]:
+    """What a column-wise search with a time budget did, for the plan's metadata: the budget (s),
+    the beam rounds run of at most ``most``, the search's seconds to the end of the beam (the
+    portfolio and the split guard come after), and whether the budget ``stopped`` it (the beam
+    also ends early when no split is left or none fits). A round is
+    started only when its estimated time (states x the last round's seconds per state) fits
+    what is left, so the beam may end early, with the best plan found so far."""
+    return {"budget_s": float(budget_s), "beam_rounds": int(rounds), "most_beam_rounds": int(most),
+            "beam_seconds": round(float(seconds), 3), "stopped_by_budget": bool(stopped)}
 
 
 def _layout(plan: Plan) -> tuple:

@@ -1,0 +1,59 @@
+"""Column-wise NeuroShard with a time budget (``neuroshard[search_budget_s=...]``): the table-wise
+pass always runs, a beam round only when its estimated time fits what is left, the plan says
+what the budget did; a budget lifts the size bounds that otherwise refuse at once; a roomy
+budget changes no plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardlab import constants as C
+from shardlab.data.tasks import generate_task
+from shardlab.errors import ShardlabError
+from shardlab.search.neuroshard import NeuroShardSharder
+from shardlab.search.registry import run_sharder
+
+
+@pytest.fixture(scope="module")
+def task():
+    return generate_task("dlrm-synth", 24, 4, seed=7)
+
+
+def _layout(plan):
+    return sorted((p.table, p.col_offset, p.cols, p.row_offset, p.device) for p in plan.placements)
+
+
+def test_a_roomy_budget_changes_no_plan_and_says_what_it_did(task):
+    plain = run_sharder(NeuroShardSharder(), task, 0)
+    budgeted = run_sharder(NeuroShardSharder(search_budget_s=3600.0), task, 0)
+    assert _layout(budgeted) == _layout(plain) and "search_budget" not in plain.metadata
+    record = budgeted.metadata["search_budget"]
+    assert record["budget_s"] == 3600.0 and not record["stopped_by_budget"]
+    assert 1 <= record["beam_rounds"] <= record["most_beam_rounds"] == 10 and record["beam_seconds"] > 0
+
+
+def test_a_budget_already_spent_runs_no_beam_round(task):
+    plan = run_sharder(NeuroShardSharder(search_budget_s=1e-9, portfolio=()), task, 0)
+    record = plan.metadata["search_budget"]
+    assert record["stopped_by_budget"] and record["beam_rounds"] == 0
+    # the best plan so far is the table-wise one: every table whole
+    assert all(p.cols == t.dim for p in plan.placements for t in task.tables if t.name == p.table)
+    assert plan.metadata["split_guard"]["splits"] == 0
+
+
+def test_a_budget_lifts_the_size_bounds_that_refuse_at_once(task, monkeypatch):
+    monkeypatch.setattr(C, "MAX_NEUROSHARD_WORK", 10)
+    with pytest.raises(ShardlabError, match=r"give it a time budget \(--set search_budget_s=60\)"):
+        run_sharder(NeuroShardSharder(), task, 0)
+    plan = run_sharder(NeuroShardSharder(search_budget_s=1e-9), task, 0)     # whichever plan the portfolio picks
+    assert plan.metadata["search_budget"]["beam_rounds"] == 0
+    monkeypatch.setattr(C, "MAX_NEUROSHARD_GPUS", 2)
+    with pytest.raises(ShardlabError, match="field 'ngpu' = 4 is over the column-wise neuroshard"):
+        run_sharder(NeuroShardSharder(), task, 0)
+    assert run_sharder(NeuroShardSharder(search_budget_s=1e-9), task, 0).ngpu == 4
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, True, "60", C.MOST_SEARCH_BUDGET_S * 2, float("nan")])
+def test_bad_budgets_are_refused_naming_the_field(bad):
+    with pytest.raises(ShardlabError, match="field 'search_budget_s'"):
+        NeuroShardSharder(search_budget_s=bad)
