@@ -34,8 +34,8 @@ tight task, the search's plan is the first heuristic plan that does (``metadata[
 ``search_model`` of the profile's folder). Bounds: column-wise search refuses
 ``ngpu > constants.MAX_NEUROSHARD_GPUS`` and tables x GPUs over ``constants.MAX_NEUROSHARD_WORK``
 at once, unless given a time budget (``search_budget_s``, s): then it runs the table-wise pass
-whatever the size, starts a beam round only when that round's estimated time (its states x the
-last grid call's seconds per state) fits what is left, and answers with the best plan so far
+whatever the size, costs each beam round's states in pieces that fit what is left (each piece
+sized by the last one's seconds per state), and answers with the best plan so far
 (``metadata["search_budget"]``: rounds run, seconds, whether the budget stopped it; a budgeted
 search depends on the machine's speed). ``columns=false`` answers up to ``constants.MAX_SEARCH_GPUS``.
 """
@@ -321,8 +321,8 @@ class NeuroShardSharder:
         if self.columns:
             beam = [(best[1].cost_ms if best else float("inf"), blocks)]
             seen = {self._key(blocks)}
-            per_state = time.perf_counter() - started         # s per state of the last grid call (the first: 1 state)
-            done, stopped = 0, False
+            clock = _BeamClock(self.search_budget_s, started)
+            done = 0
             for _ in range(self.max_splits):
                 todo = []
                 for _, state in beam:
@@ -332,25 +332,21 @@ class NeuroShardSharder:
                         if key not in seen:
                             seen.add(key)
                             todo.append(nxt)
-                if self.search_budget_s is not None and todo and (
-                        time.perf_counter() - started + per_state * len(todo) > self.search_budget_s):
-                    stopped = True                              # the next round would overrun the budget
-                    break
-                round_started = time.perf_counter()
-                done += 1
                 scored = []
-                for nxt, got in zip(todo, self.table_wise_many(task, todo, coster, comm)):
-                    if got is not None:
-                        scored.append((got[1].cost_ms, nxt))
-                        evaluated.append(State(nxt, got[0], got[1]))
-                per_state = (time.perf_counter() - round_started) / max(1, len(todo))
-                if not scored:
+                for chunk in clock.chunks(todo):
+                    for nxt, got in zip(chunk, self.table_wise_many(task, chunk, coster, comm)):
+                        if got is not None:
+                            scored.append((got[1].cost_ms, nxt))
+                            evaluated.append(State(nxt, got[0], got[1]))
+                done += bool(todo) and not (clock.stopped and clock.evaluated_in_round == 0)
+                if not scored or clock.stopped:
                     break
                 scored.sort(key=lambda x: x[0])
                 beam = scored[: self.beam_width]
+            stopped = clock.stopped
             if self.search_budget_s is not None:
                 self._budget_record = search_budget_record(self.search_budget_s, done, self.max_splits,
-                                                           time.perf_counter() - started, stopped)
+                                                           time.perf_counter() - started, stopped, len(evaluated))
         if not evaluated:
             evaluated, rows = self._fallback(task, coster)
         return (*self._guard(task, evaluated), rows)
@@ -440,15 +436,50 @@ class NeuroShardSharder:
         return range_report(bundle.compute, bundle.comm_for(task.ngpu)[0], shards)
 
 
-def search_budget_record(budget_s: float, rounds: int, most: int, seconds: float, stopped: bool) -> dict[str, Any]:
+class _BeamClock:
+    """The beam's time budget (``budget_s`` s from the ``started`` clock reading; None: no budget):
+    :meth:`chunks` yields a round's states in one piece without a budget, and with one in pieces
+    that each fit what is left by the last piece's seconds per state (the first piece: one state),
+    stopping (``stopped``) when the next would not fit."""
+
+    def __init__(self, budget_s: float | None, started: float):
+        self.budget_s, self.started = budget_s, started
+        self.per_state: float | None = None
+        self.stopped = False
+        self.evaluated_in_round = 0
+
+    def chunks(self, states: list) -> Any:
+        """``states`` in pieces (each a list), as the budget allows."""
+        self.evaluated_in_round = 0
+        if self.budget_s is None:
+            if states:
+                yield states
+            return
+        at = 0
+        while at < len(states):
+            left = self.budget_s - (time.perf_counter() - self.started)
+            size = 1 if self.per_state is None else int(left / (2 * self.per_state))
+            if left <= 0 or size < 1 and (self.per_state or 0) > left:
+                self.stopped = True
+                return
+            size = max(1, min(len(states) - at, size))
+            began = time.perf_counter()
+            yield states[at: at + size]
+            self.per_state = (time.perf_counter() - began) / size
+            self.evaluated_in_round += size
+            at += size
+
+
+def search_budget_record(budget_s: float, rounds: int, most: int, seconds: float, stopped: bool,
+                         states: int) -> dict[str, Any]:
     """What a column-wise search with a time budget did, for the plan's metadata: the budget (s),
-    the beam rounds run of at most ``most``, the search's seconds to the end of the beam (the
-    portfolio and the split guard come after), and whether the budget ``stopped`` it (the beam
-    also ends early when no split is left or none fits). A round is
-    started only when its estimated time (states x the last round's seconds per state) fits
-    what is left, so the beam may end early, with the best plan found so far."""
+    the beam rounds run (the last may be cut short) of at most ``most``, the search's seconds to
+    the end of the beam (the portfolio and the split guard come after), whether the budget
+    ``stopped`` it (the beam also ends early when no split is left or none fits), and the
+    ``states`` evaluated, the table-wise one among them. Each round's states are costed in
+    pieces that fit what is left (:class:`_BeamClock`), so the answer is the best plan found."""
     return {"budget_s": float(budget_s), "beam_rounds": int(rounds), "most_beam_rounds": int(most),
-            "beam_seconds": round(float(seconds), 3), "stopped_by_budget": bool(stopped)}
+            "beam_seconds": round(float(seconds), 3), "stopped_by_budget": bool(stopped), "states_evaluated": int(states)}
 
 
 def _layout(plan: Plan) -> tuple:
