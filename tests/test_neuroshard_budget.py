@@ -60,14 +60,14 @@ def test_bad_budgets_are_refused_naming_the_field(bad):
 
 
 def test_the_beam_clock_costs_a_round_in_pieces_that_fit_what_is_left(monkeypatch):
-    import shardlab.search.neuroshard as ns
+    import shardlab.search.beam_budget as bb
     now = [0.0]
-    monkeypatch.setattr(ns.time, "perf_counter", lambda: now[0])
-    clock = ns._BeamClock(10.0, 0.0)
+    monkeypatch.setattr(bb.time, "perf_counter", lambda: now[0])
+    clock = bb.BeamClock(10.0, 0.0)
     sizes = []
     for piece in clock.chunks(list(range(20))):
         sizes.append(len(piece))
         now[0] += 1.0 * len(piece)                # one second per state
     assert sizes == [1, 4, 2, 1, 1, 1] and clock.stopped and clock.evaluated_in_round == 10 and now[0] == 10.0
-    free = ns._BeamClock(None, 0.0)
+    free = bb.BeamClock(None, 0.0)
     assert [len(p) for p in free.chunks(list(range(20)))] == [20] and not free.stopped

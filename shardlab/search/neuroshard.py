@@ -60,6 +60,7 @@ from shardlab.errors import InfeasibleError, ShardlabError, check_ranges, is_int
 from shardlab.plan import Placement, Plan
 from shardlab.data.hardware_profiles import FILE as PROFILE_FILE
 from shardlab.data.hardware_profiles import profile_folder
+from shardlab.search.beam_budget import BeamClock, search_budget_record
 from shardlab.search.blocks import Block, ShardCoster, split_block, whole_blocks
 from shardlab.search.feasibility import heuristic_plan
 from shardlab.search.greedy_grid import GREEDY_RULES, HeadCoster, greedy_grid
@@ -321,7 +322,7 @@ class NeuroShardSharder:
         if self.columns:
             beam = [(best[1].cost_ms if best else float("inf"), blocks)]
             seen = {self._key(blocks)}
-            clock = _BeamClock(self.search_budget_s, started)
+            clock = BeamClock(self.search_budget_s, started)
             done = 0
             for _ in range(self.max_splits):
                 todo = []
@@ -434,52 +435,6 @@ class NeuroShardSharder:
             shards[d].append(b.table)
         bundle = self.bundle()
         return range_report(bundle.compute, bundle.comm_for(task.ngpu)[0], shards)
-
-
-class _BeamClock:
-    """The beam's time budget (``budget_s`` s from the ``started`` clock reading; None: no budget):
-    :meth:`chunks` yields a round's states in one piece without a budget, and with one in pieces
-    that each fit what is left by the last piece's seconds per state (the first piece: one state),
-    stopping (``stopped``) when the next would not fit."""
-
-    def __init__(self, budget_s: float | None, started: float):
-        self.budget_s, self.started = budget_s, started
-        self.per_state: float | None = None
-        self.stopped = False
-        self.evaluated_in_round = 0
-
-    def chunks(self, states: list) -> Any:
-        """``states`` in pieces (each a list), as the budget allows."""
-        self.evaluated_in_round = 0
-        if self.budget_s is None:
-            if states:
-                yield states
-            return
-        at = 0
-        while at < len(states):
-            left = self.budget_s - (time.perf_counter() - self.started)
-            size = 1 if self.per_state is None else int(left / (2 * self.per_state))
-            if left <= 0 or size < 1 and (self.per_state or 0) > left:
-                self.stopped = True
-                return
-            size = max(1, min(len(states) - at, size))
-            began = time.perf_counter()
-            yield states[at: at + size]
-            self.per_state = (time.perf_counter() - began) / size
-            self.evaluated_in_round += size
-            at += size
-
-
-def search_budget_record(budget_s: float, rounds: int, most: int, seconds: float, stopped: bool,
-                         states: int) -> dict[str, Any]:
-    """What a column-wise search with a time budget did, for the plan's metadata: the budget (s),
-    the beam rounds run (the last may be cut short) of at most ``most``, the search's seconds to
-    the end of the beam (the portfolio and the split guard come after), whether the budget
-    ``stopped`` it (the beam also ends early when no split is left or none fits), and the
-    ``states`` evaluated, the table-wise one among them. Each round's states are costed in
-    pieces that fit what is left (:class:`_BeamClock`), so the answer is the best plan found."""
-    return {"budget_s": float(budget_s), "beam_rounds": int(rounds), "most_beam_rounds": int(most),
-            "beam_seconds": round(float(seconds), 3), "stopped_by_budget": bool(stopped), "states_evaluated": int(states)}
 
 
 def _layout(plan: Plan) -> tuple:
