@@ -221,8 +221,8 @@ MAX_NEUROSHARD_GPUS = 256
 MAX_NEUROSHARD_WORK = 256_000
 
 #: Longest time budget (s) column-wise NeuroShard takes (``neuroshard[search_budget_s=...]``): with
-#: a budget the two bounds above do not apply; the table-wise pass always runs, and a beam round
-#: runs only when its estimated time fits what is left (``search/neuroshard.py``).
+#: a budget the two bounds above do not apply; the table-wise pass always runs, and each beam
+#: round's states are costed in pieces that fit what is left (``search/beam_budget.py``).
 MOST_SEARCH_BUDGET_S = 86_400.0
 
 #: The exact planner (``optimal``): up to this many item x device pairs it solves the integer

@@ -41,14 +41,12 @@ class BeamClock:
             self.evaluated_in_round += size
             at += size
 
-
-def search_budget_record(budget_s: float, rounds: int, most: int, seconds: float, stopped: bool,
-                         states: int) -> dict[str, Any]:
-    """What a column-wise search with a time budget did, for the plan's metadata: the budget (s),
-    the beam rounds run (the last may be cut short) of at most ``most``, the search's seconds to
-    the end of the beam (the portfolio and the split guard come after), whether the budget
-    ``stopped`` it (the beam also ends early when no split is left or none fits), and the
-    ``states`` evaluated, the table-wise one among them. Each round's states are costed in
-    pieces that fit what is left (:class:`BeamClock`), so the answer is the best plan found."""
-    return {"budget_s": float(budget_s), "beam_rounds": int(rounds), "most_beam_rounds": int(most),
-            "beam_seconds": round(float(seconds), 3), "stopped_by_budget": bool(stopped), "states_evaluated": int(states)}
+    def record(self, rounds: int, most: int, states: int) -> dict[str, Any]:
+        """What the budget did, for the plan's metadata: the budget (s), the beam ``rounds`` run
+        (the last may be cut short) of at most ``most``, the seconds from ``started`` to now (the
+        portfolio and the split guard come after), whether the budget stopped the beam (it also
+        ends early when no split is left or none fits), and the ``states`` evaluated, the
+        table-wise one among them."""
+        return {"budget_s": float(self.budget_s), "beam_rounds": int(rounds), "most_beam_rounds": int(most),
+                "beam_seconds": round(time.perf_counter() - self.started, 3), "stopped_by_budget": self.stopped,
+                "states_evaluated": int(states)}

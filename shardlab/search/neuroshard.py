@@ -60,7 +60,7 @@ from shardlab.errors import InfeasibleError, ShardlabError, check_ranges, is_int
 from shardlab.plan import Placement, Plan
 from shardlab.data.hardware_profiles import FILE as PROFILE_FILE
 from shardlab.data.hardware_profiles import profile_folder
-from shardlab.search.beam_budget import BeamClock, search_budget_record
+from shardlab.search.beam_budget import BeamClock
 from shardlab.search.blocks import Block, ShardCoster, split_block, whole_blocks
 from shardlab.search.feasibility import heuristic_plan
 from shardlab.search.greedy_grid import GREEDY_RULES, HeadCoster, greedy_grid
@@ -344,10 +344,8 @@ class NeuroShardSharder:
                     break
                 scored.sort(key=lambda x: x[0])
                 beam = scored[: self.beam_width]
-            stopped = clock.stopped
             if self.search_budget_s is not None:
-                self._budget_record = search_budget_record(self.search_budget_s, done, self.max_splits,
-                                                           time.perf_counter() - started, stopped, len(evaluated))
+                self._budget_record = clock.record(done, self.max_splits, len(evaluated))
         if not evaluated:
             evaluated, rows = self._fallback(task, coster)
         return (*self._guard(task, evaluated), rows)
