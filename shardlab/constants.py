@@ -123,6 +123,12 @@ RANK_LOSS_GAP = 0.0488     # log(1.05)
 #: tasks' budgets hold; decided plans drop out, so the close calls get the sittings the clear ones
 #: leave.
 SEQUENTIAL_LOOKS = 16
+
+#: Whether a measured evaluation runs each sitting in a fresh process of its own (forked from a
+#: clean server: :mod:`shardlab.evaluate.sitting`). On the development VM an op's time depended on
+#: what the measuring process had allocated before, so sittings measured in one process were not
+#: independent (``studies/set1_development``: one plan's op bimodal, alternating by sitting).
+SITTING_FRESH_PROCESS = True
 #: ... and the looks before this many sittings spend no error probability unless the budget holds
 #: no more (``evaluate/sequential.py``): on set 1 (two runs an hour apart, 2026-12-02) the only two
 #: opposite verdicts were both decided after one sitting (x0.85 and x0.91, then x1.10 and x1.11):

@@ -113,7 +113,7 @@ def test_identical_device_shards_are_measured_once_per_round(task, plans, monkey
     p = plans["all_on_0"]
     flipped = Plan(task.name, "all_on_0_reversed", task.ngpu, tuple(reversed(p.placements)))
     fast = profile_with("cpu", batch_size=256, repeats=2, warmup=1)
-    MeasuredEvaluator(fast, rounds=2, warmup_rounds=0, lower_bound=False, progress=False).evaluate(
+    MeasuredEvaluator(fast, rounds=2, warmup_rounds=0, lower_bound=False, progress=False, fresh_process=False).evaluate(
         task, {"a": p, "b": flipped})
     assert len(calls) == 2 and all(len(shards) == 1 for shards in calls)    # a round: its compute, one op
     assert set(calls[0][0]) == {t.name for t in task.tables}

@@ -111,6 +111,7 @@ def test_sittings_are_journalled_with_their_own_lookups_and_a_selection_sitting(
                             shards, profile, ops, first_batch, *a))
     journal = tmp_path / "j.jsonl"
     ev = MeasuredEvaluator(PROFILE, rounds=3, sittings=2, warmup_rounds=0, lower_bound=False, progress=False,
+                           fresh_process=False,                    # in process: the patched function sees it
                            journal=str(journal), seed=1)
     evs = ev.evaluate(task, plans)
     lines = [json.loads(x) for x in journal.read_text().splitlines()]

@@ -46,13 +46,12 @@ from shardlab.evaluate.values import (CHEAPEST_BASELINE, FIRST_PLAN, NAMED, SELE
                                       baseline_names, check_plans, comm_pattern, compare_to_reference, device_tables,
                                       selects_reference)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
-from shardlab.evaluate.journal import append_journal, check_journal
+from shardlab.evaluate.journal import check_journal
 from shardlab.evaluate.plan_round import (BOUND, MEASURED_BOUND, measurable, measure_bound, measure_round,
                                           round_orders, shard_key)
-from shardlab.measure.comm import CommBench
+from shardlab.evaluate.sitting import SittingSpec, fresh_process_available, run_in_fresh_process, run_sitting
 from shardlab.measure.compute import DEFAULT_MAX_GB
-from shardlab.measure.hardware import HardwareProfile, core_for, get_profile, kept_memory, pinned, profile_with
-from shardlab.measure.op_cache import OpCache
+from shardlab.measure.hardware import HardwareProfile, get_profile, profile_with
 from shardlab.tables import Task
 
 def _evaluation(task: Task, plan: Plan, source: str, sittings: Sequence[Sequence[np.ndarray]],
@@ -102,7 +101,10 @@ class MeasuredEvaluator:
     time, so the stopping keeps the stated error rate); each op is then timed
     :data:`~shardlab.constants.BUDGET_OP_REPEATS` times after
     :data:`~shardlab.constants.BUDGET_OP_WARMUP` warm-ups (the profile's settings where smaller),
-    so the budget buys more rounds (:func:`budget_profile`).
+    so the budget buys more rounds (:func:`budget_profile`); ``fresh_process``: run each sitting
+    in a fresh process of its own, forked from a clean server, so that no sitting inherits what
+    an earlier one allocated (:mod:`~shardlab.evaluate.sitting`; in process under torchrun and
+    where the OS has no ``fork``).
     After :meth:`evaluate`: ``orders_`` (each timed round's order, plan names and
     :data:`BOUND`, sitting after sitting), ``measured_`` (every item in the order it was
     recorded, warm-ups and the selection sitting included, as (round, name); round < 0 for
@@ -115,7 +117,8 @@ class MeasuredEvaluator:
                  seed: int = 0, reference: str | None = None, lower_bound: bool = True, pin: bool = True,
                  progress: bool = True, journal: str | None = None, group: Any | None = None,
                  margin: float = C.EQUIVALENCE_MARGIN, sittings: int = 1, sitting_sd: float | None = None,
-                 budget_s: float | None = None, looks: int = C.SEQUENTIAL_LOOKS):
+                 budget_s: float | None = None, looks: int = C.SEQUENTIAL_LOOKS,
+                 fresh_process: bool = C.SITTING_FRESH_PROCESS):
         self.profile = profile
         self.rounds = rounds
         self.warmup_rounds = warmup_rounds
@@ -131,6 +134,7 @@ class MeasuredEvaluator:
         self.sitting_sd = sitting_sd
         self.budget_s = budget_s
         self.looks = looks
+        self.fresh_process = fresh_process
 
     def _check(self) -> HardwareProfile:
         if int(self.rounds) < 1:
@@ -143,6 +147,8 @@ class MeasuredEvaluator:
             raise field_error("measured evaluator", "sittings", self.sittings,
                               "must be 1 under torchrun (its ranks cannot be re-spawned): run the command again")
         check_margin(self.margin, "measured evaluator")
+        if not isinstance(self.fresh_process, bool):
+            raise field_error("measured evaluator", "fresh_process", self.fresh_process, "must be true or false")
         if self.budget_s is not None:
             check_budget(self.budget_s)
             check_looks(self.looks)
@@ -164,38 +170,34 @@ class MeasuredEvaluator:
         prof = self._check()
         return prof if self.budget_s is None else budget_profile(prof)
 
-    def _sitting(self, task: Task, prof: HardwareProfile, items: Sequence[str], measure: Any, orders: list,
-                 sitting: int | str, first_batch: int, bar: Any, journal: str | None) -> dict[str, list]:
-        """One sitting: its own ranks (unless torchrun's), ``warmup_rounds`` untimed rounds, then
-        the timed rounds in ``orders``. ``measure(order, bench, first_batch, ops, seed)`` measures
-        one round of the items in ``order`` (:func:`~shardlab.evaluate.plan_round.measure_round`;
-        ``ops`` the sitting's built ops), which are then recorded and journalled in that order.
-        Returns name -> per-round measurements."""
+    def _sitting(self, task: Task, prof: HardwareProfile, items: Sequence[str], shards: Mapping[str, Any],
+                 patterns: Mapping[str, Any], orders: list, sitting: int | str, first_batch: int, bar: Any,
+                 journal: str | None) -> dict[str, list]:
+        """One sitting (:func:`~shardlab.evaluate.sitting.run_sitting`: its own ranks unless
+        torchrun's, ``warmup_rounds`` untimed rounds, then the timed rounds in ``orders``), in a
+        fresh process where ``fresh_process`` and the OS allow, its measurements recorded in the
+        order taken. Returns name -> per-round measurements."""
+        spec = SittingSpec(task, prof, {k: shards[k] for k in items if k != BOUND},
+                           {k: patterns[k] for k in items if k != BOUND}, tuple(items),
+                           tuple(tuple(o) for o in orders), sitting, self._nsit, first_batch, int(self.warmup_rounds),
+                           self.seed, bool(self.pin), self.group is not None, journal)
+
+        def tick(status: str | None, n: int) -> None:
+            if status is not None:
+                bar.set_postfix_str(status, refresh=False)
+            if n:
+                bar.update(n)
+
+        fresh = self.fresh_process and self.group is None and fresh_process_available()
+        recorded = run_in_fresh_process(spec, tick) if fresh else run_sitting(spec, self.group, tick)
         runs: dict[str, list] = {k: [] for k in items}
         offset = len(self.orders_) if sitting != "selection" else 0
-        schedule = [(-w - 1, list(items)) for w in range(self.warmup_rounds)][::-1] + list(enumerate(orders))
-        where = "selection" if sitting == "selection" else f"sitting {sitting + 1}/{self.sittings}"
-        with ExitStack() as stack:
-            bench = self.group
-            if bench is None and task.ngpu > 1:
-                bench = stack.enter_context(CommBench.for_profile(task.ngpu, prof, pin=self.pin))
-            stack.enter_context(pinned(core_for(-1), self.pin and prof.device == "cpu" and self.group is None))
-            stack.enter_context(kept_memory())
-            ops = OpCache.for_this_host([self.seed, 0x0BCA, 0 if sitting == "selection" else sitting + 1])
-            for r, order in schedule:
-                bar.set_postfix_str(f"{where} round {r + 1}/{len(orders)}" if r >= 0 else f"{where} warm-up",
-                                    refresh=False)
-                got = measure(order, bench, first_batch, ops,
-                              [self.seed, 0x5EEB, 0 if sitting == "selection" else sitting + 1, r + self.warmup_rounds])
-                for name in order:
-                    m = got[name]
-                    self.measured_.append((r + offset if r >= 0 else r, name))
-                    append_journal(journal, task.name, r, name, m, sitting)
-                    if r >= 0:
-                        runs[name].append(m)
-                    elif name != BOUND and sitting != "selection":
-                        self.warmup_ms_.setdefault(name, []).append(float(m.sum(axis=1).max()))
-                    bar.update(1)
+        for r, name, m in recorded:
+            self.measured_.append((r + offset if r >= 0 else r, name))
+            if r >= 0:
+                runs[name].append(m)
+            elif name != BOUND and sitting != "selection":
+                self.warmup_ms_.setdefault(name, []).append(float(m.sum(axis=1).max()))
         return runs
 
     def evaluate(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, Evaluation]:
@@ -220,12 +222,7 @@ class MeasuredEvaluator:
         items = list(first.values()) + ([BOUND] if self.lower_bound else [])
         base = list(dict.fromkeys(rep[k] for k in baseline_names(plans)))
         select = selects_reference(self.reference, base, self.rounds)
-        nsit = int(self.sittings) if self.budget_s is None else int(self.looks)
-
-        def measure(order: Sequence[str], bench: Any, first_batch: int, ops: OpCache, seed: Any) -> dict[str, Any]:
-            plans_now = [n for n in order if n != BOUND]
-            return measure_round(task, {n: shards[n] for n in plans_now}, {n: patterns[n] for n in plans_now}, prof,
-                                 bench, ops, first_batch, seed, BOUND in order)
+        nsit = self._nsit = int(self.sittings) if self.budget_s is None else int(self.looks)
 
         where = f" (torchrun: {task.ngpu} ranks, each timing its own device's shards)" if self.group else ""
         source = f"measured:{prof.name}{note}{where}"
@@ -240,7 +237,7 @@ class MeasuredEvaluator:
             reference, chosen = self.reference, NAMED if self.reference is not None else None
             if select:                    # lookups after every judged sitting's, orders of their own
                 orders = round_orders(base, C.SELECTION_ROUNDS, self.seed, sitting=nsit + 0x5E1)
-                runs = self._sitting(task, prof, base, measure, orders, "selection", nsit * prof.input_batches,
+                runs = self._sitting(task, prof, base, shards, patterns, orders, "selection", nsit * prof.input_batches,
                                      bar, journal)
                 self.selection_ = {k: [float(m.sum(axis=1).max()) for m in runs[k]] for k in base}
                 reference = min(base, key=lambda k: (float(np.median(self.selection_[k])), base.index(k)))
@@ -249,7 +246,7 @@ class MeasuredEvaluator:
             def sitting(s: int, names: Sequence[str]) -> dict[str, list]:
                 now = list(names) + ([BOUND] if self.lower_bound else [])
                 orders = round_orders(now, self.rounds, self.seed, sitting=s)
-                runs = self._sitting(task, prof, now, measure, orders, s, s * prof.input_batches, bar, journal)
+                runs = self._sitting(task, prof, now, shards, patterns, orders, s, s * prof.input_batches, bar, journal)
                 self.orders_.extend(orders)           # after: _sitting numbers this sitting's rounds on from it
                 return runs
 
