@@ -101,7 +101,7 @@ class MeasuredEvaluator:
     time, so the stopping keeps the stated error rate); each op is then timed
     :data:`~shardlab.constants.BUDGET_OP_REPEATS` times after
     :data:`~shardlab.constants.BUDGET_OP_WARMUP` warm-ups (the profile's settings where smaller),
-    so the budget buys more rounds (:func:`budget_profile`); ``fresh_process``: run each sitting
+    so the budget buys more rounds (:func:`budget_profile`); ``fresh_process``: (None: :data:`~shardlab.constants.SITTING_FRESH_PROCESS`) run each sitting
     in a fresh process of its own, forked from a clean server, so that no sitting inherits what
     an earlier one allocated (:mod:`~shardlab.evaluate.sitting`; in process under torchrun and
     where the OS has no ``fork``).
@@ -118,7 +118,7 @@ class MeasuredEvaluator:
                  progress: bool = True, journal: str | None = None, group: Any | None = None,
                  margin: float = C.EQUIVALENCE_MARGIN, sittings: int = 1, sitting_sd: float | None = None,
                  budget_s: float | None = None, looks: int = C.SEQUENTIAL_LOOKS,
-                 fresh_process: bool = C.SITTING_FRESH_PROCESS):
+                 fresh_process: bool | None = None):
         self.profile = profile
         self.rounds = rounds
         self.warmup_rounds = warmup_rounds
@@ -134,7 +134,7 @@ class MeasuredEvaluator:
         self.sitting_sd = sitting_sd
         self.budget_s = budget_s
         self.looks = looks
-        self.fresh_process = fresh_process
+        self.fresh_process = C.SITTING_FRESH_PROCESS if fresh_process is None else fresh_process
 
     def _check(self) -> HardwareProfile:
         if int(self.rounds) < 1:

@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-pin", action="store_true", help="pin neither the ranks nor the measuring process to cores")
     ap.add_argument("--spacer", type=int, default=C.OP_SPACER_BYTES,
                     help="most bytes allocated before each op is built (constants.OP_SPACER_BYTES)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="every sitting in this process, as before sittings had processes of their own")
     args = ap.parse_args(argv)
     C.SWEEP_LEAD_PASSES, C.OP_SPACER_BYTES = args.lead, args.spacer
     rec = next(r for r in map(json.loads, gzip.open(RUN, "rt")) if r["kind"] == "task" and "-14x2-" in r["task"]["name"])
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     names = list(rec["plans"]) if args.all_plans else PLANS
     plans = {m: Plan.from_dict(rec["plans"][m]) for m in names}
     out = MeasuredEvaluator(profile="cpu", rounds=8, sittings=args.sittings, reference="torchrec", progress=False, seed=args.seed,
-                            pin=not args.no_pin,
+                            pin=not args.no_pin, fresh_process=not args.in_process,
                             journal=args.journal).evaluate(task, plans)
     ref = out["torchrec"].sittings
     for m in PLANS[1:]:
