@@ -180,7 +180,7 @@ class MeasuredEvaluator:
         spec = SittingSpec(task, prof, {k: shards[k] for k in items if k != BOUND},
                            {k: patterns[k] for k in items if k != BOUND}, tuple(items),
                            tuple(tuple(o) for o in orders), sitting, self._nsit, first_batch, int(self.warmup_rounds),
-                           self.seed, bool(self.pin), self.group is not None, journal)
+                           self.seed, bool(self.pin), journal)
 
         def tick(status: str | None, n: int) -> None:
             if status is not None:

@@ -59,8 +59,7 @@ class SittingSpec:
     ``orders``: the timed rounds' item orders; ``sitting``: its index, or ``"selection"``;
     ``sittings``: how many judged sittings there may be (for the status line); ``first_batch``:
     the first lookup batch; ``warmup_rounds``: untimed rounds first; ``seed``: the evaluator's;
-    ``pin``: pin the measuring process; ``in_group``: torchrun's ranks (no pinning, no bench
-    started); ``journal``: the file each measurement is appended to (None: none)."""
+    ``pin``: pin the measuring process (and the ranks it starts); ``journal``: the file each measurement is appended to (None: none)."""
     task: Task
     profile: HardwareProfile
     shards: Mapping[str, Any]
@@ -73,7 +72,6 @@ class SittingSpec:
     warmup_rounds: int
     seed: int
     pin: bool
-    in_group: bool = False
     journal: str | None = None
 
 
