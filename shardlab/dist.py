@@ -43,14 +43,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from shardlab.bounds import check_bound
 from shardlab.cli.arguments import OneLineParser
 from shardlab.cli.evaluate import load_plans
 from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.measured import MeasuredEvaluator
 from shardlab.evaluate.stats import check_margin
-from shardlab.evaluate.torchrec_step import (EMBEDDINGS, WHOLE, check_counts, evaluations, prepare,
-                                             quiet_torchrec_logs, rank_budget_bytes, rank_rounds)
+from shardlab.evaluate.torchrec_step import (EMBEDDINGS, WHOLE, evaluations, prepare, quiet_torchrec_logs,
+                                             rank_budget_bytes, rank_rounds)
 from shardlab.io import load_task, write_json_atomic
 from shardlab.measure.campaign import run_comm_campaign
 from shardlab.measure.group_bench import GroupBench
@@ -141,9 +142,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] 
                             f"{task.ngpu}: start {task.ngpu} processes in all (nnodes x nproc-per-node)")
     plans, reference = load_plans(task, args.plans, args.reference)
     prof = profile_with(args.profile, args.batch_size)
-    check_counts(args.rounds, args.steps, args.warmup_steps, "shardlab.dist")
-    if args.warmup_rounds < 0:
-        raise ShardlabError(f"shardlab.dist: field 'warmup_rounds' = {args.warmup_rounds} must be >= 0")
+    given = ("batch_size",) if args.batch_size is not None else ()
+    for name in ("rounds", "steps", "warmup_steps", "warmup_rounds", "seed") + given:
+        check_bound("shardlab.dist", name, getattr(args, name))
     check_margin(args.margin, "shardlab.dist")
     run = _measured if args.measure else _torchrec
     return run(args, task, plans, reference, prof)
@@ -185,8 +186,8 @@ def _torchrec(args: argparse.Namespace, task: Any, plans: dict, reference: str |
 
 def profile_comm(args: argparse.Namespace) -> int:
     """``measure-comm``: the comm campaign between the torchrun ranks; returns samples added."""
-    if args.samples < 0:
-        raise ShardlabError(f"shardlab.dist: field 'samples' = {args.samples} must be >= 0")
+    for name in ("samples", "seed", "max_delay_ms"):
+        check_bound("shardlab.dist", name, getattr(args, name))
     prof = get_profile(args.profile)
     with group(prof, args.timeout_s) as (rank, world, _):
         if world < 2:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable
 
 from shardlab import constants as C
+from shardlab.bounds import BOUNDS
 from shardlab.errors import ShardlabError
 from shardlab.paths import check_output_path
 from shardlab.plan import Plan
@@ -245,15 +246,19 @@ def parse_duration(text: Any, what: str = "field 'budget'") -> float:
     return value
 
 
-def strict_int(value: Any, name: str, minimum: int, maximum: int | None = None) -> int:
-    """An integer notebook parameter in [``minimum``, ``maximum``] (no upper bound when None):
-    ``value`` as an int (an int, or a whole number as papermill may pass one), else a one-line
-    error naming the parameter (``-p seed -1``, ``-p epochs 0``, ``-p verify -1``)."""
-    ok = not isinstance(value, bool) and (isinstance(value, int) or (isinstance(value, float) and value.is_integer()))
-    if not ok or value < minimum or (maximum is not None and value > maximum):
-        span = f"in [{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
-        raise ShardlabError(f"parameter '{name}' = {value!r} must be an integer {span}")
-    return int(value)
+def strict_bounded(value: Any, name: str, off: int | None = None) -> int | float:
+    """A numeric notebook parameter in its range of :data:`shardlab.bounds.BOUNDS` (the range
+    the CLI option and the Python argument of the same name have): ``value`` (an int where the
+    range is of integers, a whole float as papermill may pass one becoming an int), else a
+    one-line error naming the parameter. ``off``: a value outside the range that the notebook
+    reads as "none" (e.g. ``verify = 0``: no verification), returned as it is."""
+    if off is not None and not isinstance(value, bool) and value == off:
+        return off
+    bound = BOUNDS[name]
+    if not bound.admits(value):
+        extra = f" (or {off}: none)" if off is not None else ""
+        raise ShardlabError(f"parameter '{name}' = {value!r} {bound.requirement}{extra}")
+    return int(value) if bound.integer else float(value)
 
 
 def strict_folder(value: Any, name: str, empty_ok: bool = True) -> str:

@@ -40,7 +40,7 @@ def files(tmp_path_factory):
 
 #: (argv with {task}/{plan}/{dir} placeholders, what the one line must say)
 CASES = [
-    (["tasks", "--ntables", "4", "--seed", "-1"], "option '--seed' = -1 must be >= 0"),
+    (["tasks", "--ntables", "4", "--seed", "-1"], "option '--seed' = -1 must be an integer >= 0"),
     (["shard", "{task}", "--method", "random", "--seed", "-1"], "option '--seed' = -1"),
     (["tasks", "--ngpu", "0"], "option '--ngpu' = 0"),
     (["tasks", "--mem-gb", "nan"], "option '--mem-gb' = nan"),
@@ -55,7 +55,7 @@ CASES = [
     (["evaluate", "{task}", "{plan}", "--repeats", "3"], "option '--repeats' = 3 only applies with --measure"),
     (["compare", "{task}", "{plan}", "--rounds", "5"], "option '--rounds' = 5 only applies with --measure"),
     (["compare", "{task}", "{plan}", "--measure", "--rounds", "0"], "option '--rounds' = 0"),
-    (["train", "neuroshard", "--out", "{dir}/m.json", "--epochs", "0"], "option '--epochs' = 0 must be in [1, 1,000,000]"),
+    (["train", "neuroshard", "--out", "{dir}/m.json", "--epochs", "0"], "option '--epochs' = 0 must be an integer in [1, 1,000,000]"),
     (["train", "neuroshard", "--out", "{dir}/m.json", "--store", "{dir}/missing.db"], "no such sample store"),
     (["tasks", "--tables", CRITEO, "--assume-zipf", "nan"], "option '--assume-zipf' = nan"),
     (["tasks", "--tables", CRITEO, "--assume-zipf", "-1"], "option '--assume-zipf' = -1.0"),

@@ -67,7 +67,7 @@ CASES = [
     (["evaluate", "{dir}/task.json", "{dir}/plan.json", "--measure", "--journal", "/dev/full"], "character device"),
     (["measure", "comm", "--store", "{dir}/c.db", "--max-delay-ms", "1e12"], "option '--max-delay-ms' = 1000000000000.0"),
     (["train", "autoshard_policy", "--ngpu", "100000", "--out", "{dir}/x.pt", "--store", "{dir}/s.db"],
-     "option '--ngpu' = 100000 must be in [1, 16,384]"),
+     "option '--ngpu' = 100000 must be an integer in [1, 16,384]"),
     (["train", "analytic", "--out", "{dir}/adir"], "adir is a directory"),
     (["train", "analytic", "--out", "{dir}/a.json", "--epochs", "5"], "option '--epochs' = 5 does not apply to analytic"),
     (["measure", "compute", "--store", "{dir}/c.db", "--pool", "broad", "--split", "test"],
@@ -132,14 +132,15 @@ def test_generator_parameters_are_checked_before_lookups(key, value):
 
 
 def test_notebook_integers_and_folders_are_strict(tmp_path):
-    from shardlab.io import strict_folder, strict_int
+    from shardlab.io import strict_bounded, strict_folder
 
-    assert strict_int(3, "seed", 0) == 3 and strict_int(4.0, "ngpu", 1) == 4
+    assert strict_bounded(3, "seed") == 3 and strict_bounded(4.0, "ngpu") == 4
     for bad in (-1, 1.5, True, "3", None):
         with pytest.raises(ShardlabError, match="parameter 'seed'"):
-            strict_int(bad, "seed", 0)
-    with pytest.raises(ShardlabError, match=r"parameter 'verify' = 21 must be an integer in \[0, 20\]"):
-        strict_int(21, "verify", 0, 20)
+            strict_bounded(bad, "seed")
+    with pytest.raises(ShardlabError, match=r"parameter 'verify' = 21 must be an integer in \[1, 20\] .*\(or 0: none\)"):
+        strict_bounded(21, "verify", off=0)
+    assert strict_bounded(0, "verify", off=0) == 0
     assert strict_folder("", "out_dir") == "" and strict_folder(str(tmp_path / "new"), "out_dir")
     (tmp_path / "file").write_text("x")
     for bad in ("/dev/null", str(tmp_path / "file"), 3):
@@ -152,7 +153,7 @@ def test_notebook_integers_and_folders_are_strict(tmp_path):
 def test_every_integer_notebook_parameter_is_checked():
     """Each notebook's integer parameters (``name: int = ...`` in its parameters cell), its
     folder parameters (``*_dir``) and its hardware profiles (``*profile``) pass through
-    strict_int / strict_folder / get_profile before use."""
+    strict_bounded / strict_folder / get_profile before use."""
     import re
 
     for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
@@ -160,7 +161,7 @@ def test_every_integer_notebook_parameter_is_checked():
         params = next("".join(c["source"]) for c in cells if "parameters" in (c.get("metadata", {}).get("tags") or []))
         code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
         for name in re.findall(r"^(\w+): int = ", params, re.M):
-            assert f"{name} = strict_int({name}, \"{name}\"" in code, (path.name, name)
+            assert f"{name} = strict_bounded({name}, \"{name}\"" in code, (path.name, name)
         for name in re.findall(r"^(\w+_dir): str = ", params, re.M):
             assert f"{name} = strict_folder({name}, \"{name}\"" in code, (path.name, name)
         for name in re.findall(r"^(\w*profile): str = ", params, re.M):

@@ -17,21 +17,24 @@ from shardlab import constants as C
 from shardlab.data.hardware_profiles import profile_folder
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.ranking import kendall_tau_b, pair_verdicts, ranking_quality, ranking_text
-from shardlab.evaluate.values import DeviceCost, Evaluation
+from shardlab.evaluate.evaluation import DeviceCost, Evaluation
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def measured(costs: dict[str, float], source: str = "measured:cpu", rounds: int = 8, noise: float = 0.002,
-             seed: int = 0) -> dict[str, Evaluation]:
+             seed: int = 0, spread: float | str | None = "cpu") -> dict[str, Evaluation]:
     """Evaluations in paired rounds: each plan's cost (ms) times a drift shared by every plan of
-    a round, plus a little noise of its own."""
+    a round, plus a little noise of its own; ``spread``: the between-sitting log-sd they record
+    ("cpu": the cpu profile's)."""
+    spread = profile_folder("cpu").sitting_log_sd if spread == "cpu" else spread
     rng = np.random.default_rng(seed)
     drift = np.exp(rng.normal(0.0, 0.1, rounds))
     out = {}
     for name, ms in costs.items():
         r = ms * drift * np.exp(rng.normal(0.0, noise, rounds))
-        out[name] = Evaluation("t", name, source, (DeviceCost(0, ms, 0.0, 0.0, 0.0, 0.0),), None, tuple(map(float, r)))
+        out[name] = Evaluation("t", name, source, (DeviceCost(0, ms, 0.0, 0.0, 0.0, 0.0),), None, tuple(map(float, r)),
+                               sitting_log_sd=spread)
     return out
 
 
@@ -57,7 +60,7 @@ def test_reversed_ordering_gives_minus_one_and_none_right():
 
 def test_equivalent_pairs_are_left_out_of_the_decisive_count():
     # a profile without a between-sitting spread; a2 within 1% of a in every round: equivalent
-    evs = measured({"a": 10.0, "b": 15.0}, source="measured:test")
+    evs = measured({"a": 10.0, "b": 15.0}, source="measured:test", spread=None)
     a = evs["a"]
     evs["a2"] = Evaluation("t", "a2", a.source, a.per_device, None,
                            tuple(x * (1.01 if i % 2 else 0.99) for i, x in enumerate(a.rounds_ms)))

@@ -5,7 +5,7 @@ import numpy as np
 
 from shardlab.costmodel.rowwise_comm import RowWiseComm
 from shardlab.costmodel.bundle import load_bundle, models_dir
-from shardlab.evaluate.values import comm_pattern
+from shardlab.evaluate.exchange import comm_pattern
 from shardlab.plan import validate_plan
 from shardlab.search import get_sharder, run_sharder
 from shardlab.search.blocks import Block

@@ -45,7 +45,7 @@ def test_comm_pattern_of_table_row_and_table_row_wise_plans():
     from shardlab import Placement, Plan
     from shardlab.data.tasks import generate_task
     from shardlab.evaluate import device_tables
-    from shardlab.evaluate.values import comm_pattern
+    from shardlab.evaluate.exchange import comm_pattern
 
     task = generate_task(ntables=4, ngpu=3, mem_cap_gb=1.0, seed=3, dims=[8, 16])
     a, b, *rest = task.tables

@@ -125,7 +125,7 @@ def _row_wise_task_and_plans():
 def test_the_model_evaluator_costs_row_wise_traffic_only_where_a_plan_has_it():
     from shardlab.costmodel.bundle import load_bundle
     from shardlab.evaluate.model import ModelEvaluator, estimate_plan
-    from shardlab.evaluate.values import comm_pattern
+    from shardlab.evaluate.exchange import comm_pattern
     from tests.test_row_wise_search import _task
 
     m, bundle = _fitted(), load_bundle("analytic")
@@ -156,7 +156,7 @@ def test_judge_rows_scores_each_predictor_per_rank_and_per_plan():
 
 
 def test_measured_comm_rows_turn_a_benchmark_record_into_comm_samples():
-    from shardlab.evaluate.values import comm_pattern
+    from shardlab.evaluate.exchange import comm_pattern
     from shardlab.search import get_sharder, run_sharder
 
     spec = Spec("pool", 4, share=0.45, ntables=12)

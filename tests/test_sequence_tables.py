@@ -15,7 +15,7 @@ from shardlab.costmodel.bundle import load_bundle
 from shardlab.data.importers import tables_from_records
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.model import estimate_plan
-from shardlab.evaluate.values import comm_pattern
+from shardlab.evaluate.exchange import comm_pattern
 from shardlab.plan import Placement, Plan
 from shardlab.search.registry import run_sharder, sharder_for
 from shardlab.tables import Table, Task

@@ -11,7 +11,7 @@ import pytest
 from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.sequential import Z_MOST, crossing_probability, level_of, next_boundary, run_sequential, spent
-from shardlab.evaluate.values import DeviceCost, Evaluation
+from shardlab.evaluate.evaluation import DeviceCost, Evaluation
 
 RATIOS = {"ref": 1.0, "clear": 0.70, "same": 1.0, "close": 1.01}
 #: Per-round noise of each plan's paired ratio (log-sd): "close" is too noisy to settle.

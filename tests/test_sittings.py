@@ -18,20 +18,21 @@ from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import MeasuredEvaluator, compare_to_reference
 from shardlab.evaluate.stats import hierarchical_median_ci, paired_ratio_ci, with_sitting_spread
-from shardlab.evaluate.values import NAMED, DeviceCost, Evaluation, choose_reference, sitting_spread
+from shardlab.evaluate.evaluation import DeviceCost, Evaluation
+from shardlab.evaluate.reference import NAMED, choose_reference
 from shardlab.io import save_plan, save_task
-from shardlab.measure.hardware import profile_with
+from shardlab.measure.hardware import profile_with, sitting_spread
 from shardlab.search import get_sharder, run_sharder
 
 #: 2 timed runs per op after 1 warm-up, batch 512: structure only, nothing is judged.
 PROFILE = profile_with("cpu", batch_size=512, repeats=2, warmup=1)
 
 
-def _ev(method: str, sittings, source: str = "measured:cpu") -> Evaluation:
+def _ev(method: str, sittings, source: str = "measured:cpu", spread: float | None = None) -> Evaluation:
     rounds = tuple(x for s in sittings for x in s)
     dev = (DeviceCost(0, float(np.median(rounds)), 0.0, 0.0, 0.0, 0.1),)
     return Evaluation("t", method, source, dev, None, rounds, None, None,
-                      tuple(tuple(s) for s in sittings) if len(sittings) > 1 else None)
+                      tuple(tuple(s) for s in sittings) if len(sittings) > 1 else None, sitting_log_sd=spread)
 
 
 def test_one_sitting_and_no_spread_is_the_plain_bootstrap():
@@ -65,14 +66,35 @@ def test_sittings_that_disagree_widen_the_interval_beyond_pooled_rounds():
     assert evs["b"].comparison.ratio_ci95 == by_sitting and evs["b"].comparison.chosen == NAMED
 
 
-def test_profile_spread_comes_from_the_source():
-    assert sitting_spread("measured:cpu[batch_size=1024,repeats=5] (lookups fitted for 3/30 tables)") == \
-        profile_folder("cpu").sitting_log_sd
-    assert sitting_spread("model:neuroshard") == 0.0 and sitting_spread("measured:torchrec-cpu") == 0.0
+def test_the_spread_is_the_profiles_and_travels_with_the_evaluation():
+    cpu = profile_folder("cpu").sitting_log_sd
+    assert cpu > 0 and sitting_spread("cpu") == cpu and sitting_spread(profile_with("cpu", batch_size=1024)) == cpu
+    assert sitting_spread("a-profile-not-shipped") == 0.0
     x = np.random.default_rng(5).lognormal(0, 0.02, 8) * 10
-    evs = {"a": _ev("lookup_greedy", [np.full(8, 10.0)]), "b": _ev("neuroshard", [x])}
-    assert compare_to_reference(evs, "a")["b"].comparison.ratio_ci95 == \
-        paired_ratio_ci([x], [np.full(8, 10.0)], sitting_sd=profile_folder("cpu").sitting_log_sd)[1]
+    want = paired_ratio_ci([x], [np.full(8, 10.0)], sitting_sd=cpu)[1]
+    # the reference's recorded spread is what the comparison adds, whatever its source says
+    evs = {"a": _ev("lookup_greedy", [np.full(8, 10.0)], "measured:elsewhere", cpu), "b": _ev("neuroshard", [x])}
+    assert compare_to_reference(evs, "a")["b"].comparison.ratio_ci95 == want
+    bare = {"a": _ev("lookup_greedy", [np.full(8, 10.0)]), "b": _ev("neuroshard", [x])}
+    assert compare_to_reference(bare, "a")["b"].comparison.ratio_ci95 == paired_ratio_ci([x], [np.full(8, 10.0)])[1]
+    # it survives the JSON; a file written before the field gets its named shipped profile's
+    assert Evaluation.from_dict(evs["a"].to_dict()).sitting_log_sd == cpu
+    old = {k: v for k, v in _ev("x", [[1.0, 2.0, 3.0]]).to_dict().items() if k != "sitting_log_sd"}
+    old["source"] = "measured:cpu[batch_size=1024,repeats=5] (lookups fitted for 3/30 tables)"
+    assert Evaluation.from_dict(old).sitting_log_sd == cpu
+    assert Evaluation.from_dict(dict(old, source="model:neuroshard")).sitting_log_sd is None
+    assert Evaluation.from_dict(dict(old, source="measured:torchrec-cpu")).sitting_log_sd is None
+    with pytest.raises(ShardlabError, match="field 'sitting_log_sd'"):
+        Evaluation.from_dict(dict(old, sitting_log_sd="wide"))
+
+
+def test_a_measured_evaluation_records_its_profiles_spread(tmp_path):
+    task = generate_task(ntables=4, ngpu=2, mem_cap_gb=2.0, batch_size=256, seed=3, dims=[16])
+    plans = {"a": Plan.table_wise(task, [0, 0, 1, 1], "a"), "b": Plan.table_wise(task, [0, 0, 0, 1], "b")}
+    for sd, want in ((None, profile_folder("cpu").sitting_log_sd), (0.07, 0.07)):
+        evs = MeasuredEvaluator(PROFILE, rounds=3, warmup_rounds=0, progress=False, reference="a", sitting_sd=sd,
+                                fresh_process=False).evaluate(task, plans)
+        assert {e.sitting_log_sd for e in evs.values()} == {want}
 
 
 def test_sittings_survive_the_json_and_a_bad_grouping_is_one_line():

@@ -50,7 +50,8 @@ import torch  # noqa: E402
 
 from shardlab import constants as C  # noqa: E402
 from shardlab.evaluate.measured import measurable, round_orders, shard_key  # noqa: E402
-from shardlab.evaluate.values import baseline_names, device_tables  # noqa: E402
+from shardlab.evaluate.reference import baseline_names  # noqa: E402
+from shardlab.data.lookups import device_tables  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
 from shardlab.processes import ignore_sigint  # noqa: E402
 from shardlab.measure.broad_campaign import BroadSpace, run_broad_campaign  # noqa: E402

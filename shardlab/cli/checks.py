@@ -9,47 +9,15 @@ odd result; options that only mean something with another option are refused wit
 from __future__ import annotations
 
 import argparse
-import math
 import re
-from typing import Any, Callable
 
-from shardlab.constants import (MAX_BATCH_SIZE, MAX_DELAY_MS, MAX_EPOCHS, MAX_MEM_CAP_GB, MAX_NGPU, MAX_SAMPLES,
-                                SEQUENTIAL_LOOKS)
+from shardlab.bounds import BOUNDS
+from shardlab.constants import SEQUENTIAL_LOOKS
 from shardlab.errors import ShardlabError
 from shardlab.measure.hardware import get_profile
 
 #: Path options: an empty value is refused (it would silently mean "no output" or "here").
 PATH_OPTIONS = ("out", "html", "store", "journal", "tables", "model")
-
-#: option (argparse dest) -> (test, requirement), applied where a verb has the option and it is set.
-RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "seed": (lambda v: v >= 0, "must be >= 0"),
-    "batch_size": (lambda v: 1 <= v <= MAX_BATCH_SIZE, f"must be in [1, {MAX_BATCH_SIZE:,}]"),
-    "repeats": (lambda v: 1 <= v <= 10_000, "must be in [1, 10,000] (timed runs per measurement)"),
-    "warmup": (lambda v: 0 <= v <= 10_000, "must be in [0, 10,000] (untimed runs per measurement)"),
-    "rounds": (lambda v: 1 <= v <= 1000, "must be in [1, 1000]"),
-    "warmup_rounds": (lambda v: 0 <= v <= 100, "must be in [0, 100]"),
-    "sittings": (lambda v: 1 <= v <= 100, "must be in [1, 100]"),
-    "samples": (lambda v: 0 <= v <= MAX_SAMPLES, f"must be in [0, {MAX_SAMPLES:,}]"),
-    "max_samples": (lambda v: 1 <= v <= MAX_SAMPLES, f"must be in [1, {MAX_SAMPLES:,}]"),
-    "workers": (lambda v: 1 <= v <= 64, "must be in [1, 64]"),
-    "ntables": (lambda v: v >= 1, "must be >= 1"),
-    "min_tables": (lambda v: v >= 1, "must be >= 1"),
-    "max_tables": (lambda v: v >= 1, "must be >= 1"),
-    "mem_gb": (lambda v: math.isfinite(v) and 0 < v <= MAX_MEM_CAP_GB, f"must be a number in (0, {MAX_MEM_CAP_GB:g}]"),
-    "row_share": (lambda v: math.isfinite(v) and 0 <= v <= 1, "must be a share in [0, 1]"),
-    "max_delay_ms": (lambda v: math.isfinite(v) and 0 <= v <= MAX_DELAY_MS, f"must be in [0, {MAX_DELAY_MS:g}] ms"),
-    "assume_zipf": (lambda v: math.isfinite(v) and v > 0, "must be a finite Zipf exponent > 0"),
-    "epochs": (lambda v: 1 <= v <= MAX_EPOCHS, f"must be in [1, {MAX_EPOCHS:,}]"),
-    "pretrain_epochs": (lambda v: 0 <= v <= MAX_EPOCHS, f"must be in [0, {MAX_EPOCHS:,}]"),
-    "verify": (lambda v: 1 <= v <= 20, "must be in [1, 20] (candidate plans measured)"),
-    "iterations": (lambda v: v >= 1, "must be >= 1"),
-    "updates": (lambda v: v >= 1, "must be >= 1"),
-    "cost_epochs": (lambda v: v >= 1, "must be >= 1"),
-    "ngpu": (lambda v: 1 <= v <= MAX_NGPU, f"must be in [1, {MAX_NGPU:,}]"),
-    "steps": (lambda v: 1 <= v <= 10000, "must be in [1, 10000]"),
-    "warmup_steps": (lambda v: 0 <= v <= 1000, "must be in [0, 1000]"),
-}
 
 #: Options of the evaluation verbs that also act on the TorchRec evaluator (--torchrec).
 TORCHREC_ALSO = ("batch_size", "rounds", "margin", "seed")
@@ -74,13 +42,13 @@ def _flag(dest: str) -> str:
 
 def check_args(args: argparse.Namespace) -> None:
     """Raise one line for the first argument out of range or out of place (module docstring)."""
-    for dest, (ok, requirement) in RANGES.items():
+    for dest, bound in BOUNDS.items():     # every option named as the setting it sets has its range
         value = getattr(args, dest, None)
         if value is None or isinstance(value, bool):
             continue
         for v in value if isinstance(value, (list, tuple)) else [value]:
-            if not ok(v):
-                raise ShardlabError(f"option '{_flag(dest)}' = {v!r} {requirement}")
+            if not bound.admits(v):
+                raise ShardlabError(f"option '{_flag(dest)}' = {v!r} {bound.requirement}")
     for dest in PATH_OPTIONS:
         if getattr(args, dest, None) == "":
             raise ShardlabError(f"option '{_flag(dest)}' = '' is empty (give a path)")

@@ -13,12 +13,13 @@ paired rounds, ``measured:torchrec-...``; torchrec is imported only when it runs
 from shardlab.evaluate.measured import (BOUND, MeasuredEvaluator, measurable, measure_bound, measure_lower_bound,
                                         measure_plan, measure_plans, measure_round, round_orders)
 from shardlab.evaluate.model import ModelEvaluator, estimate_plan
-from shardlab.evaluate.stats import (bootstrap_median_ci, fused_and_summed, hierarchical_median_ci, paired_ratio_ci,
-                                     paired_ratios, subadditivity, verdict)
+from shardlab.evaluate.stats import (VERDICTS, bootstrap_median_ci, fused_and_summed, hierarchical_median_ci,
+                                     paired_ratio_ci, paired_ratios, subadditivity, verdict)
 from shardlab.evaluate.torchrec_step import TorchRecEvaluator, torchrec_plans
-from shardlab.evaluate.values import (VERDICTS, Comparison, DeviceCost, Evaluation, Evaluator, check_plans,
-                                      choose_reference, compare_to_reference, costs_label, device_tables,
-                                      resolve_reference)
+from shardlab.data.lookups import device_tables
+from shardlab.evaluate.evaluation import Comparison, DeviceCost, Evaluation
+from shardlab.evaluate.evaluator import Evaluator, check_plans, costs_label
+from shardlab.evaluate.reference import choose_reference, compare_to_reference, resolve_reference
 from shardlab.schedule import balanced_dims
 
 __all__ = ["BOUND", "VERDICTS", "Comparison", "DeviceCost", "Evaluation", "Evaluator",

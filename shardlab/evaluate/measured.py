@@ -39,25 +39,30 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from shardlab import constants as C
+from shardlab.bounds import check_bound
 from shardlab.errors import ShardlabError, field_error
 from shardlab.evaluate.sequential import check_budget, check_looks, run_sequential
 from shardlab.evaluate.stats import check_margin, hierarchical_median_ci
-from shardlab.evaluate.values import (CHEAPEST_BASELINE, FIRST_PLAN, NAMED, SELECTED, DeviceCost, Evaluation,
-                                      baseline_names, check_plans, comm_pattern, compare_to_reference, device_tables,
-                                      selects_reference)
+from shardlab.data.lookups import device_tables
+from shardlab.evaluate.evaluation import DeviceCost, Evaluation
+from shardlab.evaluate.evaluator import check_plans
+from shardlab.evaluate.exchange import comm_pattern
+from shardlab.evaluate.reference import (CHEAPEST_BASELINE, FIRST_PLAN, NAMED, SELECTED, baseline_names,
+                                         compare_to_reference, selects_reference)
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.evaluate.journal import check_journal
 from shardlab.evaluate.plan_round import (BOUND, MEASURED_BOUND, measurable, measure_bound, measure_round,
                                           round_orders, shard_key)
 from shardlab.evaluate.sitting import SittingSpec, fresh_process_available, run_in_fresh_process, run_sitting
 from shardlab.measure.compute import DEFAULT_MAX_GB
-from shardlab.measure.hardware import HardwareProfile, get_profile, profile_with
+from shardlab.measure.hardware import HardwareProfile, get_profile, profile_with, sitting_spread
 from shardlab.tables import Task
 
 def _evaluation(task: Task, plan: Plan, source: str, sittings: Sequence[Sequence[np.ndarray]],
-                bound: float | None, seed: int) -> Evaluation:
+                bound: float | None, seed: int, spread: float) -> Evaluation:
     """An Evaluation from S sittings of per-round (G, 4) measurements: per-round plan costs (by
-    sitting when S > 1), their median and hierarchical interval, per-device component medians."""
+    sitting when S > 1), their median and hierarchical interval, per-device component medians,
+    and the between-sitting log-sd ``spread`` its comparisons add."""
     arr = np.stack([m for s in sittings for m in s])                        # (S * R, G, 4)
     costs = [tuple(float(x) for x in np.stack(s).sum(axis=2).max(axis=1)) for s in sittings]   # ms per round
     med = np.median(arr, axis=0)
@@ -65,11 +70,11 @@ def _evaluation(task: Task, plan: Plan, source: str, sittings: Sequence[Sequence
     devices = tuple(DeviceCost(g, *(float(x) for x in med[g]), mem[g]) for g in range(plan.ngpu))
     return Evaluation(task.name, plan.method, source, devices, bound, tuple(x for c in costs for x in c),
                       hierarchical_median_ci(costs, seed=seed)[1], sittings_ms=tuple(costs) if len(costs) > 1 else None,
-                      bound_source=MEASURED_BOUND if bound is not None else None)
+                      bound_source=MEASURED_BOUND if bound is not None else None, sitting_log_sd=spread)
 
 
 class MeasuredEvaluator:
-    """The :class:`~shardlab.evaluate.values.Evaluator` that measures (module docstring).
+    """The :class:`~shardlab.evaluate.evaluator.Evaluator` that measures (module docstring).
 
     ``profile``: hardware profile (name or value); ``rounds``: timed rounds per sitting (>= 3
     for intervals and verdicts); ``sittings``: how many sittings (>= 1), each with its own
@@ -84,9 +89,9 @@ class MeasuredEvaluator:
     ranks and the compute-measuring process to cores; ``margin``: the equivalence margin of the
     verdicts (dimensionless, default :data:`~shardlab.constants.EQUIVALENCE_MARGIN` = 0.05:
     :func:`~shardlab.evaluate.stats.verdict`); ``sitting_sd``: the between-sitting log-sd the
-    ratio intervals add (dimensionless; None: the profile's
-    the profile folder's ``sitting_log_sd``, 0 for a profile without one:
-    :func:`~shardlab.evaluate.values.sitting_spread`); ``progress``: a
+    ratio intervals add (dimensionless; None: the profile folder's ``sitting_log_sd``, 0 for a
+    profile without one: :func:`~shardlab.measure.hardware.sitting_spread`; recorded in every
+    Evaluation as ``sitting_log_sd``); ``progress``: a
     tqdm bar; ``journal``: a JSON-lines file that every measurement is appended to as it is
     taken (sitting, round, item, (G, 4) per-device ms), so an interrupted evaluation loses
     nothing measured; ``group``: a :class:`~shardlab.measure.group_bench.GroupBench` when
@@ -137,12 +142,8 @@ class MeasuredEvaluator:
         self.fresh_process = C.SITTING_FRESH_PROCESS if fresh_process is None else fresh_process
 
     def _check(self) -> HardwareProfile:
-        if int(self.rounds) < 1:
-            raise field_error("measured evaluator", "rounds", self.rounds, "must be >= 1")
-        if int(self.warmup_rounds) < 0:
-            raise field_error("measured evaluator", "warmup_rounds", self.warmup_rounds, "must be >= 0")
-        if isinstance(self.sittings, bool) or int(self.sittings) < 1:
-            raise field_error("measured evaluator", "sittings", self.sittings, "must be >= 1")
+        for name in ("rounds", "warmup_rounds", "sittings", "seed"):
+            check_bound("measured evaluator", name, getattr(self, name))
         if self.group is not None and int(self.sittings) > 1:
             raise field_error("measured evaluator", "sittings", self.sittings,
                               "must be 1 under torchrun (its ranks cannot be re-spawned): run the command again")
@@ -226,6 +227,7 @@ class MeasuredEvaluator:
 
         where = f" (torchrun: {task.ngpu} ranks, each timing its own device's shards)" if self.group else ""
         source = f"measured:{prof.name}{note}{where}"
+        spread = sitting_spread(prof) if self.sitting_sd is None else self.sitting_sd
         self.orders_, self.measured_, self.warmup_ms_, self.selection_ = [], [], {}, {}
         lead = self.group is None or self.group.rank == 0
         journal = self.journal if lead else None
@@ -257,7 +259,7 @@ class MeasuredEvaluator:
                     reference, chosen = (base[0], CHEAPEST_BASELINE) if base else (next(iter(plans)), FIRST_PLAN)
                 judged, by_sitting = run_sequential(
                     sitting, lambda k, runs: _evaluation(task, plans[k], source, [r[k] for r in runs if k in r], None,
-                                                         self.seed),
+                                                         self.seed, spread),
                     [k for k in items if k != BOUND], rep[reference], float(self.budget_s), int(self.looks), self.seed,
                     self.margin, self.sitting_sd, chosen, started=t0)
                 bar.total = bar.n                     # what was measured is the whole
@@ -269,7 +271,8 @@ class MeasuredEvaluator:
             return {k: replace(judged[rep[k]], method=plans[k].method, lower_bound_ms=bound,
                                bound_source=MEASURED_BOUND if bound is not None else None,
                                comparison=replace(judged[rep[k]].comparison, reference=reference)) for k in plans}
-        out = {k: _evaluation(task, plans[k], source, [runs[rep[k]] for runs in by_sitting], bound, self.seed)
+        out = {k: _evaluation(task, plans[k], source, [runs[rep[k]] for runs in by_sitting], bound, self.seed,
+                           spread)
                for k in plans}
         self.seconds_ = time.perf_counter() - t0
         return compare_to_reference(out, reference, self.seed, self.margin, self.sitting_sd, chosen)

@@ -38,8 +38,11 @@ from shardlab.costmodel.bundle import load_bundle
 from shardlab.costmodel.offload import offload_note
 from shardlab.costmodel.rowwise_comm import WithRowWise, load_rowwise_comm
 from shardlab.costmodel.valid_range import range_label, range_report
-from shardlab.evaluate.values import (DeviceCost, Evaluation, check_plans, comm_pattern, compare_to_reference,
-                                      device_tables, row_lookup_note, sequence_note)
+from shardlab.evaluate.evaluation import DeviceCost, Evaluation
+from shardlab.evaluate.evaluator import check_plans, row_lookup_note, sequence_note
+from shardlab.evaluate.exchange import comm_pattern
+from shardlab.evaluate.reference import compare_to_reference
+from shardlab.data.lookups import device_tables
 from shardlab.plan import Plan, device_memory_bytes, validate_plan
 from shardlab.schedule import floor_bound_ms
 from shardlab.tables import Task
@@ -81,12 +84,12 @@ def estimate_plan(task: Task, plan: Plan, model: Any, lower_bound: bool = True, 
     models (:func:`model_bound_ms`; None where the model gives none).
 
     ``rowwise_comm``: a fitted :class:`~shardlab.costmodel.rowwise_comm.RowWiseComm`. Given, a
-    plan with row-wise traffic (:func:`~shardlab.evaluate.values.comm_pattern`: tables split by
+    plan with row-wise traffic (:func:`~shardlab.evaluate.exchange.comm_pattern`: tables split by
     rows) is costed with the pattern's all-to-all dim sums (a table split over every device
     leaves them) plus the row-wise collectives' predicted increment, and the source says so.
     Not given, or a plan without row blocks: every shard's columns on its device's all-to-all.
     Row blocks of tables with only the Task JSON fields are costed on lookups fitted to their
-    reuse bins, and the source says for how many tables (:func:`~shardlab.evaluate.values.row_lookup_note`).
+    reuse bins, and the source says for how many tables (:func:`~shardlab.evaluate.evaluator.row_lookup_note`).
     Devices or all-to-alls outside the models' valid range are costed by the bundle's fallback, and
     the source says how many and by what (:func:`~shardlab.costmodel.valid_range.range_label`)."""
     validate_plan(task, plan)
@@ -116,14 +119,14 @@ def floor_label(model: Any) -> str:
 
 
 class ModelEvaluator:
-    """The :class:`~shardlab.evaluate.values.Evaluator` of a cost model.
+    """The :class:`~shardlab.evaluate.evaluator.Evaluator` of a cost model.
 
     ``model``: a cost-model bundle, or the name / manifest path of one (loaded for
     ``profile``, default ``constants.PLAN_PROFILE``); ``lower_bound``: also give the task's bound
     under the model (:func:`model_bound_ms`: None for a model that has none, e.g. a neural one);
     ``reference``: the plan to
     compare against (default: the best baseline, see
-    :func:`~shardlab.evaluate.values.resolve_reference`). Predictions carry no uncertainty,
+    :func:`~shardlab.evaluate.reference.resolve_reference`). Predictions carry no uncertainty,
     so their comparisons have a ratio but no interval and no verdict. ``rowwise_comm``: the
     row-wise comm model for plans with row blocks (:func:`estimate_plan`): a fitted
     :class:`~shardlab.costmodel.rowwise_comm.RowWiseComm`, a path, ``"shipped"`` (default: the

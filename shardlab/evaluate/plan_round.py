@@ -70,7 +70,7 @@ def measure_round(task: Task, shards: Mapping[str, Shards], patterns: Mapping[st
                   bench: Any | None, ops: OpCache | None, first_batch: int = 0, seed: Any = 0, bound: bool = False,
                   max_gb: float = DEFAULT_MAX_GB) -> dict[str, Any]:
     """One round of the plans whose devices' (sub)tables are ``shards`` (name -> per device) and
-    whose all-to-alls are ``patterns`` (name -> :func:`~shardlab.evaluate.values.comm_pattern`:
+    whose all-to-alls are ``patterns`` (name -> :func:`~shardlab.evaluate.exchange.comm_pattern`:
     dim sums and row-wise traffic; None: every shard's columns on its device's all-to-all):
     name -> an array of shape (G, 4) of forward compute, backward compute, forward comm and
     backward comm (ms) per device, and with ``bound`` :data:`BOUND` -> the lower bound (ms, None

@@ -10,7 +10,7 @@ A search only needs the model to put plans in the right order, so the metric is 
 - **Decisive pairs ordered right**: among the pairs of plans whose measured paired comparison is
   decisive -- verdict ``faster`` or ``slower`` of one plan against the other, from the paired
   per-round ratio's 95% interval with the equivalence margin of
-  :data:`~shardlab.constants.EQUIVALENCE_MARGIN` (:func:`~shardlab.evaluate.values.compare_to_reference`,
+  :data:`~shardlab.constants.EQUIVALENCE_MARGIN` (:func:`~shardlab.evaluate.reference.compare_to_reference`,
   :func:`~shardlab.evaluate.stats.verdict`) -- the share the model orders the same way. Pairs
   judged ``equivalent`` or ``inconclusive``, or with no verdict (fewer than 3 rounds, or rounds
   that do not pair), are not counted: the measurement does not say which is faster. A decisive
@@ -27,7 +27,8 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.stats import check_margin
-from shardlab.evaluate.values import Evaluation, compare_to_reference
+from shardlab.evaluate.evaluation import Evaluation
+from shardlab.evaluate.reference import compare_to_reference
 
 #: Verdicts that say which of two plans is faster.
 DECISIVE = ("faster", "slower")
@@ -51,7 +52,7 @@ def pair_verdicts(measured: Mapping[str, Evaluation], seed: int = 0, margin: flo
     """The measured verdict of plan a against plan b for every pair (a, b), a before b in
     ``measured``'s order: ``faster`` when a is faster than b, ``slower``, ``equivalent``,
     ``inconclusive``, or None without one. Each b in turn is the named reference of
-    :func:`~shardlab.evaluate.values.compare_to_reference` (paired per-round ratios, sitting by
+    :func:`~shardlab.evaluate.reference.compare_to_reference` (paired per-round ratios, sitting by
     sitting; ``sitting_sd`` None: the profile's between-sitting spread; ``margin``
     dimensionless). ``measured``: name -> measured Evaluation (rounds in ``rounds_ms``, by
     sitting in ``sittings_ms``)."""

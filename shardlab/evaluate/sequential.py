@@ -65,7 +65,8 @@ import numpy as np
 from shardlab import constants as C
 from shardlab.errors import field_error
 from shardlab.evaluate.stats import CONFIDENCE
-from shardlab.evaluate.values import Evaluation, compare_to_reference
+from shardlab.evaluate.evaluation import Evaluation
+from shardlab.evaluate.reference import compare_to_reference
 
 #: Verdicts that end a plan's measuring.
 DECISIVE = ("faster", "slower", "equivalent")

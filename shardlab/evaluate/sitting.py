@@ -23,6 +23,7 @@ process (``fresh_process=False``).
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import signal
 import subprocess
@@ -227,6 +228,7 @@ def _child(conn: Connection, spec: SittingSpec, constants: Mapping[str, Any]) ->
         setattr(C, k, v)
     try:
         recorded = run_sitting(spec, None, lambda status, n: conn.send(("tick", status, n)))
+        gc.collect()        # unlinks the comm bench queues' semaphores, which os._exit would leave behind
         conn.send(("done", recorded))
         return 0
     except BaseException as e:          # noqa: BLE001 -- every failure goes back to the caller

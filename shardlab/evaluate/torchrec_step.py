@@ -47,13 +47,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from shardlab import constants as C
+from shardlab.bounds import check_bound
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.measured import measurable, round_orders
 from shardlab.evaluate.stats import bootstrap_median_ci, check_margin
 from shardlab.evaluate.torchrec_model import (MODULES, check_dlrm_task, dlrm_batches, local_batches, sharded_dlrm,
                                               sharded_ebc)
-from shardlab.evaluate.values import (SELECTED, DeviceCost, Evaluation, baseline_names, check_plans,
-                                      compare_to_reference, selects_reference)
+from shardlab.evaluate.reference import SELECTED, baseline_names, compare_to_reference, selects_reference
+from shardlab.evaluate.evaluation import DeviceCost, Evaluation
+from shardlab.evaluate.evaluator import check_plans
 from shardlab.export import export_for_device, export_torchrec, placement_rank
 from shardlab.plan import Plan, device_memory_bytes
 from shardlab.processes import sigint_ignored
@@ -65,11 +67,10 @@ LEARNING_RATE = 0.01
 
 
 def check_counts(rounds: Any, steps: Any, warmup_steps: Any, owner: str = "torchrec evaluator") -> None:
-    """One line naming the first of rounds (>= 1), steps (>= 1), warmup_steps (>= 0) that is not
-    such an integer."""
-    for name, value, low in (("rounds", rounds, 1), ("steps", steps, 1), ("warmup_steps", warmup_steps, 0)):
-        if not isinstance(value, int) or value < low:
-            raise ShardlabError(f"{owner}: field '{name}' = {value!r} must be an integer >= {low}")
+    """One line naming the first of rounds, steps, warmup_steps out of its range
+    (:data:`shardlab.bounds.BOUNDS`)."""
+    for name, value in (("rounds", rounds), ("steps", steps), ("warmup_steps", warmup_steps)):
+        check_bound(owner, name, value)
 
 
 class TorchRecEvaluator:

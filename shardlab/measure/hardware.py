@@ -127,6 +127,15 @@ def base_profile_name(profile: str | HardwareProfile) -> str:
     return name.split("[", 1)[0]
 
 
+def sitting_spread(profile: str | HardwareProfile) -> float:
+    """The between-sitting spread (log-sd of a paired ratio, dimensionless) of measurements
+    under ``profile``: the ``sitting_log_sd`` its shipped profile's folder records (that of the
+    profile it derives from, :func:`base_profile_name`); 0 for a profile this shardlab does not
+    ship."""
+    folder = known_profiles().get(base_profile_name(profile))
+    return 0.0 if folder is None else float(folder.sitting_log_sd)
+
+
 def allowed_cores() -> list[int] | None:
     """The cores this process may run on, sorted (None where the OS has no affinity API)."""
     get = getattr(os, "sched_getaffinity", None)

@@ -21,7 +21,7 @@ from typing import Mapping
 
 from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.evaluate import Comparison, Evaluation, compare_to_reference
-from shardlab.evaluate.values import SELECTED
+from shardlab.evaluate.reference import SELECTED
 
 #: What a prediction shows where a measured plan shows its verdict.
 NO_UNCERTAINTY = "predicted, no uncertainty"

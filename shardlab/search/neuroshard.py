@@ -49,6 +49,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from shardlab import constants as C
+from shardlab.bounds import check_bound
 from shardlab.costmodel.base import Simulated, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.costmodel.neural_base import one_torch_thread
@@ -56,7 +57,7 @@ from shardlab.costmodel.task_calibration import calibrate_to_task
 from shardlab.costmodel.rowwise_comm import load_rowwise_comm
 from shardlab.costmodel.valid_range import range_report
 from shardlab.data.lookups import placed_row_block, row_block_lookups
-from shardlab.errors import InfeasibleError, ShardlabError, check_ranges, is_int
+from shardlab.errors import InfeasibleError, ShardlabError, check_ranges
 from shardlab.plan import Placement, Plan
 from shardlab.data.hardware_profiles import FILE as PROFILE_FILE
 from shardlab.data.hardware_profiles import profile_folder
@@ -73,14 +74,11 @@ from shardlab.tables import Table, Task
 #: The seed's 11 dim-balance caps.
 DEFAULT_CAPS = tuple(float(x) for x in np.linspace(1.0, 1.5, 11))
 
-#: Ranges of the search's options: field -> (predicate, requirement); checked when built.
+#: Ranges of the search's other options: field -> (predicate, requirement); checked when built (the
+#: numeric ones, beam_width, max_splits, top_n and host_size, are in shardlab.bounds).
 OPTION_RANGES = {
     "caps": (lambda v: 1 <= len(v) <= 64 and all(isinstance(x, (int, float)) and 1.0 <= x <= 100.0 for x in v),
              "must be 1 to 64 dim-balance caps in [1, 100]"),
-    "beam_width": (lambda v: is_int(v) and 1 <= v <= 64, "must be an integer in [1, 64]"),
-    "max_splits": (lambda v: is_int(v) and 0 <= v <= 100, "must be an integer in [0, 100]"),
-    "top_n": (lambda v: is_int(v) and 1 <= v <= 1000, "must be an integer in [1, 1000]"),
-    "host_size": (lambda v: is_int(v) and 1 <= v <= C.MAX_NGPU, f"must be an integer in [1, {C.MAX_NGPU}]"),
     "greedy_rule": (lambda v: v in GREEDY_RULES, f"must be one of {', '.join(GREEDY_RULES)}"),
     "search_budget_s": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
                                                 and 0 < v <= C.MOST_SEARCH_BUDGET_S),
@@ -129,6 +127,8 @@ class NeuroShardSharder:
     _task_bundle: CostModelBundle | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        for name in ("beam_width", "max_splits", "top_n", "host_size"):       # shardlab.bounds
+            check_bound(f"method '{self.name}'", name, getattr(self, name))
         check_ranges(f"method '{self.name}'", self, OPTION_RANGES)
 
     def model_name(self) -> str:

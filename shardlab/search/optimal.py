@@ -42,7 +42,7 @@ from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.costmodel.rowwise_comm import load_rowwise_comm
 from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.evaluate.model import estimate_plan, floor_label, model_bound_ms
-from shardlab.evaluate.values import Evaluation
+from shardlab.evaluate.evaluation import Evaluation
 from shardlab.plan import Plan
 from shardlab.search.exact import REL_GAP, TIME_LIMIT_S, Assignment, answered, check_limits, solve, solver_name
 from shardlab.search.exact_program import restricted

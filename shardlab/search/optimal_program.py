@@ -42,7 +42,7 @@ from shardlab.costmodel.analytic import AnalyticComm, AnalyticCompute, nnls_rela
 from shardlab.costmodel.bundle import load_bundle, plain_model
 from shardlab.costmodel.topology_comm import TopologyComm
 from shardlab.data.lookups import device_tables
-from shardlab.evaluate.values import comm_pattern
+from shardlab.evaluate.exchange import comm_pattern
 from shardlab.plan import Placement, Plan
 from shardlab.search.exact_program import Program
 from shardlab.search.row_split import equal_row_ranges

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from shardlab.bounds import check_bound
 from shardlab.costmodel.topology_comm import topology_for
 from shardlab.costmodel.train import load_records, train_bundle
 from shardlab.data.hardware_profiles import FILE, FORMAT, MEASURE_FIELDS, USER_DIR_ENV, known_profiles, profile_folder
@@ -114,8 +115,8 @@ def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
         raise ShardlabError(f"hardware new: field 'name' = {name!r} must be a plain folder name (letters, digits, . _ -)")
     if not (isinstance(minutes, (int, float)) and 0 < minutes <= 24 * 60):
         raise ShardlabError(f"hardware new: field 'minutes' = {minutes!r} must be in (0, 1440]")
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-        raise ShardlabError(f"hardware new: field 'batch_size' = {batch_size!r} must be a whole number >= 1")
+    if batch_size is not None:
+        check_bound("hardware new", "batch_size", batch_size)
     base = user_profiles_dir(profiles_dir)
     base.mkdir(parents=True, exist_ok=True)
     if (datasets_dir() / name / FILE).is_file():

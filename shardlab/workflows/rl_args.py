@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shardlab import constants as C
+from shardlab.bounds import BOUNDS
 from shardlab.errors import check_ranges, field_error, is_int
 
 if TYPE_CHECKING:      # a profile object may be passed; at run time this module stays torch-free
@@ -65,8 +65,8 @@ class DreamShardArgs(_PolicyArgs):
     """Epochs of each cost-network update, continuing from its current weights (epochs)."""
 
     def __post_init__(self) -> None:
-        check_rl_args(self, {"iterations": 1, "measure_per_iteration": 0, "updates_per_iteration": 1, "episodes": 1,
-                            "tasks_per_iteration": 1, "cost_epochs": 1, "probe_every": 0})
+        check_rl_args(self, ("iterations", "measure_per_iteration", "updates_per_iteration", "episodes",
+                             "tasks_per_iteration", "cost_epochs", "probe_every"))
 
 
 @dataclass(frozen=True)
@@ -97,16 +97,10 @@ class AutoShardArgs(_PolicyArgs):
     """Epochs of each online refit (epochs; None: the pre-trained cost model's own)."""
 
     def __post_init__(self) -> None:
-        check_rl_args(self, {"updates": 1, "episodes": 1, "n_tasks": 1, "sync_every": 1, "refit_every": 1,
-                            "measure_plans": 0, "probe_every": 0, **({"cost_epochs": 1} if self.cost_epochs is not None
-                                                                     else {})})
+        check_rl_args(self, ("updates", "episodes", "n_tasks", "sync_every", "refit_every", "measure_plans",
+                             "probe_every") + (("cost_epochs",) if self.cost_epochs is not None else ()))
 
 
-#: Most of each count field (a bound checked before training: far above any use, far below a hang).
-MOST = {"iterations": 100_000, "measure_per_iteration": 100_000, "updates_per_iteration": 100_000,
-        "episodes": 4096, "tasks_per_iteration": 100_000, "cost_epochs": 1_000_000, "probe_every": 10_000_000,
-        "updates": 10_000_000, "n_tasks": 100_000, "sync_every": 10_000_000, "refit_every": 10_000_000,
-        "measure_plans": 100_000}
 #: Most tables in one training task (the shipped pools' tasks have tens).
 MOST_TABLES = 10_000
 #: Rates and weights: field -> (least, whether the least itself is allowed); all must be finite.
@@ -114,23 +108,23 @@ RATES = {"lr": (0.0, False), "entropy_coef": (0.0, True), "value_coef": (0.0, Tr
          "rho_bar": (0.0, False), "c_bar": (0.0, False)}
 
 
-def check_rl_args(args: object, counts: dict[str, int]) -> None:
+def check_rl_args(args: object, counts: tuple[str, ...]) -> None:
     """Normalise ``args.ngpu`` (an int or device counts) to a tuple and ``args.ntables`` to a
     (low, high) tuple, in place on a frozen dataclass; one-line errors naming the bad field and
-    the policy kind (``dreamshard_policy``). ``counts``: field -> the least value it may take (e.g.
-    ``{"updates": 1}``; the most is :data:`MOST`'s); every rate in :data:`RATES` it has must be finite."""
+    the policy kind (``dreamshard_policy``). ``counts``: the count fields to check, each against
+    its range in :data:`shardlab.bounds.BOUNDS` (far above any use, far below a hang); every rate
+    in :data:`RATES` it has must be finite."""
     label = type(args).__name__.removesuffix("Args").lower() + "_policy"
     ngpu = getattr(args, "ngpu")
     gpus = (ngpu,) if np.isscalar(ngpu) else tuple(ngpu)
-    if not gpus or not all(is_int(g) and 1 <= g <= C.MAX_NGPU for g in gpus):
-        raise field_error(label, "ngpu", ngpu, f"must be device counts in [1, {C.MAX_NGPU:,}]")
+    if not gpus or not all(BOUNDS["ngpu"].admits(g) for g in gpus):
+        raise field_error(label, "ngpu", ngpu, f"must be device counts, each {BOUNDS['ngpu'].requirement[8:]}")
     object.__setattr__(args, "ngpu", tuple(int(g) for g in gpus))
     low_high = tuple(getattr(args, "ntables"))
     if len(low_high) != 2 or not all(is_int(n) for n in low_high) or not 1 <= low_high[0] <= low_high[1] <= MOST_TABLES:
         raise field_error(label, "ntables", low_high, f"must be (low, high) with 1 <= low <= high <= {MOST_TABLES:,}")
     object.__setattr__(args, "ntables", tuple(int(n) for n in low_high))
-    ranges = {name: (lambda v, lo=least, hi=MOST[name]: is_int(v) and lo <= v <= hi,
-                     f"must be an integer in [{least}, {MOST[name]:,}]") for name, least in counts.items()}
+    ranges = {n: (BOUNDS[n].admits, BOUNDS[n].requirement) for n in counts}
     for name, (least, inclusive) in RATES.items():
         if hasattr(args, name):
             ranges[name] = (lambda v, lo=least, eq=inclusive: _finite(v) and (v > lo or (eq and v == lo)),

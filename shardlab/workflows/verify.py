@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from shardlab import constants as C
+from shardlab.bounds import check_bound
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import Evaluation, Evaluator, compare_to_reference, estimate_plan
 from shardlab.plan import Plan
@@ -76,8 +77,7 @@ class VerifiedSharder:
         if not isinstance(self.base, CandidateSharder):
             raise ShardlabError(f"verify: method '{getattr(self.base, 'name', '?')}' has no candidate plans "
                                 "(verification applies to model-based sharders: neuroshard with its options)")
-        if not 1 <= int(self.k) <= 20:
-            raise ShardlabError(f"verify: field 'verify' = {self.k} must be in [1, 20]")
+        check_bound("verify", "verify", self.k)
 
     @property
     def name(self) -> str:

@@ -43,7 +43,7 @@ from shardlab.costmodel.bundle import load_bundle, plain_model  # noqa: E402
 from shardlab.costmodel.metrics import errors, kendall, split_of  # noqa: E402
 from shardlab.data.hardware_profiles import profile_folder  # noqa: E402
 from shardlab.evaluate.measured import measurable  # noqa: E402
-from shardlab.evaluate.values import device_tables  # noqa: E402
+from shardlab.data.lookups import device_tables  # noqa: E402
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
 from shardlab.measure.hardware import git_revision  # noqa: E402

@@ -7,7 +7,7 @@ run NCCL between ranks), scheduled as every evaluator schedules them
 (:func:`~shardlab.costmodel.base.simulate_from`: forward waits for the straggler; row-wise
 collectives by the profile's row-wise model). The reference is the best baseline by median cost
 in the selection rounds (baselines only, measured before the judged rounds); every plan is
-judged against it on the judged rounds alone (:func:`~shardlab.evaluate.values.compare_to_reference`:
+judged against it on the judged rounds alone (:func:`~shardlab.evaluate.reference.compare_to_reference`:
 paired per-round ratios, 95% bootstrap interval, verdict with a 5% equivalence margin).
 
 **Floor** (``floor.db``). The same ops and single tables as ``datasets/h100`` (host wall clock
@@ -38,7 +38,9 @@ from shardlab.costmodel.base import simulate_from  # noqa: E402
 from shardlab.costmodel.rowwise_comm import WithRowWise  # noqa: E402
 from shardlab.evaluate.measured import _evaluation, measurable  # noqa: E402
 from shardlab.evaluate.model import ModelEvaluator  # noqa: E402
-from shardlab.evaluate.values import SELECTED, comm_pattern, compare_to_reference, device_tables  # noqa: E402
+from shardlab.evaluate.reference import SELECTED, compare_to_reference  # noqa: E402
+from shardlab.evaluate.exchange import comm_pattern  # noqa: E402
+from shardlab.data.lookups import device_tables  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
 from shardlab.measure.records import key_for_profile  # noqa: E402

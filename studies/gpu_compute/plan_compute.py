@@ -19,7 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from shardlab.evaluate.measured import round_orders, shard_key
-from shardlab.evaluate.values import device_tables
+from shardlab.data.lookups import device_tables
 from shardlab.measure.compute import measure_compute, prefetched
 from shardlab.measure.hardware import HardwareProfile, environment, get_profile
 from shardlab.measure.store import SampleStore

@@ -47,7 +47,8 @@ from shardlab import constants as C  # noqa: E402
 from shardlab.data.model_families import SCALE_FAMILY_SETS, union_task  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
-from shardlab.evaluate.values import Evaluation, compare_to_reference  # noqa: E402
+from shardlab.evaluate.evaluation import Evaluation  # noqa: E402
+from shardlab.evaluate.reference import compare_to_reference  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import method_list, run_sharder, sharder_for  # noqa: E402

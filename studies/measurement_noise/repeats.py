@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 from shardlab.data.lookups import device_tables  # noqa: E402
 from shardlab.evaluate.measured import budget_profile  # noqa: E402
 from shardlab.evaluate.plan_round import measurable, measure_round  # noqa: E402
-from shardlab.evaluate.values import comm_pattern  # noqa: E402
+from shardlab.evaluate.exchange import comm_pattern  # noqa: E402
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.measure.comm import CommBench  # noqa: E402
 from shardlab.measure.hardware import environment, kept_memory, profile_with  # noqa: E402

@@ -136,7 +136,7 @@ def without_warmup(data: dict) -> dict:
                     and x["rounds_ms"] == d["rounds_ms"])       # an identical plan was measured once
         rounds = tuple(data["warmup_ms"][k if k in data["warmup_ms"] else twin][:1]) + e.rounds_ms[:-1]
         evs[k] = Evaluation(e.task, e.method, e.source, e.per_device, e.lower_bound_ms, rounds,
-                            bootstrap_median_ci(rounds))
+                            bootstrap_median_ci(rounds), sitting_log_sd=e.sitting_log_sd)
     evs = compare_to_reference(evs, REFERENCE)
     return {**data, "evaluations": {k: e.to_dict() for k, e in evs.items()}}
 

@@ -30,7 +30,7 @@ from shardlab import constants as C  # noqa: E402
 from shardlab.data.tasks import generate_task  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
-from shardlab.evaluate.values import Evaluation  # noqa: E402
+from shardlab.evaluate.evaluation import Evaluation  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
 from studies.common.records import append_record, pack_run, rewrite_report  # noqa: E402

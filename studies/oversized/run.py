@@ -14,7 +14,7 @@ measured in paired rounds on this machine; run it alone (it times).
 3. Measures the task's plans together: ``MeasuredEvaluator("cpu", rounds, sittings, seed,
    reference=None)``, so each verdict is against the best heuristic, picked in a separate
    selection sitting. The same rounds are then judged against ``torchrec_free``, named
-   (:func:`~shardlab.evaluate.values.compare_to_reference`): no choice is made on them.
+   (:func:`~shardlab.evaluate.reference.compare_to_reference`): no choice is made on them.
 4. Appends the task's record (task, plans, skips, both sets of Evaluation JSON) to
    ``results/oversized-<UTC>.jsonl`` as soon as it is done and rewrites the ``.md`` beside it.
    Every single measurement is journalled as it is made (``.journal.jsonl``); both are stored
@@ -41,7 +41,8 @@ from tqdm.auto import tqdm  # noqa: E402
 from shardlab import constants as C  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
-from shardlab.evaluate.values import Evaluation, compare_to_reference  # noqa: E402
+from shardlab.evaluate.evaluation import Evaluation  # noqa: E402
+from shardlab.evaluate.reference import compare_to_reference  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from shardlab.cli.evaluate import comparison_line  # noqa: E402
-from shardlab.evaluate.values import Evaluation  # noqa: E402
+from shardlab.evaluate.evaluation import Evaluation  # noqa: E402
 from shardlab.io import read_json, write_json_atomic  # noqa: E402
 from shardlab.measure.hardware import environment  # noqa: E402
 from studies.quoted_figures.provenance import compare_again, new_record, package_diff, sitting_log_sd  # noqa: E402
@@ -79,7 +79,7 @@ def run(out_dir: Path) -> Path:
         "git": env.get("git"), "environment": env, "package_diff": diff_before,
         "package_diff_unchanged_during_run": package_diff().get("sha256") == diff_before.get("sha256"),
         "steps": steps,
-        "printed": steps[-1]["stdout"], "compare_seed": 0, "sitting_log_sd": sitting_log_sd(first.source),
+        "printed": steps[-1]["stdout"], "compare_seed": 0, "sitting_log_sd": sitting_log_sd(first),
         "task": files.pop("task.json"), "plans": files, "evaluations": evaluations, "journal": journal,
     }
     write_json_atomic(path, record)

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import inspect
 import subprocess
 from pathlib import Path
 from typing import Any, Mapping
 
-from shardlab.evaluate import values
+from shardlab.evaluate.reference import compare_to_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,17 +33,15 @@ def new_record(folder: Path, stem: str) -> tuple[dt.datetime, Path]:
     return made, path
 
 
-def sitting_log_sd(source: str) -> float:
-    """The between-sitting log-sd the comparisons of an Evaluation with ``source`` used: the
-    profile's where this shardlab has one (``values.sitting_spread``), else 0."""
-    spread = getattr(values, "sitting_spread", None)
-    return 0.0 if spread is None else float(spread(source))
+def sitting_log_sd(evaluation: Any) -> float:
+    """The between-sitting log-sd the comparisons against ``evaluation`` use: the one it recorded
+    from its profile's data (``Evaluation.sitting_log_sd``), else 0."""
+    return float(evaluation.sitting_log_sd or 0.0)
 
 
 def compare_again(evaluations: Mapping[str, Any], reference: str, seed: int, margin: float, sd: float) -> dict:
     """``evaluations`` compared to ``reference`` again from their rounds
-    (``values.compare_to_reference``), with the recorded between-sitting log-sd ``sd`` where this
-    shardlab takes one; a shardlab without it can only match records made with ``sd`` = 0."""
-    extra = {"sitting_sd": sd} if "sitting_sd" in inspect.signature(values.compare_to_reference).parameters else {}
-    return values.compare_to_reference({k: e.with_comparison(None) for k, e in evaluations.items()}, reference,
-                                       seed=seed, margin=margin, **extra)
+    (:func:`~shardlab.evaluate.reference.compare_to_reference`), with the recorded
+    between-sitting log-sd ``sd``."""
+    return compare_to_reference({k: e.with_comparison(None) for k, e in evaluations.items()}, reference,
+                                seed=seed, margin=margin, sitting_sd=sd)

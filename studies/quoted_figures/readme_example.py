@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
-from shardlab.evaluate.values import Evaluation  # noqa: E402
+from shardlab.evaluate.evaluation import Evaluation  # noqa: E402
 from shardlab.io import read_json, write_json_atomic  # noqa: E402
 from shardlab.measure.hardware import environment  # noqa: E402
 from studies.quoted_figures.provenance import compare_again, new_record, package_diff, sitting_log_sd  # noqa: E402
@@ -87,7 +87,7 @@ def run(readme: Path, out_dir: Path) -> Path:
     ev = evaluators[0]
     first = next(iter(namespace["measured"].values()))
     said = getattr(ev, "sitting_sd", None)
-    sd = sitting_log_sd(first.source) if said is None else float(said)
+    sd = sitting_log_sd(first) if said is None else float(said)
     env = environment("cpu")
     record = {
         "what": "README.md's 'In Python' example, run as written there",

@@ -4,7 +4,7 @@ The row-wise benchmark (:mod:`studies.row_wise.tasks`, ``studies/row_wise/result
 measured every plan's per-device forward and backward comm between real gloo ranks, row-wise
 collectives included, on tasks no training step saw (Criteo 1TB, public model families, the
 pool's test tables). :func:`measured_comm_rows` turns each measured plan with row-wise traffic
-into a comm sample -- the plan's :func:`~shardlab.evaluate.values.comm_pattern`, the forward
+into a comm sample -- the plan's :func:`~shardlab.evaluate.exchange.comm_pattern`, the forward
 delays its measured medians imply (:func:`~shardlab.schedule.forward_delays` of compute +
 backward comm, as the measured evaluator computes them) and the measured per-device medians over
 its rounds -- and :func:`judge_rows` scores comm models on them.
@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from shardlab.costmodel.metrics import errors
-from shardlab.evaluate.values import comm_pattern
+from shardlab.evaluate.exchange import comm_pattern
 from shardlab.workflows.criteo import criteo_plans, row_layouts
 from shardlab.plan import Plan
 from shardlab.schedule import forward_delays

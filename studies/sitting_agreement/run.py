@@ -40,7 +40,7 @@ from shardlab import constants as C  # noqa: E402
 from shardlab.data.model_families import FAMILY_SETS, family_set, family_task  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
-from shardlab.evaluate.values import Evaluation  # noqa: E402
+from shardlab.evaluate.evaluation import Evaluation  # noqa: E402
 from shardlab.io import read_json, write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile, git_revision, profile_with  # noqa: E402

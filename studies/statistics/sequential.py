@@ -44,7 +44,8 @@ from shardlab import constants as C  # noqa: E402
 from shardlab.constants import EQUIVALENCE_MARGIN, SEQUENTIAL_LOOKS, SEQUENTIAL_SPENDING  # noqa: E402
 from shardlab.data.hardware_profiles import profile_folder  # noqa: E402
 from shardlab.evaluate.sequential import run_sequential  # noqa: E402
-from shardlab.evaluate.values import DeviceCost, Evaluation, compare_to_reference  # noqa: E402
+from shardlab.evaluate.evaluation import DeviceCost, Evaluation  # noqa: E402
+from shardlab.evaluate.reference import compare_to_reference  # noqa: E402
 from shardlab.io import write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import git_revision  # noqa: E402
 

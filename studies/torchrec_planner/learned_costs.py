@@ -36,7 +36,7 @@ from shardlab.costmodel.bundle import load_bundle  # noqa: E402
 from shardlab.data.model_families import FAMILY_SETS  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate import MeasuredEvaluator, estimate_plan  # noqa: E402
-from shardlab.evaluate.values import Evaluation  # noqa: E402
+from shardlab.evaluate.evaluation import Evaluation  # noqa: E402
 from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
