@@ -23,21 +23,14 @@ _SAFE_SUFFIX = re.compile(r"[A-Za-z0-9._-]*")
 _HASH_LEN = 10
 
 
+#: File types that are not regular files, with their names in error messages.
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink"))
+
+
 def _kind(mode: int) -> str:
     """A short English name for the file type in ``mode`` (for error messages)."""
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISLNK(mode):
-        return "a symlink"
-    return "not a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def _reason(e: OSError) -> str:

@@ -43,21 +43,3 @@ def test_uncommitted_sample_is_absent_after_a_failed_add(tmp_path):
         assert store.count() == 0
         assert store.add("compute", "good", {"x": 1}, {})
     assert sqlite3.connect(tmp_path / "s.db").execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 1
-
-
-def test_merge_from_keeps_provenance_and_times(tmp_path):
-    a, b = tmp_path / "a.db", tmp_path / "b.db"
-    with SampleStore(b) as s:
-        s.add("plan:8", "p0", {"cost_ms": 1.0}, {"command": "x"})
-        s.add("plan:8", "p1", {"cost_ms": 2.0}, {"command": "y"})
-        s.add("compute", "c0", {"total_ms": 3.0}, {"command": "x"})
-        stamps = {r["key"]: r["created_at"] for r in s.samples("plan:8")}
-    with SampleStore(a) as s:
-        s.add("plan:8", "p0", {"cost_ms": 9.0}, {"command": "mine"})       # already here: kept
-        assert s.merge_from(b, kinds=["plan:8"]) == 1
-        rows = {r["key"]: r for r in s.samples("plan:8")}
-        assert s.kinds() == {"plan:8": 2} and rows["p0"]["cost_ms"] == 9.0
-        assert rows["p1"]["provenance"] == {"command": "y"} and rows["p1"]["created_at"] == stamps["p1"]
-        assert s.merge_from(b) == 1 and s.count("compute") == 1
-        with pytest.raises(ShardlabError, match="field 'other'"):
-            s.merge_from(tmp_path / "nope.db")

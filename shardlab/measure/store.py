@@ -22,7 +22,7 @@ import os
 import sqlite3
 import urllib.parse
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from shardlab import constants as C
 from shardlab.data.tasks import datasets_dir
@@ -103,29 +103,6 @@ class SampleStore:
                 "INSERT OR IGNORE INTO samples(kind, key, payload, provenance_id) VALUES (?, ?, ?, ?)",
                 (kind, key, json.dumps(payload), self._provenance_id(provenance)))
             return cur.rowcount == 1
-
-    def merge_from(self, other: str | os.PathLike, kinds: Iterable[str] | None = None) -> int:
-        """Copy the samples of another store (only ``kinds`` if given) with their provenance and
-        creation times; keys already here are skipped. Returns how many were added."""
-        if not Path(other).exists():
-            raise ShardlabError(f"merge: field 'other': no sample store at {other}")
-        wanted = set(kinds) if kinds is not None else None
-        added = 0
-        src = sqlite3.connect(Path(other))
-        try:
-            rows = src.execute("SELECT s.kind, s.key, s.payload, s.created_at, p.data FROM samples s "
-                               "JOIN provenance p ON p.id = s.provenance_id ORDER BY s.id").fetchall()
-        finally:
-            src.close()
-        with self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            for kind, key, payload, created, prov in rows:
-                if wanted is None or kind in wanted:
-                    cur = self._db.execute(
-                        "INSERT OR IGNORE INTO samples(kind, key, payload, provenance_id, created_at) "
-                        "VALUES (?, ?, ?, ?, ?)", (kind, key, payload, self._provenance_id(json.loads(prov)), created))
-                    added += cur.rowcount
-        return added
 
     def keys(self, kind: str | None = None) -> set[str]:
         """Keys of the stored samples (of one kind, or all)."""

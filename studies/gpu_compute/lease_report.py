@@ -43,6 +43,7 @@ from shardlab.evaluate.exchange import comm_pattern  # noqa: E402
 from shardlab.data.lookups import device_tables  # noqa: E402
 from shardlab.io import write_json_atomic  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
+from shardlab.measure.hardware import sitting_spread  # noqa: E402
 from shardlab.measure.records import key_for_profile  # noqa: E402
 from shardlab.measure.store import SampleStore, kind_file, load_measured  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
@@ -121,7 +122,8 @@ def judge_task(entry: dict[str, Any], sittings: list[list[dict[str, Any]]], prof
                        batch_size)[1]
     comm_of = f"{comm_profile}'s " if comm_profile and comm_profile != profile else ""
     source = f"measured:{profile} compute (CUDA events, one GPU) + {comm_of}{label}"
-    evals = {m: _evaluation(task, plans[m], source, [j[m][:n] for j, n in zip(judged, counts)], None, seed)
+    spread = sitting_spread(profile)          # the profile's between-sitting spread, from its data
+    evals = {m: _evaluation(task, plans[m], source, [j[m][:n] for j, n in zip(judged, counts)], None, seed, spread)
              for m in plans}
     evals = compare_to_reference(evals, reference, seed, chosen=SELECTED)
     n = sum(counts)

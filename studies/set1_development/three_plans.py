@@ -5,7 +5,8 @@ rounds? Measures (run it alone): 4 fixed sittings x 8 paired rounds of `torchrec
 and `dreamshard` (the plans of run set1-20261202T132237Z), reference `torchrec`, profile cpu,
 journaled to ``--journal`` (``--all-plans``: the run's nine plans, as set 1 measured them;
 ``--lead K``: K untimed passes of an op before each timed one); prints each sitting's median ratio to `torchrec` and the median of
-`neuroshard`'s device-0 compute (fw + bw ms) per sitting. One process per call; call it
+`neuroshard`'s device-0 compute (fw + bw ms) per sitting, and the seconds per timed plan-round
+(every overhead included). One process per call; call it
 several times for several processes.
 
     .venv/bin/python studies/set1_development/three_plans.py --journal /tmp/three.jsonl
@@ -52,9 +53,9 @@ def main(argv: list[str] | None = None) -> None:
     task = Task.from_dict(rec["task"])
     names = list(rec["plans"]) if args.all_plans else PLANS
     plans = {m: Plan.from_dict(rec["plans"][m]) for m in names}
-    out = MeasuredEvaluator(profile="cpu", rounds=8, sittings=args.sittings, reference="torchrec", progress=False, seed=args.seed,
-                            pin=not args.no_pin, fresh_process=not args.in_process,
-                            journal=args.journal).evaluate(task, plans)
+    ev = MeasuredEvaluator(profile="cpu", rounds=8, sittings=args.sittings, reference="torchrec", progress=False,
+                           seed=args.seed, pin=not args.no_pin, fresh_process=not args.in_process, journal=args.journal)
+    out = ev.evaluate(task, plans)
     ref = out["torchrec"].sittings
     for m in PLANS[1:]:
         print(m, "median ratio per sitting:",
@@ -64,6 +65,9 @@ def main(argv: list[str] | None = None) -> None:
         if r.get("item") == "neuroshard" and isinstance(r.get("round"), int) and r["round"] >= 0:
             dev0.setdefault(r["sitting"], []).append(float(np.sum(np.array(r["ms"])[0, :2])))
     print("neuroshard device-0 compute ms per sitting:", {k: round(float(np.median(v)), 2) for k, v in dev0.items()})
+    timed = sum(1 for r in ev.measured_ if r[0] >= 0 and r[1] in plans)
+    print(f"measuring took {ev.seconds_:.1f} s for {timed} timed plan-rounds "
+          f"({ev.seconds_ / timed:.3f} s per plan-round, warm-ups and rank starts included)")
 
 
 if __name__ == "__main__":
