@@ -112,3 +112,10 @@ def check_bound(owner: str, name: str, value: Any) -> Any:
     if not bound.admits(value):
         raise field_error(owner, name, value, bound.requirement)
     return value
+
+
+def check_bounds(owner: str, obj: Any, *names: str) -> None:
+    """:func:`check_bound` of each attribute ``names`` of ``obj`` (a config, an Args value, parsed
+    arguments), in order: the first out of range is the error."""
+    for name in names:
+        check_bound(owner, name, getattr(obj, name))

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from shardlab.bounds import check_bound
+from shardlab.bounds import check_bounds
 from shardlab.cli.arguments import OneLineParser
 from shardlab.cli.evaluate import load_plans
 from shardlab.constants import EQUIVALENCE_MARGIN
@@ -143,8 +143,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] 
     plans, reference = load_plans(task, args.plans, args.reference)
     prof = profile_with(args.profile, args.batch_size)
     given = ("batch_size",) if args.batch_size is not None else ()
-    for name in ("rounds", "steps", "warmup_steps", "warmup_rounds", "seed") + given:
-        check_bound("shardlab.dist", name, getattr(args, name))
+    check_bounds("shardlab.dist", args, "rounds", "steps", "warmup_steps", "warmup_rounds", "seed", *given)
     check_margin(args.margin, "shardlab.dist")
     run = _measured if args.measure else _torchrec
     return run(args, task, plans, reference, prof)
@@ -186,8 +185,7 @@ def _torchrec(args: argparse.Namespace, task: Any, plans: dict, reference: str |
 
 def profile_comm(args: argparse.Namespace) -> int:
     """``measure-comm``: the comm campaign between the torchrun ranks; returns samples added."""
-    for name in ("samples", "seed", "max_delay_ms"):
-        check_bound("shardlab.dist", name, getattr(args, name))
+    check_bounds("shardlab.dist", args, "samples", "seed", "max_delay_ms")
     prof = get_profile(args.profile)
     with group(prof, args.timeout_s) as (rank, world, _):
         if world < 2:

@@ -39,7 +39,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from shardlab import constants as C
-from shardlab.bounds import check_bound
+from shardlab.bounds import check_bounds
 from shardlab.errors import ShardlabError, field_error
 from shardlab.evaluate.sequential import check_budget, check_looks, run_sequential
 from shardlab.evaluate.stats import check_margin, hierarchical_median_ci
@@ -142,8 +142,7 @@ class MeasuredEvaluator:
         self.fresh_process = C.SITTING_FRESH_PROCESS if fresh_process is None else fresh_process
 
     def _check(self) -> HardwareProfile:
-        for name in ("rounds", "warmup_rounds", "sittings", "seed"):
-            check_bound("measured evaluator", name, getattr(self, name))
+        check_bounds("measured evaluator", self, "rounds", "warmup_rounds", "sittings", "seed")
         if self.group is not None and int(self.sittings) > 1:
             raise field_error("measured evaluator", "sittings", self.sittings,
                               "must be 1 under torchrun (its ranks cannot be re-spawned): run the command again")

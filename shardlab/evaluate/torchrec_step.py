@@ -47,7 +47,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from shardlab import constants as C
-from shardlab.bounds import check_bound
+from shardlab.bounds import check_bounds
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.measured import measurable, round_orders
 from shardlab.evaluate.stats import bootstrap_median_ci, check_margin
@@ -64,13 +64,6 @@ from shardlab.tables import Task
 
 #: Learning rate of the fused update (the value only keeps weights finite; time does not depend on it).
 LEARNING_RATE = 0.01
-
-
-def check_counts(rounds: Any, steps: Any, warmup_steps: Any, owner: str = "torchrec evaluator") -> None:
-    """One line naming the first of rounds, steps, warmup_steps out of its range
-    (:data:`shardlab.bounds.BOUNDS`)."""
-    for name, value in (("rounds", rounds), ("steps", steps), ("warmup_steps", warmup_steps)):
-        check_bound(owner, name, value)
 
 
 class TorchRecEvaluator:
@@ -93,7 +86,7 @@ class TorchRecEvaluator:
 
     def _check(self, task: Task) -> HardwareProfile:
         prof = get_profile(self.profile)
-        check_counts(self.rounds, self.steps, self.warmup_steps)
+        check_bounds("torchrec evaluator", self, "rounds", "steps", "warmup_steps")
         check_margin(self.margin, "torchrec evaluator")
         if task.ngpu > C.MAX_MEASURE_RANKS:
             raise ShardlabError(f"torchrec evaluator: task '{task.name}': field 'ngpu' = {task.ngpu} exceeds the "

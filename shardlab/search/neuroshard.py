@@ -49,7 +49,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from shardlab import constants as C
-from shardlab.bounds import check_bound
+from shardlab.bounds import check_bounds
 from shardlab.costmodel.base import Simulated, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.costmodel.neural_base import one_torch_thread
@@ -127,8 +127,7 @@ class NeuroShardSharder:
     _task_bundle: CostModelBundle | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("beam_width", "max_splits", "top_n", "host_size"):       # shardlab.bounds
-            check_bound(f"method '{self.name}'", name, getattr(self, name))
+        check_bounds(f"method '{self.name}'", self, "beam_width", "max_splits", "top_n", "host_size")
         check_ranges(f"method '{self.name}'", self, OPTION_RANGES)
 
     def model_name(self) -> str:

@@ -118,7 +118,7 @@ def check_rl_args(args: object, counts: tuple[str, ...]) -> None:
     ngpu = getattr(args, "ngpu")
     gpus = (ngpu,) if np.isscalar(ngpu) else tuple(ngpu)
     if not gpus or not all(BOUNDS["ngpu"].admits(g) for g in gpus):
-        raise field_error(label, "ngpu", ngpu, f"must be device counts, each {BOUNDS['ngpu'].requirement[8:]}")
+        raise field_error(label, "ngpu", ngpu, f"must be device counts, each {BOUNDS['ngpu'].requirement.removeprefix('must be ')}")
     object.__setattr__(args, "ngpu", tuple(int(g) for g in gpus))
     low_high = tuple(getattr(args, "ntables"))
     if len(low_high) != 2 or not all(is_int(n) for n in low_high) or not 1 <= low_high[0] <= low_high[1] <= MOST_TABLES:
