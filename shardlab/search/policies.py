@@ -32,6 +32,7 @@ class PolicySharder:
     model: str = ""
     profile: str = C.PLAN_PROFILE
     _agent: Any = field(default=None, repr=False)
+    _range_bundle: Any = field(default=None, repr=False)
     agent_class: ClassVar[Any] = None
 
     def agent(self) -> Any:
@@ -60,9 +61,13 @@ class PolicySharder:
         same method, the data its cost network started from; {} where all are inside or no such
         bundle has a range. A policy decides with its own network, so nothing falls back: the plan
         says so."""
-        try:
-            bundle = load_bundle(self.agent_class.METHOD, self.profile)
-        except ShardlabError:
+        if self._range_bundle is None:
+            try:
+                self._range_bundle = load_bundle(self.agent_class.METHOD, self.profile)   # loaded once, as the policy
+            except ShardlabError:
+                self._range_bundle = False
+        bundle = self._range_bundle
+        if bundle is False:
             return {}
         if not isinstance(bundle.compute, GuardedCompute):
             return {}
