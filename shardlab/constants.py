@@ -280,6 +280,10 @@ TORCHREC_RESERVED_SHARE = 0.15
 #: Host-memory offload. TorchRec's compute kernels of a table in HBM, offloaded with an HBM cache,
 #: and offloaded without one (``Table.kernel``).
 OFFLOAD_KERNELS = ("fused", "fused_uvm_caching", "fused_uvm")
+#: TorchRec's sharding types a shardlab plan exports to (``torchrec/export.py``), and the ones
+#: the ``torchrec`` baseline may choose (comparable with the seeds); ``torchrec_free`` may choose all.
+TORCHREC_SHARDING_TYPES = ("table_wise", "column_wise", "row_wise", "table_row_wise")
+TORCHREC_CONSTRAINED_TYPES = ("table_wise", "column_wise")
 #: Share of an offloaded table's rows its HBM cache holds where neither the constraints
 #: (``cache_params.load_factor``) nor the sharder (fused param ``cache_load_factor``) set one:
 #: TorchRec's default (``UVM_CACHING_RATIO``, torchrec/distributed/planner/constants.py).

@@ -8,7 +8,7 @@ Every process reads the same task and plans; ``torchrun`` sets ``RANK``, ``WORLD
 ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``, and the group is joined with ``env://``
 (NCCL on a CUDA profile, each process on GPU ``LOCAL_RANK``; gloo on CPU). ``WORLD_SIZE`` must be
 the task's ``ngpu``. The ranks run the TorchRec evaluator's rounds
-(:func:`shardlab.evaluate.torchrec_step.rank_rounds`), rank 0 gathers every rank's step times
+(:func:`shardlab.torchrec.evaluator.rank_rounds`), rank 0 gathers every rank's step times
 and alone writes ``--out``: the Evaluation JSON of the plan (a list for several), exactly as
 ``shardlab evaluate --torchrec [--whole-step] --json`` prints it (with ``--whole-step``: the whole
 DLRM step's Evaluation with the embedding part's under ``"embeddings"``). Errors are one line on stderr, exit status 2.
@@ -50,7 +50,7 @@ from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.measured import MeasuredEvaluator
 from shardlab.evaluate.stats import check_margin
-from shardlab.evaluate.torchrec_step import (EMBEDDINGS, WHOLE, evaluations, prepare, quiet_torchrec_logs,
+from shardlab.torchrec.evaluator import (EMBEDDINGS, WHOLE, evaluations, prepare, quiet_torchrec_logs,
                                              rank_budget_bytes, rank_rounds)
 from shardlab.io import load_task, write_json_atomic
 from shardlab.measure.campaign import run_comm_campaign

@@ -44,7 +44,8 @@ def test_one_changed_bound_is_refused_at_every_entry_point(rounds_at_most_7, tmp
     from shardlab.cli import main
     from shardlab.dist import evaluate as dist_evaluate
     from shardlab.dist import build_parser as dist_parser
-    from shardlab.evaluate import MeasuredEvaluator, TorchRecEvaluator
+    from shardlab.evaluate import MeasuredEvaluator
+    from shardlab.torchrec import TorchRecEvaluator
     from shardlab.io import save_plan, save_task, strict_bounded
     from shardlab.search import get_sharder
     from shardlab.workflows.rl_args import AutoShardArgs
@@ -84,7 +85,7 @@ def test_no_entry_point_states_a_bound_of_its_own():
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         assert "strict_int(" not in path.read_text(), path.name
     checked = ["shardlab/cli/checks.py", "shardlab/workflows/rl_args.py", "shardlab/search/neuroshard.py",
-               "shardlab/evaluate/measured.py", "shardlab/evaluate/torchrec_step.py", "shardlab/dist.py",
+               "shardlab/evaluate/measured.py", "shardlab/torchrec/evaluator.py", "shardlab/dist.py",
                "shardlab/workflows/verify.py", "shardlab/io.py"]
     for rel in checked:
         tree = ast.parse((ROOT / rel).read_text())

@@ -13,7 +13,7 @@ import pytest
 from shardlab import InfeasibleError, Table, Task, validate_plan
 from shardlab.constants import HEURISTIC_METHODS
 from shardlab.loads import device_loads
-from shardlab.export import export_torchrec, sharding_plan_from_export
+from shardlab.torchrec.export import export_torchrec, sharding_plan_from_export
 from shardlab.search import get_sharder, registry as base, heuristics, run_sharder, run_sharders, sharder_names
 from shardlab.search.heuristics import WEIGHTS
 from shardlab.errors import ShardlabError

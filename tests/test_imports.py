@@ -1,5 +1,6 @@
 """Where torch is imported (docs/extending.md, "Where torch is imported"): the packages that read,
-check, cost analytically and draw plans load no torch, torchrec, fbgemm or plotly when imported;
+check, cost analytically and draw plans load no torch, torchrec, fbgemm or plotly when imported (nor
+do the TorchRec folder's package and its plan export: its other modules load torchrec when used);
 the search and evaluate packages load torch (their policies and measured evaluators are torch
 code) but never torchrec. Each import runs in a fresh interpreter."""
 
@@ -15,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "torchrec", "fbgemm_gpu", "plotly")
 LIGHT = ("shardlab", "shardlab.tables", "shardlab.plan", "shardlab.data", "shardlab.io", "shardlab.costmodel",
-         "shardlab.report", "shardlab.cli")
+         "shardlab.report", "shardlab.cli", "shardlab.torchrec", "shardlab.torchrec.export")
 
 
 def _loaded(module: str) -> list[str]:

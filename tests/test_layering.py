@@ -34,7 +34,7 @@ SCRIPTS = {"setup.sh", "test.sh", "setup_browser.sh", "sealed_test.sh", "gpu/REA
 
 #: Layer of each top-level module or subpackage; higher may import lower, never the reverse.
 LAYERS = {"constants": 0, "bounds": 0, "errors": 0, "tables": 0, "plan": 0, "schedule": 0, "io": 0, "paths": 0, "loads": 0, "processes": 0,
-          "data": 1, "measure": 2, "costmodel": 3, "evaluate": 4, "export": 4, "search": 5,
+          "data": 1, "measure": 2, "costmodel": 3, "evaluate": 4, "search": 5,
           "workflows": 6, "torchrec": 6, "report": 7, "cli": 8, "dist": 8,
           "__init__": 8, "__main__": 8}
 

@@ -17,7 +17,7 @@ from shardlab.costmodel.offload import offload_ms
 from shardlab.data.importers import tables_from_records
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.model import estimate_plan
-from shardlab.export import check_export, export_torchrec
+from shardlab.torchrec.export import check_export, export_torchrec
 from shardlab.plan import Placement, Plan, device_memory_bytes, validate_plan
 from shardlab.search.registry import run_sharder, sharder_for
 from shardlab.tables import Table, Task
@@ -120,7 +120,7 @@ def test_the_export_names_the_kernel_and_cache_share_as_torchrec_reads_them():
     assert out["plan"][b.name]["compute_kernel"] == "fused_uvm_caching"
     assert out["plan"][b.name]["cache_load_factor"] == 0.2
     pytest.importorskip("torchrec")
-    from shardlab.export import sharding_plan_from_export
+    from shardlab.torchrec.export import sharding_plan_from_export
     ps = sharding_plan_from_export(out, task).plan["sparse.ebc"][b.name]
     assert ps.compute_kernel == "fused_uvm_caching" and ps.cache_params.load_factor == 0.2
 

@@ -8,7 +8,7 @@ import pytest
 
 from shardlab.data.tasks import pool_tables
 from shardlab.errors import InfeasibleError
-from shardlab.export import export_torchrec, sharding_plan_from_export
+from shardlab.torchrec.export import export_torchrec, sharding_plan_from_export
 from shardlab.plan import Placement, Plan, validate_plan
 from shardlab.search import get_sharder, run_sharder
 from shardlab.search.blocks import Block, whole_blocks
@@ -111,7 +111,7 @@ def test_a_table_that_fits_no_device_in_any_split_is_named():
 
 def test_a_neuroshard_row_wise_plan_trains_in_torchrec():
     pytest.importorskip("torchrec", reason="torchrec is installed by scripts/setup.sh")
-    from shardlab.evaluate import torchrec_plans
+    from shardlab.torchrec import torchrec_plans
     from shardlab.measure.hardware import profile_with
 
     by_rows = sorted((t for t in pool_tables("dlrm-synth", "test") if t.rows <= 50_000), key=lambda t: t.rows)

@@ -115,7 +115,7 @@ def test_the_measured_evaluator_runs_sequence_tables_as_fbgembs_sequence_ops():
 
 def test_the_torchrec_step_evaluator_refuses_sequence_tables_rather_than_timing_them_pooled():
     pytest.importorskip("torchrec")
-    from shardlab.evaluate import TorchRecEvaluator
+    from shardlab.torchrec import TorchRecEvaluator
 
     task = task_with_sequences(n=4, ngpu=2)
     plan = run_sharder(sharder_for("lookup_greedy", "cpu"), task, 0)

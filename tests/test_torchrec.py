@@ -9,7 +9,7 @@ import pytest
 from shardlab.cli import main
 from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
-from shardlab.export import export_torchrec, sharding_plan_from_export
+from shardlab.torchrec.export import export_torchrec, sharding_plan_from_export
 from shardlab.plan import Placement, Plan, validate_plan
 from shardlab.search import get_sharder, run_sharder
 
@@ -128,7 +128,7 @@ def test_an_export_torchrec_would_refuse_is_one_line_naming_the_table_and_its_sh
     import copy
     import re
 
-    from shardlab.export import check_export
+    from shardlab.torchrec.export import check_export
 
     data = export_torchrec(task, run_sharder(get_sharder("size_greedy"), task))
     check_export(data, task)

@@ -10,13 +10,14 @@ import pytest
 from shardlab.cli import main
 from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
-from shardlab.export import export_for_device, export_torchrec
+from shardlab.torchrec.export import export_for_device, export_torchrec
 from shardlab.plan import Placement, Plan, validate_plan
 from shardlab.measure.hardware import profile_with
 from shardlab.search import get_sharder, run_sharder
 
 pytest.importorskip("torchrec", reason="torchrec is installed by scripts/setup.sh")
-from shardlab.evaluate import TorchRecEvaluator, torchrec_plans, verdict  # noqa: E402
+from shardlab.evaluate import verdict  # noqa: E402
+from shardlab.torchrec import TorchRecEvaluator, torchrec_plans  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -182,14 +183,14 @@ def layouts_of_mixed():
 
 
 def test_models_too_big_to_keep_are_built_for_their_turn_with_the_same_results_shape(task, monkeypatch):
-    from shardlab.evaluate import torchrec_step
-    from shardlab.evaluate.torchrec_step import rank_bytes
+    from shardlab.torchrec import evaluator as torchrec_evaluator
+    from shardlab.torchrec.evaluator import rank_bytes
 
     plans = layouts(task)
     data = export_for_device(export_torchrec(task, plans["cw"], module="ebc"), "cpu")
     t0 = task.tables[0]
     assert rank_bytes(task, data, 0) + rank_bytes(task, data, 1) == sum(t.rows * t.dim * 4 for t in task.tables)
     assert rank_bytes(task, data, 1) >= t0.rows * (t0.dim // 2) * 4
-    monkeypatch.setattr(torchrec_step, "rank_budget_bytes", lambda ranks: 0.0)   # nothing fits: build per turn
+    monkeypatch.setattr(torchrec_evaluator, "rank_budget_bytes", lambda ranks: 0.0)   # nothing fits: build per turn
     ev = TorchRecEvaluator(profile_with("cpu", batch_size=64), rounds=3, steps=2, warmup_steps=1).evaluate(task, plans)
     assert all(len(e.rounds_ms) == 3 and e.source.startswith("measured:torchrec-cpu") for e in ev.values())

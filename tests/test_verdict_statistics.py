@@ -18,10 +18,10 @@ import pytest
 
 from shardlab import ShardlabError
 from shardlab.constants import EQUIVALENCE_MARGIN
-from shardlab.evaluate import (VERDICTS, DeviceCost, Evaluation, MeasuredEvaluator, TorchRecEvaluator,
-                               bootstrap_median_ci, compare_to_reference, hierarchical_median_ci, paired_ratio_ci,
-                               verdict)
+from shardlab.evaluate import (VERDICTS, DeviceCost, Evaluation, MeasuredEvaluator, bootstrap_median_ci,
+                               compare_to_reference, hierarchical_median_ci, paired_ratio_ci, verdict)
 from shardlab.evaluate.stats import at_level, equivalence_band
+from shardlab.torchrec import TorchRecEvaluator
 
 #: Per-round log-ratio spread within one sitting, and between sittings (log-sd), of the synthetic comparisons.
 WITHIN, BETWEEN = 0.05, 0.03

@@ -17,7 +17,7 @@ from shardlab.cli import emit
 from shardlab.errors import ShardlabError, printable
 from shardlab.evaluate import MeasuredEvaluator, ModelEvaluator, costs_label
 from shardlab.evaluate.ranking import ranking_quality, ranking_text
-from shardlab.evaluate.torchrec_step import TorchRecEvaluator
+from shardlab.torchrec.evaluator import TorchRecEvaluator
 from shardlab.io import check_output_path, load_plan, load_task, write_json_atomic
 from shardlab.paths import safe_filename
 from shardlab.measure.hardware import environment, profile_with

@@ -16,7 +16,7 @@ from shardlab.data.tasks import generate_task, task_dims
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import MeasuredEvaluator
 from shardlab.workflows.verify import VerifiedSharder
-from shardlab.export import export_torchrec
+from shardlab.torchrec.export import export_torchrec
 from shardlab.io import load_plan, load_task, save_plan, save_task, write_json_atomic
 from shardlab.loads import device_loads, imbalance
 from shardlab.search import run_sharder, sharder_for, sharder_options

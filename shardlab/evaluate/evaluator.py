@@ -5,7 +5,7 @@ costs in a report).
 
 Implementations: :class:`~shardlab.evaluate.model.ModelEvaluator` (a cost model's prediction,
 or the analytic model), :class:`~shardlab.evaluate.measured.MeasuredEvaluator` (real kernels
-and real ranks, in paired rounds) and :class:`~shardlab.evaluate.torchrec_step.TorchRecEvaluator`
+and real ranks, in paired rounds) and :class:`~shardlab.torchrec.evaluator.TorchRecEvaluator`
 (real training steps): anything that costs plans -- the CLI, the notebooks, the benchmark --
 takes an ``Evaluator`` and never branches on how.
 """

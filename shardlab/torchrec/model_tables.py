@@ -13,8 +13,8 @@ from typing import Any, Mapping, Sequence
 
 from shardlab import constants as C
 from shardlab.errors import ShardlabError
-from shardlab.export import DTYPES, SHARDING_TYPES
-from shardlab.export import OPTIMIZERS as FUSED_OPTIMIZERS
+from shardlab.torchrec.export import DTYPES, SHARDING_TYPES
+from shardlab.torchrec.export import OPTIMIZERS as FUSED_OPTIMIZERS
 
 #: The sharding types shardlab's methods place (row layouts pinned first where only they are
 #: allowed; table-column-wise where column blocks stay inside one host).

@@ -37,7 +37,7 @@ from torchrec.distributed.types import ShardingPlan, ShardingPlanner
 
 from shardlab import constants as C
 from shardlab.errors import InfeasibleError, ShardlabError
-from shardlab.export import check_export, export_for_device, export_torchrec, sharding_plan_of
+from shardlab.torchrec.export import check_export, export_for_device, export_torchrec, sharding_plan_of
 from shardlab.io import save_plan, save_task
 from shardlab.plan import Placement, Plan, validate_plan
 from shardlab.search.portfolio import outside_space

@@ -3,7 +3,7 @@
 :func:`measure_agreement` shards each task with several methods and measures all of its plans
 twice, each time in paired, interleaved rounds: by :class:`~shardlab.evaluate.MeasuredEvaluator`
 (each device's fused fbgemm op, then real all-to-alls) and by
-:class:`~shardlab.evaluate.torchrec_step.TorchRecEvaluator` (the plan applied in
+:class:`~shardlab.torchrec.evaluator.TorchRecEvaluator` (the plan applied in
 ``DistributedModelParallel``, training steps timed). One crash-safe sample per task (kind
 ``torchrec_agreement``) holds the task, the plans and both sets of Evaluations, so a rerun
 resumes. :func:`agreement` then gives, per task, Spearman's rank correlation of the two
@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from shardlab.costmodel.metrics import spearman
 from shardlab.errors import ShardlabError
 from shardlab.evaluate import Evaluation, MeasuredEvaluator, compare_to_reference, device_tables
-from shardlab.evaluate.torchrec_step import TorchRecEvaluator
+from shardlab.torchrec.evaluator import TorchRecEvaluator
 from shardlab.plan import Plan
 from shardlab.measure.hardware import HardwareProfile, environment, get_profile
 from shardlab.measure.store import SampleStore

@@ -42,7 +42,7 @@ def model_and_constraints(ntables: int, ngpu: int, space: str, seed: int = 0) ->
     from torchrec.distributed.planner.types import ParameterConstraints, Topology
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    from shardlab.evaluate.torchrec_model import embedding_configs
+    from shardlab.torchrec.dlrm_model import embedding_configs
 
     task, drawn = scaling_task(ntables, ngpu, DRAW_GB, seed)
     configs = embedding_configs(task)
@@ -84,7 +84,7 @@ def run_point(planner: str, ntables: int, ngpu: int, space: str, seed: int = 0) 
 
     from shardlab.costmodel.bundle import load_bundle
     from shardlab.evaluate import estimate_plan
-    from shardlab.search.torchrec_planner import plan_from_sharding_plan
+    from shardlab.torchrec.baseline import plan_from_sharding_plan
     from shardlab.torchrec import ShardlabPlanner
 
     from torchrec.distributed.sharding_plan import get_default_sharders

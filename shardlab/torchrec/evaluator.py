@@ -3,8 +3,8 @@ real sharded training steps timed, G ranks on this host (gloo on CPU, NCCL on CU
 
 For every plan: the task's tables become an ``EmbeddingBagCollection`` (one feature per table,
 the task's precision) wrapped as module ``ebc``; the plan goes through
-:func:`~shardlab.export.export_torchrec` (on CPU with ``rank:r/cpu`` placements,
-:func:`~shardlab.export.export_for_device`) and :func:`~shardlab.export.sharding_plan_from_export`
+:func:`~shardlab.torchrec.export.export_torchrec` (on CPU with ``rank:r/cpu`` placements,
+:func:`~shardlab.torchrec.export.export_for_device`) and :func:`~shardlab.torchrec.export.sharding_plan_from_export`
 into ``DistributedModelParallel`` with the fused kernel and the task's optimizer (fused update in
 backward, learning rate 0.01). Every rank feeds its slice of the same global batches: the task's
 own lookups (:func:`shardlab.data.lookups.table_lookups` at the profile's batch size, split
@@ -51,12 +51,12 @@ from shardlab.bounds import check_bounds
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.measured import measurable, round_orders
 from shardlab.evaluate.stats import bootstrap_median_ci, check_margin
-from shardlab.evaluate.torchrec_model import (MODULES, check_dlrm_task, dlrm_batches, local_batches, sharded_dlrm,
+from shardlab.torchrec.dlrm_model import (MODULES, check_dlrm_task, dlrm_batches, local_batches, sharded_dlrm,
                                               sharded_ebc)
 from shardlab.evaluate.reference import SELECTED, baseline_names, compare_to_reference, selects_reference
 from shardlab.evaluate.evaluation import DeviceCost, Evaluation
 from shardlab.evaluate.evaluator import check_plans
-from shardlab.export import export_for_device, export_torchrec, placement_rank
+from shardlab.torchrec.export import export_for_device, export_torchrec, placement_rank
 from shardlab.plan import Plan, device_memory_bytes
 from shardlab.processes import sigint_ignored
 from shardlab.measure.hardware import HardwareProfile, available_memory_bytes, get_profile
@@ -118,7 +118,7 @@ class TorchRecEvaluator:
 
     def evaluate_parts(self, task: Task, plans: Mapping[str, Plan]) -> dict[str, dict[str, Evaluation]]:
         """{"embeddings": ..., and with ``whole_step`` "whole_step": ...}: Evaluations of every plan's
-        embedding step and whole DLRM step (:func:`shardlab.evaluate.torchrec_model.sharded_dlrm`),
+        embedding step and whole DLRM step (:func:`shardlab.torchrec.dlrm_model.sharded_dlrm`),
         both timed in the same paired rounds (each plan's embedding steps, then its DLRM steps)."""
         prof = self._check(task)
         kinds = (EMBEDDINGS, WHOLE) if self.whole_step else (EMBEDDINGS,)

@@ -20,8 +20,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from shardlab.errors import ShardlabError
-from shardlab.evaluate.torchrec_step import quiet_torchrec_logs, rank_group, report_failure, spawn_ranks
-from shardlab.torchrec import ShardlabPlanner
+from shardlab.torchrec.evaluator import quiet_torchrec_logs, rank_group, report_failure, spawn_ranks
+from shardlab.torchrec.planner import ShardlabPlanner
 
 #: Name of TorchRec's own plan.
 TORCHREC = "torchrec (EmbeddingShardingPlanner)"

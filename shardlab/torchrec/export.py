@@ -106,7 +106,7 @@ def export_for_device(data: Mapping[str, Any], device: str) -> dict[str, Any]:
 
 #: Sharding types and compute kernels an export may name (what TorchRec's EmbeddingBagCollection
 #: sharder takes for the layouts shardlab places).
-SHARDING_TYPES = ("table_wise", "column_wise", "row_wise", "table_row_wise")
+SHARDING_TYPES = C.TORCHREC_SHARDING_TYPES
 COMPUTE_KERNELS = C.OFFLOAD_KERNELS + ("dense",)
 #: fbgemm's fused optimizer (``EmbOptimType`` name) of each Task ``optimizer``, and TorchRec's
 #: ``DataType`` name of each ``weights_precision`` that trains in TorchRec here.

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from shardlab.data.lookups import table_lookups
 from shardlab.errors import ShardlabError
-from shardlab.export import DTYPES, OPTIMIZERS, sharding_plan_from_export
+from shardlab.torchrec.export import DTYPES, OPTIMIZERS, sharding_plan_from_export
 from shardlab.measure.hardware import HardwareProfile
 from shardlab.tables import Task
 
@@ -65,7 +65,7 @@ def embedding_configs(task: Task) -> list[Any]:
 
 def _apply(module: Any, export: Mapping[str, Any], task: Task, device: Any, learning_rate: float) -> Any:
     """``DistributedModelParallel(module)`` sharded as ``export`` says. An export TorchRec would
-    refuse is one line naming the table and its sharding type (:func:`~shardlab.export.check_export`);
+    refuse is one line naming the table and its sharding type (:func:`~shardlab.torchrec.export.check_export`);
     TorchRec's own refusals are one line too, naming the table where its message does."""
     from torchrec.distributed.model_parallel import DistributedModelParallel
 

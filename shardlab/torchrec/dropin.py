@@ -19,13 +19,14 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from shardlab import constants as C
-from shardlab.evaluate import Evaluation, TorchRecEvaluator
-from shardlab.evaluate.torchrec_model import dlrm_train, lookups_kjt
-from shardlab.export import OPTIMIZERS
+from shardlab.evaluate import Evaluation
+from shardlab.torchrec.dlrm_model import dlrm_train, lookups_kjt
+from shardlab.torchrec.export import OPTIMIZERS
 from shardlab.plan import Plan, validate_plan
-from shardlab.search.torchrec_planner import FREE, plan_from_sharding_plan
+from shardlab.torchrec.baseline import FREE, plan_from_sharding_plan
 from shardlab.tables import Task
-from shardlab.torchrec import ShardlabPlanner
+from shardlab.torchrec.evaluator import TorchRecEvaluator
+from shardlab.torchrec.planner import ShardlabPlanner
 from shardlab.workflows.criteo import criteo_task
 
 #: The name TorchRec's own plan carries.

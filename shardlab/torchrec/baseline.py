@@ -15,7 +15,7 @@ are used instead, and the plan's method name says which (``torchrec[greedy+unifo
 
 ``costs``: "" keeps TorchRec's own analytic perf estimator; a shardlab cost-model bundle name
 (``torchrec[costs=neuroshard_broad]``; ``default``: the profile's search model) has
-:class:`~shardlab.costmodel.torchrec_estimator.ShardlabPerfEstimator` fill every shard's perf
+:class:`~shardlab.torchrec.estimator.ShardlabPerfEstimator` fill every shard's perf
 instead, from the task's own table statistics, so TorchRec's proposers and partitioner search
 with shardlab's learned costs (``profile`` picks the shipped models).
 """
@@ -28,15 +28,15 @@ from types import SimpleNamespace
 from typing import Any
 
 from shardlab import constants as C
-from shardlab.costmodel.torchrec_estimator import ShardlabPerfEstimator
+from shardlab.torchrec.estimator import ShardlabPerfEstimator
 from shardlab.errors import ShardlabError, check_ranges, is_int
-from shardlab.export import OPTIMIZERS, SHARDING_TYPES
+from shardlab.torchrec.export import OPTIMIZERS, SHARDING_TYPES
 from shardlab.plan import Placement, Plan
 from shardlab.search.registry import check_search_gpus
 from shardlab.search.row_split import row_split
 from shardlab.tables import Task
 
-CONSTRAINED = ("table_wise", "column_wise")
+CONSTRAINED = C.TORCHREC_CONSTRAINED_TYPES
 FREE = SHARDING_TYPES
 
 
@@ -198,7 +198,7 @@ def plan_from_sharding_plan(task: Task, sharding_plan, method: str, seed: int = 
     """Our Plan from a TorchRec ``ShardingPlan`` (one placement per shard). TorchRec's sharding
     type of each table goes to ``metadata["torchrec_sharding_types"]`` ({table: type}): row-wise
     and table-row-wise shards have the same placements when one host holds every rank, and the
-    export (:func:`shardlab.export.export_torchrec`) needs it to give TorchRec back its own plan.
+    export (:func:`shardlab.torchrec.export.export_torchrec`) needs it to give TorchRec back its own plan.
     ``names``: module name -> table name where they differ (:func:`module_names`)."""
     placements, kinds = [], {}
     for module_plan in sharding_plan.plan.values():
