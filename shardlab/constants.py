@@ -176,6 +176,9 @@ OP_CACHE_MEMORY_SHARE = 0.5
 #: Timed rounds of the selection sitting that picks the best baseline as the reference when
 #: none is named (measured evaluators): the reference is never chosen on the rounds it is judged on.
 SELECTION_ROUNDS = 3
+#: Paired rounds of a verified search's measurement (``shardlab shard --verify K``, the search
+#: notebook's ``verify``) when none are given.
+VERIFY_ROUNDS = 5
 
 #: Name of the default shipped table pool.
 DEFAULT_POOL = "dlrm-synth"
@@ -284,6 +287,14 @@ OFFLOAD_KERNELS = ("fused", "fused_uvm_caching", "fused_uvm")
 #: the ``torchrec`` baseline may choose (comparable with the seeds); ``torchrec_free`` may choose all.
 TORCHREC_SHARDING_TYPES = ("table_wise", "column_wise", "row_wise", "table_row_wise")
 TORCHREC_CONSTRAINED_TYPES = ("table_wise", "column_wise")
+#: The TorchRec evaluator's defaults (``shardlab.torchrec.TorchRecEvaluator``, ``shardlab evaluate
+#: --torchrec``, ``shardlab dist evaluate``): paired rounds, timed and untimed training steps per
+#: plan per round.
+TORCHREC_ROUNDS = 3
+TORCHREC_STEPS = 5
+TORCHREC_WARMUP_STEPS = 2
+#: Bound on every collective of torchrun-started ranks (``shardlab dist``), s.
+DIST_TIMEOUT_S = 900.0
 #: Share of an offloaded table's rows its HBM cache holds where neither the constraints
 #: (``cache_params.load_factor``) nor the sharder (fused param ``cache_load_factor``) set one:
 #: TorchRec's default (``UVM_CACHING_RATIO``, torchrec/distributed/planner/constants.py).

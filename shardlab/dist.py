@@ -1,5 +1,7 @@
 """``python -m shardlab.dist``: evaluations whose ranks are started by ``torchrun`` (one process
-per GPU, on one host or many) instead of being spawned on this host.
+per GPU, on one host or many) instead of being spawned on this host. The same verbs and flags are
+``shardlab dist ...`` (built once, in ``shardlab/cli/dist_flags.py``); this module is the one to name to
+torchrun, since it leaves each rank without the interpreter's teardown (the end of this file).
 
     torchrun --nnodes 2 --nproc-per-node 4 --node-rank N --master-addr HOST --master-port PORT \\
         -m shardlab.dist evaluate task.json plan.json [more plans] --torchrec [--rounds 3] --out eval.json
@@ -44,9 +46,10 @@ import torch
 import torch.distributed as dist
 
 from shardlab.bounds import check_bounds
-from shardlab.cli.arguments import OneLineParser
+from shardlab.cli.arguments import OneLineParser, torchrec_steps
+from shardlab.cli.checks import check_args
+from shardlab.cli.dist_flags import add_dist_verbs
 from shardlab.cli.evaluate import load_plans
-from shardlab.constants import EQUIVALENCE_MARGIN
 from shardlab.errors import ShardlabError
 from shardlab.evaluate.measured import MeasuredEvaluator
 from shardlab.evaluate.stats import check_margin
@@ -70,39 +73,10 @@ def torchrun_env() -> tuple[int, int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``shardlab.dist`` command line."""
+    """The ``python -m shardlab.dist`` command line: the flags of ``shardlab dist``
+    (:func:`shardlab.cli.dist.add_dist_verbs`)."""
     parser = OneLineParser(prog="python -m shardlab.dist", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="verb", required=True)
-    p = sub.add_parser("evaluate", help="evaluate plans with torchrun-started ranks (rank 0 writes --out)")
-    p.add_argument("task", help="Task JSON file")
-    p.add_argument("plans", nargs="+", help="Plan JSON files of that task")
-    how = p.add_mutually_exclusive_group(required=True)
-    how.add_argument("--torchrec", action="store_true", help="plans applied in TorchRec, training steps timed")
-    how.add_argument("--measure", action="store_true",
-                     help="shardlab's own measurement: each rank times its own device's shards, all-to-alls between ranks")
-    p.add_argument("--out", required=True, help="Evaluation JSON to write (rank 0)")
-    p.add_argument("--rounds", type=int, default=3, help="paired rounds (>= 3 for intervals; default %(default)s)")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per plan per round (default %(default)s)")
-    p.add_argument("--warmup-steps", type=int, default=2, help="untimed steps per plan first (default %(default)s)")
-    p.add_argument("--whole-step", action="store_true",
-                   help="also time TorchRec's whole DLRM step; the cost is the whole step, the embedding part beside it")
-    p.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=None, help="override the profile's global batch size")
-    p.add_argument("--reference", default=None, help="method of the plan to compare against (default: best baseline)")
-    p.add_argument("--warmup-rounds", type=int, default=1, help="--measure: untimed rounds first (default %(default)s)")
-    p.add_argument("--no-bound", action="store_true", help="--measure: skip the task's lower bound")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--margin", type=float, default=EQUIVALENCE_MARGIN,
-                   help="equivalence margin M of the verdicts: 'equivalent' when the 95%% interval of the paired "
-                        "ratio lies inside [1/(1+M), 1+M] (default %(default)s)")
-    p.add_argument("--timeout-s", type=float, default=900.0, help="bound on every collective (s)")
-    c = sub.add_parser("measure-comm", help="comm campaign between the torchrun ranks (rank 0 writes --store)")
-    c.add_argument("--store", required=True, help="SQLite sample store (rank 0's file; resumable)")
-    c.add_argument("--samples", type=int, required=True, help="samples 0..N-1 of the campaign")
-    c.add_argument("--profile", default="cpu", help="hardware profile (default %(default)s)")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--max-delay-ms", type=float, default=30.0, help="largest random forward delay (ms)")
-    c.add_argument("--timeout-s", type=float, default=900.0, help="bound on every collective (s)")
+    add_dist_verbs(parser.add_subparsers(dest="dist_verb", required=True))
     return parser
 
 
@@ -141,6 +115,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]] 
         raise ShardlabError(f"shardlab.dist: WORLD_SIZE = {world} but task '{task.name}' has field 'ngpu' = "
                             f"{task.ngpu}: start {task.ngpu} processes in all (nnodes x nproc-per-node)")
     plans, reference = load_plans(task, args.plans, args.reference)
+    args.steps, args.warmup_steps = torchrec_steps(args)
     prof = profile_with(args.profile, args.batch_size)
     given = ("batch_size",) if args.batch_size is not None else ()
     check_bounds("shardlab.dist", args, "rounds", "steps", "warmup_steps", "warmup_rounds", "seed", *given)
@@ -204,10 +179,16 @@ def _stopped(signum: int, frame: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Entry point of ``python -m shardlab.dist``; returns the exit status."""
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run this rank's part of the parsed ``dist`` verb (ranges checked as every verb's:
+    :func:`~shardlab.cli.checks.check_args`); returns the exit status, 2 with one line on error."""
     try:
-        if args.verb == "measure-comm":
+        check_args(args)
+        if args.dist_verb == "measure-comm":
             added = profile_comm(args)
             if added >= 0:
                 print(f"shardlab.dist: {added} comm sample(s) added -> {args.store}")

@@ -44,6 +44,7 @@ def test_one_changed_bound_is_refused_at_every_entry_point(rounds_at_most_7, tmp
     from shardlab.cli import main
     from shardlab.dist import evaluate as dist_evaluate
     from shardlab.dist import build_parser as dist_parser
+    from shardlab.dist import main as dist_main
     from shardlab.evaluate import MeasuredEvaluator
     from shardlab.torchrec import TorchRecEvaluator
     from shardlab.io import save_plan, save_task, strict_bounded
@@ -65,9 +66,13 @@ def test_one_changed_bound_is_refused_at_every_entry_point(rounds_at_most_7, tmp
     for ev in (MeasuredEvaluator("cpu", rounds=8, progress=False), TorchRecEvaluator("cpu", rounds=8)):
         with pytest.raises(ShardlabError, match=re.escape(f"field 'rounds' = 8 {rounds_at_most_7}")):
             ev.evaluate(task, plans)
-    # the torchrun entry point (checked before it joins a group)
-    args = dist_parser().parse_args(["evaluate", str(tmp_path / "t.json"), str(tmp_path / "a.json"), "--measure",
-                                     "--rounds", "8", "--out", str(tmp_path / "o.json")])
+    # the torchrun entry point (checked before it joins a group): its flags, as shardlab dist's, and its API
+    dist_args = ["evaluate", str(tmp_path / "t.json"), str(tmp_path / "a.json"), "--measure", "--rounds", "8",
+                 "--out", str(tmp_path / "o.json")]
+    for run in (lambda: main(["dist", *dist_args]), lambda: dist_main(dist_args)):
+        assert run() == 2
+        assert re.escape(f"option '--rounds' = 8 {rounds_at_most_7}") in re.escape(capsys.readouterr().err)
+    args = dist_parser().parse_args(dist_args)
     with pytest.MonkeyPatch.context() as m:
         m.setenv("RANK", "0"), m.setenv("WORLD_SIZE", "2")
         with pytest.raises(ShardlabError, match=re.escape(f"field 'rounds' = 8 {rounds_at_most_7}")):

@@ -120,3 +120,34 @@ def test_a_cuda_profile_without_nccl_is_one_line(tmp_path, monkeypatch, capsys):
         err = capsys.readouterr().err
         assert err == "shardlab.dist: error: profile device is cuda but this torch has no NCCL\n"
     assert not (tmp_path / "e.json").exists()
+
+
+def test_the_torchrun_module_and_the_dist_verb_take_the_same_flags_and_defaults():
+    """``python -m shardlab.dist`` and ``shardlab dist`` are one parser's verbs, and their TorchRec
+    step options default to the evaluator's own (``constants.TORCHREC_*``), as ``shardlab evaluate
+    --torchrec``'s do."""
+    import argparse
+    import inspect
+
+    from shardlab import constants as C
+    from shardlab.cli import build_parser
+    from shardlab.cli.arguments import torchrec_steps
+    from shardlab.dist import build_parser as dist_parser
+    from shardlab.torchrec import TorchRecEvaluator
+
+    def verbs(parser):
+        (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return action.choices
+
+    cli_dist = verbs(verbs(build_parser())["dist"])
+    module = verbs(dist_parser())
+    assert set(cli_dist) == set(module) == {"evaluate", "measure-comm"}
+    for verb in module:
+        flags = lambda p: sorted((a.dest, tuple(a.option_strings), a.default) for a in p._actions)  # noqa: E731
+        assert flags(cli_dist[verb]) == flags(module[verb]), verb
+    args = dist_parser().parse_args(["evaluate", "t.json", "p.json", "--torchrec", "--out", "e.json"])
+    defaults = inspect.signature(TorchRecEvaluator).parameters
+    assert (args.rounds, *torchrec_steps(args)) == (C.TORCHREC_ROUNDS, C.TORCHREC_STEPS, C.TORCHREC_WARMUP_STEPS) \
+        == (defaults["rounds"].default, defaults["steps"].default, defaults["warmup_steps"].default)
+    assert torchrec_steps(dist_parser().parse_args(["evaluate", "t.json", "p.json", "--torchrec", "--out", "e.json",
+                                                    "--steps", "7", "--warmup-steps", "0"])) == (7, 0)

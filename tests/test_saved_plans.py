@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from unittest import mock
 
 import numpy as np
@@ -110,12 +111,9 @@ def test_one_greedy_path_gives_the_removed_paths_plans(name):
         assert json.loads(got) == SAVED["plans"][name]["neuroshard@one-by-one"]
 
 
-def test_old_names_are_aliases_of_the_same_sharders(capsys, monkeypatch):
-    monkeypatch.setattr(registry, "_WARNED", set())
-    task = TASKS["dlrm-synth-test-50x4-seed1000"]
+def test_old_names_are_refused_with_their_new_spelling():
     spelled = {"neuroshard_tw": "neuroshard[columns=false]", "neuroshard_unguarded": "neuroshard[split_guard=false]"}
     for old, spec in spelled.items():
-        plan = run_sharder(sharder_for(old, "cpu", **_own(old)), task)
-        assert plan.method == old
-        assert placements(plan) == json.loads(_outcome_of(spec, task.name)[0])
-    assert "deprecated; spell it 'neuroshard[columns=false]'" in capsys.readouterr().err
+        with pytest.raises(ShardlabError, match=re.escape(f"method '{old}' was renamed: spell it '{spec}'")) as e:
+            sharder_for(old, "cpu")
+        assert "\n" not in str(e.value)

@@ -1,6 +1,7 @@
 """``get_sharder(name, **config)`` builds a sharder configured once: registration defaults,
 overrides, one-line errors for a field the method does not take, lazy imports."""
 
+import re
 import subprocess
 import sys
 
@@ -55,7 +56,7 @@ def test_a_variant_is_a_spec_of_options_not_a_name():
 
     assert parse_method("neuroshard[columns=false, max_splits=4,model=analytic]") == (
         "neuroshard", {"columns": False, "max_splits": 4, "model": "analytic"})
-    assert parse_method("neuroshard_unguarded") == ("neuroshard", {"split_guard": False})
+    assert parse_method("neuroshard[split_guard=false]") == ("neuroshard", {"split_guard": False})
     s = get_sharder("neuroshard[split_guard=False,beam_width=2]")
     assert (s.name, s.split_guard, s.beam_width, s.columns) == ("neuroshard[split_guard=False,beam_width=2]", False, 2, True)
     assert method_list("random, neuroshard[columns=false,top_n=5],torchrec") == [
@@ -79,14 +80,17 @@ def test_a_bad_spec_is_one_line_naming_what_is_wrong(spec, needle):
     assert "\n" not in str(e.value) and needle in str(e.value)
 
 
-def test_at_most_eleven_names_and_every_old_name_still_builds():
-    from shardlab.search import ALIASES, parse_method
+def test_at_most_eleven_names_and_every_old_name_is_refused_with_its_spelling_now():
+    from shardlab.search import RENAMED, parse_method
 
     names = sharder_names()
     assert len(names) <= 11 and names.count("neuroshard") == 1
     assert not [n for n in names if n.startswith("neuroshard_")]
-    for old, spec in ALIASES.items():
-        assert get_sharder(old).name == old and parse_method(old) == parse_method(spec)
+    for old, spec in RENAMED.items():
+        parse_method(spec)                                   # the new spelling parses
+        for ask in (lambda: get_sharder(old), lambda: get_sharder(f"{old}[seed=1]"), lambda: parse_method(old)):
+            with pytest.raises(ShardlabError, match=f"^method '{old}' was renamed: spell it '{re.escape(spec)}'$"):
+                ask()
 
 
 def test_option_values_take_the_field_types():

@@ -2,7 +2,8 @@
 
 Verbs: ``tasks``, ``shard``, ``export-torchrec`` (:mod:`~shardlab.cli.plans`); ``profile
 compute|comm|single|plans``, ``train KIND``, ``calibrate`` (:mod:`~shardlab.cli.campaigns`);
-``evaluate``, ``compare``, ``report`` (:mod:`~shardlab.cli.evaluate`). The parser is
+``evaluate``, ``compare``, ``report`` (:mod:`~shardlab.cli.evaluate`); ``dist evaluate|measure-comm``
+under torchrun (:mod:`~shardlab.cli.dist`; flags in :mod:`~shardlab.cli.dist_flags`, shared with :mod:`shardlab.dist`). The parser is
 :mod:`~shardlab.cli.parser`; :mod:`~shardlab.cli.checks` checks the parsed options before a verb
 runs. Every ``--help`` ends with an example line.
 

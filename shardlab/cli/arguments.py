@@ -16,6 +16,7 @@ import types
 import typing
 from typing import Any, Sequence
 
+from shardlab import constants as C
 from shardlab.constants import EQUIVALENCE_MARGIN, SEQUENTIAL_LOOKS
 from shardlab.errors import ShardlabError, printable
 from shardlab.io import option_value, parse_duration
@@ -172,6 +173,25 @@ def dataclass_from_args(cls: type, args: argparse.Namespace) -> Any:
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
+def add_torchrec_step_arguments(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """``--steps``, ``--warmup-steps`` and ``--whole-step`` of the TorchRec evaluator (``shardlab
+    evaluate --torchrec`` and ``shardlab dist evaluate``); unset steps are None, read through
+    :func:`torchrec_steps`. ``prefix`` starts each help line (e.g. ``"--torchrec: "``)."""
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"{prefix}timed steps per plan per round (default {C.TORCHREC_STEPS})")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help=f"{prefix}untimed steps per plan before the first round (default {C.TORCHREC_WARMUP_STEPS})")
+    p.add_argument("--whole-step", action="store_true",
+                   help=f"{prefix}also time TorchRec's whole DLRM training step with the plan applied "
+                        "(needs one embedding dim); the cost is the whole step, the embedding part beside it")
+
+
+def torchrec_steps(args: argparse.Namespace) -> tuple[int, int]:
+    """(timed, untimed) training steps per plan per round: the options, else the evaluator's defaults."""
+    return (C.TORCHREC_STEPS if args.steps is None else args.steps,
+            C.TORCHREC_WARMUP_STEPS if args.warmup_steps is None else args.warmup_steps)
+
+
 def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, search_model: bool = False) -> None:
     """The options that choose and configure the evaluator (shared by the verbs evaluate, compare
     and report).
@@ -187,12 +207,7 @@ def add_evaluator_arguments(p: argparse.ArgumentParser, default_rounds: int, sea
     how.add_argument("--analytic", action="store_true", help="the shipped analytic model")
     how.add_argument("--torchrec", action="store_true",
                      help="apply each plan in TorchRec's DistributedModelParallel here and time real training steps")
-    p.add_argument("--steps", type=int, default=None, help="--torchrec: timed steps per plan per round (default 5)")
-    p.add_argument("--warmup-steps", type=int, default=None,
-                   help="--torchrec: untimed steps per plan before the first round (default 2)")
-    p.add_argument("--whole-step", action="store_true",
-                   help="--torchrec: also time TorchRec's whole DLRM training step with the plan applied "
-                        "(needs one embedding dim); the cost is the whole step, the embedding part beside it")
+    add_torchrec_step_arguments(p, "--torchrec: ")
     p.add_argument("--rounds", type=int, default=None,
                    help=f"--measure: paired, interleaved rounds (>= 3 for intervals and verdicts; default {default_rounds})")
     p.set_defaults(default_rounds=default_rounds)

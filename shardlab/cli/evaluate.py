@@ -14,6 +14,7 @@ from typing import Any
 
 from shardlab import constants as C
 from shardlab.cli import emit
+from shardlab.cli.arguments import torchrec_steps
 from shardlab.errors import ShardlabError, printable
 from shardlab.evaluate import MeasuredEvaluator, ModelEvaluator, costs_label
 from shardlab.evaluate.ranking import ranking_quality, ranking_text
@@ -37,9 +38,9 @@ def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
     profile = args.profile or (C.MEASURE_PROFILE if measuring else C.PLAN_PROFILE)
     seed = args.seed or 0                 # --seed is refused without --measure / --torchrec (checks.py)
     if args.torchrec:
+        steps, warmup_steps = torchrec_steps(args)
         return TorchRecEvaluator(profile_with(profile, args.batch_size), rounds=args.rounds or args.default_rounds,
-                                 steps=args.steps or 5, warmup_steps=2 if args.warmup_steps is None else args.warmup_steps,
-                                 seed=seed, reference=reference, whole_step=args.whole_step, margin=margin)
+                                 steps=steps, warmup_steps=warmup_steps, seed=seed, reference=reference, whole_step=args.whole_step, margin=margin)
     if args.measure:
         prof = profile_with(profile, args.batch_size, args.repeats, args.warmup)
         rounds = args.rounds or args.default_rounds

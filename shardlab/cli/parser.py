@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from shardlab import constants as C
+from shardlab.cli.dist_flags import add_dist_verbs
 from shardlab.cli.arguments import (OneLineParser, VerbFormatter, add_dataclass_arguments, add_evaluator_arguments, add_verb,
                                     dims, setting)
 from shardlab.workflows.rl_args import AutoShardArgs, DreamShardArgs
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_hardware_verbs(sub)
     _add_evaluation_verbs(sub)
     _add_training_verbs(sub)
+    d = add_verb(sub, "dist", "evaluations and the comm campaign on ranks torchrun starts", [
+        "shardlab dist evaluate task.json a.json --torchrec --out e.json"], command="dist:cmd_dist")
+    add_dist_verbs(d.add_subparsers(dest="dist_verb", required=True))
     return parser
 
 
@@ -86,7 +90,7 @@ def _add_task_verbs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verify", type=int, default=None, metavar="K",
                    help="measure the model's K best plans and the best heuristic plan in paired rounds and "
                         "return the measured best (verdicts in the plan's metadata)")
-    p.add_argument("--rounds", type=int, default=None, help="paired measurement rounds with --verify (default 5)")
+    p.add_argument("--rounds", type=int, default=None, help=f"paired measurement rounds with --verify (default {C.VERIFY_ROUNDS})")
     p.add_argument("--profile", default=None,
                    help="hardware profile the plan is made for: model-based methods search with its shipped "
                         "models, --verify measures under it (default h100; --verify on a machine without a GPU: "

@@ -14,8 +14,7 @@ from shardlab.cli import emit
 from shardlab.data.importers import load_table_list
 from shardlab.data.tasks import generate_task, task_dims
 from shardlab.errors import ShardlabError
-from shardlab.evaluate import MeasuredEvaluator
-from shardlab.workflows.verify import VerifiedSharder
+from shardlab.workflows.verify import verified
 from shardlab.torchrec.export import export_torchrec
 from shardlab.io import load_plan, load_task, save_plan, save_task, write_json_atomic
 from shardlab.loads import device_loads, imbalance
@@ -76,10 +75,8 @@ def cmd_shard(args: argparse.Namespace) -> None:
         config["model"] = args.model
     sharder = sharder_for(args.method, args.profile or C.PLAN_PROFILE, **config)   # its profile's shipped models
     if args.verify:
-        evaluator = MeasuredEvaluator(getattr(sharder, "profile", args.profile or C.MEASURE_PROFILE),
-                                      rounds=args.rounds or 5, seed=args.seed,
-                                      progress=not args.json)
-        sharder = VerifiedSharder(sharder, evaluator, args.verify)
+        sharder = verified(sharder, args.verify, getattr(sharder, "profile", args.profile or C.MEASURE_PROFILE),
+                           args.rounds, args.seed, progress=not args.json)
     plan = run_sharder(sharder, task, args.seed)
     if args.out:
         save_plan(plan, args.out)

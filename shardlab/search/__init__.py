@@ -10,7 +10,7 @@ from shardlab import constants as C
 from shardlab.search import heuristics  # noqa: F401  (registers the heuristics)
 from shardlab.search import neuroshard  # noqa: F401  (registers neuroshard)
 from shardlab.search import optimal  # noqa: F401  (registers the exact planner)
-from shardlab.search.registry import (ALIASES, CandidateSharder, Sharder, get_sharder, method_list, parse_method,
+from shardlab.search.registry import (RENAMED, CandidateSharder, Sharder, get_sharder, method_list, parse_method,
                                       register_sharder, run_sharder, run_sharders, sharder_for, sharder_names,
                                       sharder_options)
 
@@ -21,5 +21,5 @@ register_sharder("torchrec", "shardlab.torchrec.baseline:TorchRecSharder", name=
 register_sharder("torchrec_free", "shardlab.torchrec.baseline:TorchRecSharder", name="torchrec_free",
                  sharding_types=C.TORCHREC_SHARDING_TYPES)
 
-__all__ = ["ALIASES", "CandidateSharder", "Sharder", "get_sharder", "method_list", "parse_method", "register_sharder",
+__all__ = ["RENAMED", "CandidateSharder", "Sharder", "get_sharder", "method_list", "parse_method", "register_sharder",
            "run_sharder", "run_sharders", "sharder_for", "sharder_names", "sharder_options"]

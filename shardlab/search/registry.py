@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
-import sys
 import time
 import types
 import typing
@@ -68,16 +67,16 @@ class Registration:
 
 _REGISTRY: dict[str, Registration] = {}
 
-#: Names of earlier releases -> the spec that builds the same sharder. Still accepted, with a
-#: one-line deprecation note on stderr; plans keep the old name as their method label.
-ALIASES = {
+#: Method names of earlier releases -> the spec of the same sharder today. They are refused, in
+#: one line that gives the new spelling; plans and records made under them keep them as their
+#: method label (``studies/common/methods.py`` reads those labels as the spec).
+RENAMED = {
     "neuroshard_tw": "neuroshard[columns=false]",
     "neuroshard_broad": "neuroshard",
     "neuroshard_pool": "neuroshard[model=neuroshard]",
     "neuroshard_unguarded": "neuroshard[split_guard=false]",
     "neuroshard_rwcomm": "neuroshard[rowwise_comm=shipped]",
 }
-_WARNED: set[str] = set()
 
 _SPEC = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\[(.*)\])?\s*", re.S)
 
@@ -96,19 +95,19 @@ def register_sharder(name: str, factory: Callable[..., Sharder] | str, /, **defa
 
 
 def sharder_names() -> list[str]:
-    """Names of the registered sharders, in registration order (aliases not included)."""
+    """Names of the registered sharders, in registration order."""
     return list(_REGISTRY)
 
 
 def parse_method(spec: str) -> tuple[str, dict[str, Any]]:
     """``"neuroshard[columns=false,max_splits=4]"`` -> ``("neuroshard", {"columns": False,
-    "max_splits": 4})``; an alias resolves to its spec (its options first). ``key:value`` is
+    "max_splits": 4})``; a renamed method (:data:`RENAMED`) is refused with its new spelling. ``key:value`` is
     read as ``key=value`` (a papermill parameter line holds no second ``=``). One-line
     :class:`ShardlabError` for a spec that is not ``name`` or ``name[key=value,...]``."""
     name, pairs = _spec_parts(spec)
+    if name in RENAMED:
+        raise ShardlabError(f"method '{name}' was renamed: spell it '{RENAMED[name]}'")
     options: dict[str, Any] = {}
-    if name in ALIASES:
-        name, options = parse_method(ALIASES[name])
     options.update((key, option_value(raw)) for key, raw in pairs)
     return name, options
 
@@ -181,9 +180,6 @@ def get_sharder(spec: str, /, **config: Any) -> Sharder:
     option it does not take."""
     name, options = parse_method(spec)
     label = method_label(spec)
-    if label in ALIASES and label not in _WARNED:
-        _WARNED.add(label)
-        print(f"shardlab: method '{label}' is deprecated; spell it '{ALIASES[label]}'", file=sys.stderr)
     reg = _registration(name)
     factory = reg.resolve()
     accepted = _parameters(factory)

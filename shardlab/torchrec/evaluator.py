@@ -77,8 +77,8 @@ class TorchRecEvaluator:
     ``reference``: the plan to compare against; when None and the plans hold two or more
     baselines, the best of them in a separate selection sitting (:meth:`_reference`)."""
 
-    def __init__(self, profile: str | HardwareProfile = "cpu", rounds: int = 3, steps: int = 5,
-                 warmup_steps: int = 2, seed: int = 0, reference: str | None = None, timeout_s: float = 1800.0,
+    def __init__(self, profile: str | HardwareProfile = "cpu", rounds: int = C.TORCHREC_ROUNDS,
+                 steps: int = C.TORCHREC_STEPS, warmup_steps: int = C.TORCHREC_WARMUP_STEPS, seed: int = 0, reference: str | None = None, timeout_s: float = 1800.0,
                  whole_step: bool = False, margin: float = C.EQUIVALENCE_MARGIN):
         self.profile, self.rounds, self.steps, self.warmup_steps = profile, rounds, steps, warmup_steps
         self.seed, self.reference, self.timeout_s, self.whole_step = seed, reference, timeout_s, whole_step

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from shardlab import constants as C
 from shardlab.bounds import check_bound
 from shardlab.errors import ShardlabError
-from shardlab.evaluate import Evaluation, Evaluator, compare_to_reference, estimate_plan
+from shardlab.evaluate import Evaluation, Evaluator, MeasuredEvaluator, compare_to_reference, estimate_plan
 from shardlab.plan import Plan
 from shardlab.search import get_sharder, run_sharder
 from shardlab.search import CandidateSharder
@@ -60,6 +60,16 @@ def _verdict(c: Any) -> dict[str, Any]:
     """A :class:`~shardlab.evaluate.Comparison` as JSON."""
     return {"reference": c.reference, "ratio": c.ratio, "ratio_ci95": list(c.ratio_ci95) if c.ratio_ci95 else None,
             "verdict": c.verdict, "equivalence_margin": c.margin}
+
+
+def verified(base: Any, k: int, profile: Any, rounds: int | None = None, seed: int = 0,
+             progress: bool = True) -> "VerifiedSharder":
+    """What ``shardlab shard --verify K`` and the search notebook's ``verify`` run: ``base``'s
+    ``k`` best plans and the best heuristic plan measured on this machine under ``profile`` in
+    ``rounds`` paired rounds (None: ``constants.VERIFY_ROUNDS``)."""
+    evaluator = MeasuredEvaluator(profile, rounds=C.VERIFY_ROUNDS if rounds is None else rounds, seed=seed,
+                                  progress=progress)
+    return VerifiedSharder(base, evaluator, k)
 
 
 @dataclass

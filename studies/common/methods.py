@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Mapping, TypeVar
 
-from shardlab.search.registry import ALIASES, split_specs
+from shardlab.search.registry import RENAMED, split_specs
 
-#: Name a variant was recorded under -> the spec of the same sharder: the registry's aliases
-#: (``shardlab.search.ALIASES``) but ``neuroshard_broad``, whose records were made with the
-#: defaults of their day, not with today's ``neuroshard``.
-SPEC_OF = {old: spec for old, spec in ALIASES.items() if old != "neuroshard_broad"}
+#: Name a variant was recorded under -> the spec of the same sharder: the registry's renamed
+#: methods (``shardlab.search.RENAMED``) but ``neuroshard_broad``, whose records were made with
+#: the defaults of their day, not with today's ``neuroshard``.
+SPEC_OF = {old: spec for old, spec in RENAMED.items() if old != "neuroshard_broad"}
 
 #: NeuroShard searching table-wise only (no column splits): the reference of column-wise.
 TABLE_WISE = SPEC_OF["neuroshard_tw"]
