@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 
 from shardlab import constants as C  # noqa: E402
 from shardlab.evaluate.measured import MeasuredEvaluator  # noqa: E402
+from shardlab.measure.hardware import environment  # noqa: E402
 from shardlab.plan import Plan  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
 
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     timed = sum(1 for r in ev.measured_ if r[0] >= 0 and r[1] in plans)
     print(f"measuring took {ev.seconds_:.1f} s for {timed} timed plan-rounds "
           f"({ev.seconds_ / timed:.3f} s per plan-round, warm-ups and rank starts included)")
+    print("host:", environment("cpu").get("hardware"))     # the VM's host CPU changes from day to day
 
 
 if __name__ == "__main__":
