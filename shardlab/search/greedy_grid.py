@@ -92,15 +92,18 @@ class Contents:
     def extend(self, old: np.ndarray, row: np.ndarray) -> np.ndarray:
         """Ids of the new contents ``old`` (m,) ids each plus ``row`` (h,)."""
         m = len(old)
-        if self.size + m > len(self.sums):
-            grow = max(len(self.sums), self.size + m)
-            self.sums = np.concatenate([self.sums, np.zeros((grow, self.sums.shape[1]))])
-            self.counts = np.concatenate([self.counts, np.zeros(grow)])
-        ids = np.arange(self.size, self.size + m)
-        self.sums[ids] = self.sums[old] + row
-        self.counts[ids] = self.counts[old] + 1
-        self.size += m
-        return ids
+        lo, hi = self.size, self.size + m
+        if hi > len(self.sums):               # at least double; only the ids in use are copied
+            cap = max(2 * len(self.sums), hi)
+            for name in ("sums", "counts"):
+                a = getattr(self, name)
+                grown = np.empty((cap,) + a.shape[1:])
+                grown[:lo] = a[:lo]
+                setattr(self, name, grown)
+        np.add(self.sums[old], row, out=self.sums[lo:hi])
+        np.add(self.counts[old], 1, out=self.counts[lo:hi])
+        self.size = hi
+        return np.arange(lo, hi)
 
     def compact(self, held: np.ndarray) -> np.ndarray:
         """Keep only the contents in ``held`` (any shape of ids; 0 stays 0); returns ``held``
@@ -145,7 +148,9 @@ def greedy_grid(block_rows: np.ndarray, local: np.ndarray, order: np.ndarray, me
     c_n = dim_caps.shape[1]
     g = ngpu
     rows_ = _Rows(s_n, c_n, g, n)
-    contents = Contents(block_rows.shape[1], coster)
+    # room for twice the most contents the rows can hold at once (one per row and device), which
+    # the compaction below keeps them under: allocated once, not grown by copies step by step
+    contents = Contents(block_rows.shape[1], coster, capacity=2 * s_n * c_n * g + 2048)
     scratch = np.zeros(0, dtype=np.int64)
     costed = 0
     for blk in order:
@@ -195,7 +200,7 @@ def greedy_grid(block_rows: np.ndarray, local: np.ndarray, order: np.ndarray, me
             old = row_content[ar, d]
             _, made, inverse = np.unique(old, return_index=True, return_inverse=True)
             r.content[rows, d] = contents.extend(old[made], block_rows[blk])[inverse.reshape(-1)]
-        if contents.size > 4 * rows_.size * g + 1024:
+        if contents.size > 2 * rows_.size * g + 1024:
             rows_.content[: rows_.size] = contents.compact(rows_.content[: rows_.size])
     return rows_.result(costed)
 
