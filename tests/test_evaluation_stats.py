@@ -122,7 +122,7 @@ def test_one_schedule_for_measured_and_simulated_plans():
 
 def test_model_evaluator_is_an_evaluator_with_one_bound_and_ratios():
     task = generate_task(ntables=12, ngpu=4, mem_cap_gb=4.0, batch_size=4096, seed=5)
-    plans = {m: run_sharder(get_sharder(m), task) for m in ("random", "lookup_greedy", "neuroshard_tw")}
+    plans = {m: run_sharder(get_sharder(m), task) for m in ("random", "lookup_greedy", "neuroshard[columns=false]")}
     ev = ModelEvaluator("analytic")
     assert isinstance(ev, Evaluator) and isinstance(MeasuredEvaluator(), Evaluator)
     out = ev.evaluate(task, plans)

@@ -14,7 +14,7 @@ from tests.browser import chromium_page, pixel_spread
 
 def test_report_renders_offline_in_chromium(tmp_path):
     task = generate_task(ntables=16, ngpu=4, mem_cap_gb=4.0, batch_size=4096, seed=3)
-    plans = {m: run_sharder(get_sharder(m), task) for m in ("random", "lookup_greedy", "neuroshard_tw")}
+    plans = {m: run_sharder(get_sharder(m), task) for m in ("random", "lookup_greedy", "neuroshard[columns=false]")}
     model = load_bundle("analytic")
     evaluations = {m: estimate_plan(task, p, model) for m, p in plans.items()}
     path = write_report(tmp_path / "report.html", task, plans, evaluations, {"seed": 0})

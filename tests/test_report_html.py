@@ -20,7 +20,7 @@ from shardlab.search import get_sharder, run_sharder
 
 def test_report_is_standalone_and_complete(tmp_path):
     task = generate_task(ntables=12, ngpu=4, mem_cap_gb=4.0, batch_size=4096, seed=8)
-    plans = {m: run_sharder(get_sharder(m), task) for m in ("size_greedy", "neuroshard_tw")}
+    plans = {m: run_sharder(get_sharder(m), task) for m in ("size_greedy", "neuroshard[columns=false]")}
     model = load_bundle("analytic")
     evs = {m: estimate_plan(task, p, model) for m, p in plans.items()}
     text = write_report(tmp_path / "r.html", task, plans, evs, {"seed": 0}, environment=environment("cpu")).read_text()
@@ -63,12 +63,12 @@ def test_report_cli_defaults_to_reports_dir(tmp_path, monkeypatch, capsys):
 def _measured_setup():
     """Four plans 'measured' in 5 paired rounds (tests/rounds_fakes.py, no kernels): random is
     slower than size_greedy (the reference), lookup_greedy's median is lower but its interval
-    reaches beyond 1/(1 + 5%) and 1 (inconclusive), neuroshard_tw is faster."""
+    reaches beyond 1/(1 + 5%) and 1 (inconclusive), neuroshard[columns=false] is faster."""
     from shardlab.evaluate import ModelEvaluator
     from tests.rounds_fakes import as_measured
 
     task = generate_task(ntables=12, ngpu=4, mem_cap_gb=4.0, batch_size=4096, seed=8)
-    plans = {m: run_sharder(get_sharder(m), task) for m in ("size_greedy", "random", "lookup_greedy", "neuroshard_tw")}
+    plans = {m: run_sharder(get_sharder(m), task) for m in ("size_greedy", "random", "lookup_greedy", "neuroshard[columns=false]")}
     pred = ModelEvaluator("analytic", reference="size_greedy").evaluate(task, plans)
     near = pred["size_greedy"].cost_ms / pred["lookup_greedy"].cost_ms * 0.99
     evs = as_measured(pred, scale={"lookup_greedy": near}, reference="size_greedy")
@@ -133,5 +133,5 @@ def test_report_compares_evaluations_that_carry_no_comparison(tmp_path):
     ref = resolve_reference(bare, None)
     assert ref in ("size_greedy", "random", "lookup_greedy")
     text = write_report(tmp_path / "b.html", task, plans, bare, {"seed": 0}).read_text()
-    ratio = compare_to_reference(bare)["neuroshard_tw"].comparison.ratio
+    ratio = compare_to_reference(bare)["neuroshard[columns=false]"].comparison.ratio
     assert f"ratio vs {ref}" in text and f"<td>{ratio:.3f}</td>" in text

@@ -20,7 +20,7 @@ from tests.rounds_fakes import as_measured
 @pytest.fixture(scope="module")
 def case():
     task = generate_task(ntables=10, ngpu=4, mem_cap_gb=4.0, batch_size=4096, seed=21)
-    plans = {m: run_sharder(get_sharder(m), task) for m in ("size_greedy", "random", "neuroshard_tw")}
+    plans = {m: run_sharder(get_sharder(m), task) for m in ("size_greedy", "random", "neuroshard[columns=false]")}
     return task, plans, ModelEvaluator("analytic", reference="size_greedy").evaluate(task, plans)
 
 
@@ -38,20 +38,20 @@ def test_fewer_than_three_rounds_say_no_interval(case):
 def test_lines_for_measured_and_predicted_plans(case):
     _, _, pred = case
     measured = as_measured(pred, rounds=5, reference="size_greedy")
-    e = measured["neuroshard_tw"]
+    e = measured["neuroshard[columns=false]"]
     c = e.comparison
-    assert comparison_text("neuroshard_tw", e) == (
-        f"neuroshard_tw: {e.cost_ms:.3f} ms [{e.ci95_ms[0]:.3f}, {e.ci95_ms[1]:.3f}] (5 rounds); "
+    assert comparison_text("neuroshard[columns=false]", e) == (
+        f"neuroshard[columns=false]: {e.cost_ms:.3f} ms [{e.ci95_ms[0]:.3f}, {e.ci95_ms[1]:.3f}] (5 rounds); "
         f"x{c.ratio:.3f} [{c.ratio_ci95[0]:.3f}, {c.ratio_ci95[1]:.3f}] vs size_greedy: {c.verdict}")
     assert comparison_text("size_greedy", measured["size_greedy"]).endswith("; the reference")
     assert comparison_text("random", pred["random"]).endswith(f"vs size_greedy: {NO_UNCERTAINTY}")
     # plan B vs plan A: paired when both have the same rounds, else the ratio of costs alone
-    paired = compare_to_reference({"random": measured["random"], "neuroshard_tw": e}, "random")["neuroshard_tw"]
-    assert pair_text("random", measured["random"], "neuroshard_tw", e).endswith(f": {paired.verdict}")
+    paired = compare_to_reference({"random": measured["random"], "neuroshard[columns=false]": e}, "random")["neuroshard[columns=false]"]
+    assert pair_text("random", measured["random"], "neuroshard[columns=false]", e).endswith(f": {paired.verdict}")
     assert paired.verdict in VERDICTS and paired.comparison.margin == EQUIVALENCE_MARGIN
     other = as_measured(pred, rounds=4, reference="size_greedy")
-    unpaired = pair_text("random", measured["random"], "neuroshard_tw", other["neuroshard_tw"])
-    ratio = other["neuroshard_tw"].cost_ms / measured["random"].cost_ms
+    unpaired = pair_text("random", measured["random"], "neuroshard[columns=false]", other["neuroshard[columns=false]"])
+    ratio = other["neuroshard[columns=false]"].cost_ms / measured["random"].cost_ms
     assert f"x{ratio:.3f} vs random" in unpaired and "faster" not in unpaired
     assert pair_text("random", pred["random"], "random", pred["random"]).endswith("the same plan on both sides")
 
@@ -69,4 +69,4 @@ def test_measured_report_draws_error_bars_in_chromium(case, tmp_path):
         text = page.inner_text("body")
         errors = list(page.errors)
     assert error_bars >= len(plans) and errors == []
-    assert "ratio vs size_greedy [95% CI]" in text and measured["neuroshard_tw"].verdict in text
+    assert "ratio vs size_greedy [95% CI]" in text and measured["neuroshard[columns=false]"].verdict in text

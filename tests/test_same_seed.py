@@ -35,7 +35,7 @@ def test_random_depends_on_its_seed(task):
     assert len(plans) > 1
 
 
-@pytest.mark.parametrize("method", ["neuroshard_tw", "dreamshard", "autoshard"])
+@pytest.mark.parametrize("method", ["neuroshard[columns=false]", "dreamshard", "autoshard"])
 def test_generalises_to_more_tables_and_devices(method):
     big = generate_task(ntables=80, ngpu=8, mem_cap_gb=4.0, batch_size=4096, seed=5)
     plan = run_sharder(get_sharder(method), big, seed=0)

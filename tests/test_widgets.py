@@ -14,7 +14,7 @@ from tests.rounds_fakes import as_measured
 
 def setup():
     task = generate_task(ntables=10, ngpu=4, mem_cap_gb=4.0, batch_size=4096, seed=12)
-    plans = {m: run_sharder(get_sharder(m), task) for m in ("random", "dim_greedy", "neuroshard_tw")}
+    plans = {m: run_sharder(get_sharder(m), task) for m in ("random", "dim_greedy", "neuroshard[columns=false]")}
     sim = {m: estimate_plan(task, p, load_bundle("analytic")) for m, p in plans.items()}
     other = as_measured({m: estimate_plan(task, p, load_bundle("neuroshard")) for m, p in plans.items()})
     return task, plans, sim, other
@@ -31,11 +31,11 @@ def test_widget_redraws_on_selection_and_source_toggle():
     assert fig.layout.annotations[0].text.startswith("<b>dim_greedy</b><br>cost ")
     assert any("t" in c for c in fig.data[0].customdata)          # hover lists tables
     controls["costs"].value = "measured"
-    assert list(fig.data[4 + 2].y) == [d.fw_comm_ms for d in other["neuroshard_tw"].per_device]
-    assert other["neuroshard_tw"].source in fig.layout.title.text
+    assert list(fig.data[4 + 2].y) == [d.fw_comm_ms for d in other["neuroshard[columns=false]"].per_device]
+    assert other["neuroshard[columns=false]"].source in fig.layout.title.text
     dashed = [s for s in fig.layout.shapes if s.line.dash == "dash"]
     assert sorted(round(s.y0, 6) for s in dashed) == sorted(round(other[m].cost_ms, 6)
-                                                           for m in ("dim_greedy", "neuroshard_tw"))
+                                                           for m in ("dim_greedy", "neuroshard[columns=false]"))
 
 
 def test_widget_headless_fallback_and_single_source():
