@@ -187,13 +187,18 @@ class NeuroShardSharder:
         comms = comm if isinstance(comm, list) else [comm] * len(states)
         ids: dict[tuple, int] = {}
         distinct: list[Block] = []
+        of_state: list[list[int]] = []          # each state's blocks as distinct-block indices
         for blocks in states:
+            mine = []
             for b in blocks:
-                if ids.setdefault(self._block_id(b), len(ids)) == len(distinct):
+                i = ids.setdefault(self._block_id(b), len(distinct))
+                if i == len(distinct):
                     distinct.append(b)
+                mine.append(i)
+            of_state.append(mine)
         local = np.full((len(states), len(distinct)), -1, dtype=np.int64)
-        for s, blocks in enumerate(states):
-            local[s, [ids[self._block_id(b)] for b in blocks]] = np.arange(len(blocks))
+        for s, mine in enumerate(of_state):
+            local[s, mine] = np.arange(len(mine))
         emb = coster.embed(distinct)
         single = coster.model.predict_sums(emb, np.ones(len(distinct))).sum(axis=1)
         # a state's order is (pinned first, -single cost, its own block index); its blocks'
@@ -204,9 +209,11 @@ class NeuroShardSharder:
             distinct[i].device < 0, -single[i], table_at[distinct[i].parent], distinct[i].col_offset,
             distinct[i].row_offset)))
         pinned = np.array([b.device for b in distinct])
-        dims = np.array([b.out_dim for b in distinct])
+        out_dims = [b.out_dim for b in distinct]
+        dims = np.array(out_dims)
         mem_need = np.array([task.hbm_bytes(b.table, b.table.rows, b.cols) for b in distinct], dtype=np.int64)
-        dim_caps = np.array(self.caps)[None, :] * np.array([sum(b.out_dim for b in st) for st in states])[:, None] / task.ngpu
+        dim_caps = (np.array(self.caps)[None, :] * np.array([sum(out_dims[i] for i in mine) for mine in of_state])[:, None]
+                    / task.ngpu)
         head = HeadCoster(coster.model)
         grid = greedy_grid(head.rows(emb), local, order, mem_need, dims, dim_caps, task.mem_cap_bytes, task.ngpu, head,
                            pinned if (pinned >= 0).any() else None, self.greedy_rule)
@@ -218,7 +225,7 @@ class NeuroShardSharder:
                 continue
             # per state, as the one-by-one search does, so near-equal states rank the same either way
             dev = grid.devices[s, caps, : len(blocks)]
-            width = np.array([b.out_dim for b in blocks])
+            width = dims[of_state[s]]
             dsums = np.stack([np.bincount(row, weights=width, minlength=task.ngpu) for row in dev])
             best = None
             for row, sim in zip(dev, simulate_many(grid.compute_ms[s, caps], dsums, comms[s])):
