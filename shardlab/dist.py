@@ -74,7 +74,7 @@ def torchrun_env() -> tuple[int, int, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m shardlab.dist`` command line: the flags of ``shardlab dist``
-    (:func:`shardlab.cli.dist.add_dist_verbs`)."""
+    (:func:`shardlab.cli.dist_flags.add_dist_verbs`)."""
     parser = OneLineParser(prog="python -m shardlab.dist", description=__doc__.splitlines()[0])
     add_dist_verbs(parser.add_subparsers(dest="dist_verb", required=True))
     return parser

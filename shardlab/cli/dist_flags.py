@@ -22,14 +22,13 @@ from shardlab import constants as C
 from shardlab.cli.arguments import add_torchrec_step_arguments, add_verb
 
 
-def add_dist_verbs(sub: Any, dest: str = "dist_verb") -> None:
-    """Add ``evaluate`` and ``measure-comm`` to the sub-parsers ``sub`` (the chosen one in ``dest``)."""
+def add_dist_verbs(sub: Any) -> None:
+    """Add ``evaluate`` and ``measure-comm`` to the sub-parsers ``sub`` (their ``dest`` names the one chosen)."""
     p = add_verb(sub, "evaluate", "evaluate plans with torchrun-started ranks (rank 0 writes --out)", [
         "shardlab dist evaluate task.json a.json b.json --torchrec --out e.json"],
         description="evaluate plans with torchrun-started ranks, rank 0 writing --out; run under torchrun, e.g. "
                     "torchrun --nproc-per-node 2 -m shardlab.dist evaluate task.json a.json b.json --torchrec "
                     "--out e.json")
-    p.set_defaults(**{dest: "evaluate"})
     p.add_argument("task", help="Task JSON file")
     p.add_argument("plans", nargs="+", help="Plan JSON files of that task")
     how = p.add_mutually_exclusive_group(required=True)
@@ -54,7 +53,6 @@ def add_dist_verbs(sub: Any, dest: str = "dist_verb") -> None:
         "shardlab dist measure-comm --store comm.db --samples 500"],
         description="the comm campaign between torchrun-started ranks, rank 0 writing --store; run under torchrun, "
                     "e.g. torchrun --nproc-per-node 4 -m shardlab.dist measure-comm --store comm.db --samples 500")
-    c.set_defaults(**{dest: "measure-comm"})
     c.add_argument("--store", required=True, help="SQLite sample store (rank 0's file; resumable)")
     c.add_argument("--samples", type=int, required=True, help="samples 0..N-1 of the campaign")
     c.add_argument("--profile", default=C.MEASURE_PROFILE, help="hardware profile (default %(default)s)")

@@ -40,7 +40,8 @@ def build_evaluator(args: argparse.Namespace, reference: str | None) -> Any:
     if args.torchrec:
         steps, warmup_steps = torchrec_steps(args)
         return TorchRecEvaluator(profile_with(profile, args.batch_size), rounds=args.rounds or args.default_rounds,
-                                 steps=steps, warmup_steps=warmup_steps, seed=seed, reference=reference, whole_step=args.whole_step, margin=margin)
+                                 steps=steps, warmup_steps=warmup_steps, seed=seed, reference=reference,
+                                 whole_step=args.whole_step, margin=margin)
     if args.measure:
         prof = profile_with(profile, args.batch_size, args.repeats, args.warmup)
         rounds = args.rounds or args.default_rounds
