@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -96,6 +98,8 @@ def test_sample_records_settings(bench2):
     (lambda b: CommBench(1, 100), "world_size"),
     (lambda b: CommBench(4, 3), "batch_size"),
     (lambda b: CommBench(2, 100, backend="nccl", device="cpu"), "backend"),
+    (lambda b: CommBench(2, 100, start_method="forkserver"), "start_method"),
+    (lambda b: CommBench(2, 100, backend="nccl", device="cuda", start_method="fork"), "start_method"),
     (lambda b: randomized_dim_assignment([4, -8], 2, np.random.default_rng(0)), "dims"),
 ])
 def test_errors_name_the_field(bench2, call, field):
@@ -156,3 +160,22 @@ def test_a_bench_opened_and_closed_leaves_no_rank_behind():
         s = bench.measure([8, 24], repeats=2, warmup=0)
     assert s.dim_sums == (8, 24) and len(s.bw_comm_ms) == 2
     assert {p.pid for p in multiprocessing.active_children()} <= before
+
+
+def test_forked_ranks_exchange_what_spawned_ones_do_and_leave_none_behind():
+    """A clean process (imports only, as a sitting's child) forks its ranks: they are fork
+    processes, exchange exactly the blocks the check pattern says, and are gone after close."""
+    code = (
+        "import json, multiprocessing as mp\n"
+        "from shardlab.measure.comm import CommBench\n"
+        "with CommBench(3, 10, timeout_s=60, start_method='fork') as b:\n"
+        "    kinds = sorted({type(p).__name__ for p in b._procs})\n"
+        "    got = b.check_exchange([5, 0, 9])\n"
+        "print(json.dumps({'kinds': kinds, 'left': len(mp.active_children()),\n"
+        "                  'got': [{k: [x.tolist() for x in v] for k, v in g.items()} for g in got]}))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["kinds"] == ["ForkProcess"] and out["left"] == 0
+    check_blocks([{k: [np.array(x, dtype=np.float64) for x in v] for k, v in g.items()} for g in out["got"]],
+                 [5, 0, 9], 10)

@@ -78,7 +78,7 @@ class MeasuredEvaluator:
 
     ``profile``: hardware profile (name or value); ``rounds``: timed rounds per sitting (>= 3
     for intervals and verdicts); ``sittings``: how many sittings (>= 1), each with its own
-    ranks (re-spawned), its own lookup batches and its own round orders, the intervals from the
+    ranks (started anew), its own lookup batches and its own round orders, the intervals from the
     hierarchical bootstrap over them (:mod:`shardlab.evaluate.stats`); ``warmup_rounds``:
     untimed rounds at the start of every sitting; ``seed``: the rounds' orders and the
     bootstrap; ``reference``: the plan (name in the mapping) to compare against; when None and

@@ -76,10 +76,13 @@ class SittingSpec:
     journal: str | None = None
 
 
-def run_sitting(spec: SittingSpec, group: Any | None = None, tick: Tick | None = None) -> Recorded:
+def run_sitting(spec: SittingSpec, group: Any | None = None, tick: Tick | None = None,
+                clean: bool = False) -> Recorded:
     """Measure one sitting in this process: its own ranks (``group``: torchrun's instead),
     ``warmup_rounds`` untimed rounds, then the timed rounds in ``orders``, each measurement
-    journalled as it is recorded."""
+    journalled as it is recorded. ``clean``: this process has run nothing yet (the sitting
+    server's child), so its CPU ranks are forked from it before it measures, not spawned
+    (:class:`~shardlab.measure.comm.CommBench`)."""
     tick = tick or (lambda status, n: None)
     sel = spec.sitting == "selection"
     where = "selection" if sel else f"sitting {spec.sitting + 1}/{spec.sittings}"
@@ -89,7 +92,7 @@ def run_sitting(spec: SittingSpec, group: Any | None = None, tick: Tick | None =
     with ExitStack() as stack:
         bench = group
         if bench is None and spec.task.ngpu > 1:
-            bench = stack.enter_context(CommBench.for_profile(spec.task.ngpu, spec.profile, pin=spec.pin))
+            bench = stack.enter_context(CommBench.for_profile(spec.task.ngpu, spec.profile, pin=spec.pin, fork=clean))
         stack.enter_context(pinned(core_for(-1), spec.pin and spec.profile.device == "cpu" and group is None))
         stack.enter_context(kept_memory())
         ops = OpCache.for_this_host([spec.seed, 0x0BCA, number])
@@ -227,7 +230,7 @@ def _child(conn: Connection, spec: SittingSpec, constants: Mapping[str, Any]) ->
     for k, v in constants.items():
         setattr(C, k, v)
     try:
-        recorded = run_sitting(spec, None, lambda status, n: conn.send(("tick", status, n)))
+        recorded = run_sitting(spec, None, lambda status, n: conn.send(("tick", status, n)), clean=True)
         gc.collect()        # unlinks the comm bench queues' semaphores, which os._exit would leave behind
         conn.send(("done", recorded))
         return 0

@@ -19,10 +19,14 @@ several samples in one request, their repetitions interleaved: each sweep one re
 every sample, in an order shuffled per sweep (seeded, the same on every rank), so the samples
 share the machine's drift; :meth:`CommBench.measure` is one sample of it.
 
-Ranks are spawned once per :class:`CommBench` (multiprocessing "spawn"; scripts need an
-``if __name__ == "__main__":`` guard) and rendezvous through a TCPStore the parent hosts on a free
-port of 127.0.0.1. A rank that raises or dies makes the parent raise :class:`CommBenchError`
-within the timeout and stop every rank.
+Ranks are started once per :class:`CommBench` and rendezvous through a TCPStore the parent
+hosts on a free port of 127.0.0.1 (created after the ranks exist; each rank is sent its port).
+They are spawned (multiprocessing "spawn"; scripts need an ``if __name__ == "__main__":`` guard):
+each imports torch afresh, about 2.5 s on the development VM. A caller that is itself a clean
+process -- it has imported torch but run no op, started no thread and touched no GPU, as a
+measured sitting's child of the sitting server is -- may fork them instead (``start_method="fork"``,
+CPU ranks only): the same rank code, started in milliseconds. A rank that raises or dies makes the
+parent raise :class:`CommBenchError` within the timeout and stop every rank.
 """
 
 from __future__ import annotations
@@ -202,11 +206,13 @@ def measure_rank(rank: int, cfg: dict, patterns: Sequence[tuple[list[int], list[
     return out
 
 
-def _rank_main(rank: int, cfg: dict, port: int, commands: Any, results: Any) -> None:
-    """A rank's process: join the group, then serve (id, op, kwargs) commands until "stop" (or
-    until the parent is gone). Replies (id, rank, "ok" | "error", payload)."""
+def _rank_main(rank: int, cfg: dict, commands: Any, results: Any) -> None:
+    """A rank's process: take the store's port (the first command), join the group, then serve
+    (id, op, kwargs) commands until "stop" (or until the parent is gone). Replies (id, rank,
+    "ok" | "error", payload)."""
     parent = os.getppid()
     try:
+        port = commands.get(timeout=cfg["timeout_s"])
         if cfg["pin_cores"]:
             pin_to(core_for(rank, cfg["pin_cores"]))
         torch.set_num_threads(cfg["threads_per_rank"])
@@ -250,12 +256,13 @@ class CommBench:
     embeddings; ``threads_per_rank`` torch's intra-op threads per rank; ``timeout_s`` bounds
     startup, each collective (the process group's timeout) and each request beyond its delays;
     ``pin``: rank r runs on core r mod (cores this process may use) where the OS allows
-    (:mod:`shardlab.measure.hardware`; CPU ranks only).
+    (:mod:`shardlab.measure.hardware`; CPU ranks only); ``start_method``: "spawn", or "fork"
+    from a clean process only (module docstring; CPU ranks only).
     """
 
     def __init__(self, world_size: int, batch_size: int, backend: str = "gloo", device: str = "cpu",
                  dtype: torch.dtype = torch.float32, threads_per_rank: int = 1, timeout_s: float = 120.0,
-                 pin: bool = False):
+                 pin: bool = False, start_method: str = "spawn"):
         own = "comm bench"
         _require(world_size >= 2, own, "world_size", world_size, "must be >= 2")
         _require(world_size <= C.MAX_MEASURE_RANKS, own, "world_size", world_size,
@@ -265,10 +272,14 @@ class CommBench:
                  f"must be >= world_size ({world_size})")
         _require(BACKENDS.get(backend) == device, own, "backend", backend,
                  f"does not run on device {device!r} (supported: gloo on cpu, nccl on cuda)")
+        _require(start_method in ("spawn", "fork"), own, "start_method", start_method, "must be 'spawn' or 'fork'")
+        _require(start_method == "spawn" or device == "cpu", own, "start_method", start_method,
+                 "must be 'spawn' for GPU ranks (a forked process cannot use CUDA)")
         gpus = torch.cuda.device_count() if device == "cuda" else world_size
         _require(gpus >= world_size, own, "world_size", world_size, f"exceeds the {gpus} visible GPUs")
         _require(threads_per_rank >= 1, own, "threads_per_rank", threads_per_rank, "must be >= 1")
         _require(timeout_s > 0, own, "timeout_s", timeout_s, "must be > 0")
+        self.start_method = start_method
         self.world_size, self.batch_size, self.timeout_s = world_size, batch_size, float(timeout_s)
         self.backend, self.device, self.dtype = backend, device, dtype
         self._cfg = {"world_size": world_size, "batch_size": batch_size, "backend": backend,
@@ -280,10 +291,14 @@ class CommBench:
         self._req_id, self.startup_s = 0, None  # startup_s: seconds start() took
 
     @classmethod
-    def for_profile(cls, world_size: int, profile: Any, pin: bool = False) -> "CommBench":
+    def for_profile(cls, world_size: int, profile: Any, pin: bool = False, fork: bool = False) -> "CommBench":
         """A bench of ``world_size`` ranks at a hardware profile's batch size and backend (gloo on
-        CPU, NCCL on CUDA), ranks pinned to cores if ``pin``; not started (use ``with``)."""
-        return cls(world_size, profile.batch_size, profile.comm_backend, BACKENDS[profile.comm_backend], pin=pin)
+        CPU, NCCL on CUDA), ranks pinned to cores if ``pin``, forked if ``fork`` and the profile's
+        ranks are CPU ones (a clean caller only: module docstring), else spawned; not started
+        (use ``with``)."""
+        device = BACKENDS[profile.comm_backend]
+        return cls(world_size, profile.batch_size, profile.comm_backend, device, pin=pin,
+                   start_method="fork" if fork and device == "cpu" else "spawn")
 
     def __enter__(self) -> "CommBench":
         self.start()
@@ -297,18 +312,21 @@ class CommBench:
         if self._procs:
             raise ShardlabError("comm bench: already started")
         t0 = time.perf_counter()
-        self._store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False,
-                                    timeout=datetime.timedelta(seconds=self.timeout_s))
-        ctx = mp.get_context("spawn")
+        ctx = mp.get_context(self.start_method)
         self._results = ctx.Queue()
         self._commands = [ctx.Queue() for _ in range(self.world_size)]
         self._procs = [ctx.Process(target=_rank_main, daemon=True, name=f"shardlab-comm-rank{r}",
-                                   args=(r, self._cfg, self._store.port, self._commands[r], self._results))
+                                   args=(r, self._cfg, self._commands[r], self._results))
                        for r in range(self.world_size)]
         try:
             with sigint_ignored():
                 for p in self._procs:
                     p.start()
+            # the store (and its server thread) only now: a forked rank inherits no thread
+            self._store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False,
+                                        timeout=datetime.timedelta(seconds=self.timeout_s))
+            for q in self._commands:
+                q.put(self._store.port)
             self._collect(0, self.timeout_s)
         except BaseException:
             self.close(polite=False)
