@@ -34,7 +34,8 @@ papermill_one() {
 }
 export -f papermill_one
 export build
-# Longest first (torchrec_planner and criteo_1tb took 60-80 s each, the others 10-40 s), so that
+# Longest first (torchrec_planner and criteo_1tb took 50-60 s each with their CI parameters, the
+# others 10-40 s), so that
 # the last notebook to start does not run alone while the other core waits; then every other one.
 printf '%s\n' notebooks/torchrec_planner.ipynb notebooks/criteo_1tb.ipynb notebooks/*.ipynb | awk '!seen[$0]++' |
   xargs -P "${SHARDLAB_NOTEBOOK_JOBS:-2}" -I{} bash -c 'papermill_one "$1"' _ {}
