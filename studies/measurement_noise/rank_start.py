@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,7 +31,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from shardlab.evaluate.stats import paired_ratio_ci, verdict  # noqa: E402
+from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile  # noqa: E402
+from studies.common.records import fresh_process_row  # noqa: E402
 
 #: (ranks, dim sums per rank): the all-to-alls timed, small to the cpu profile's largest G.
 PATTERNS = [(2, [64, 64]), (2, [32, 256]), (4, [64, 64, 64, 64]), (4, [16, 128, 512, 64])]
@@ -74,12 +75,11 @@ def main(argv: list[str] | None = None) -> int:
             order = ["spawn", "fork"] if rng.random() < 0.5 else ["fork", "spawn"]
             pair = {}
             for m in order:
-                r = subprocess.run([sys.executable, __file__, "--child", m, "--ranks", str(g), "--repeats",
-                                    str(a.repeats), "--warmup", str(a.warmup)], capture_output=True, text=True,
-                                   timeout=600)
-                if r.returncode:
-                    sys.exit(f"rank_start: the {m} process failed: {r.stderr.strip().splitlines()[-1]}")
-                pair[m] = json.loads(r.stdout.strip().splitlines()[-1])
+                got = fresh_process_row([sys.executable, __file__, "--child", m, "--ranks", str(g), "--repeats",
+                                         str(a.repeats), "--warmup", str(a.warmup)], {}, 600.0)
+                if "error" in got:
+                    sys.exit(f"rank_start: the {m} process failed: {got['error']}")
+                pair[m] = got
             runs.append({"order": order, "ranks": g, **pair})
         print(f"pair {p + 1}/{a.pairs} done", file=sys.stderr)
     rows = []
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
               "patterns": rows, "startup_s_median": start, "runs": runs}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"rank_start-{stamp}.json").write_text(json.dumps(record, indent=1))
+    write_text_atomic(out / f"rank_start-{stamp}.json", json.dumps(record, indent=1))
     lines = [f"# Forked against spawned comm ranks ({record['provenance']['hardware']}, {a.pairs} pairs of fresh "
              f"processes, {a.repeats} timed exchanges each)", "",
              "| ranks | dim sums | spawn ms | fork ms | fork / spawn [95%] | verdict (5% margin) |",
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r['ratio']:.3f} {ci} | {r['verdict']} |")
     lines += ["", "Bench start, median seconds: " + "; ".join(
         f"{m}: " + ", ".join(f"{g} ranks {s:.2f} s" for g, s in start[m].items()) for m in start)]
-    (out / f"rank_start-{stamp}.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(out / f"rank_start-{stamp}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
