@@ -182,6 +182,11 @@ VERIFY_ROUNDS = 5
 
 #: Name of the default shipped table pool.
 DEFAULT_POOL = "dlrm-synth"
+#: Memory cap per device of a drawn task and of a measured plan campaign's tasks when none is
+#: given, GB; and the most memory one compute sample's fused op may take (weights + optimizer
+#: state), GB, when none is given (``measure compute --mem-gb``, ``hardware new --mem-gb``).
+DEFAULT_MEM_CAP_GB = 4.0
+SAMPLE_MEM_GB = 4.0
 
 #: GPUs per host assumed where a task says nothing (table-row-wise keeps a table inside one host).
 DEFAULT_HOST_SIZE = 8

@@ -9,10 +9,13 @@ import shutil
 
 import pytest
 
+from shardlab import constants as C
 from shardlab.data.hardware_profiles import FILE, USER_DIR_ENV, known_profiles, profile_folder, read_profile_folder
 from shardlab.data.tasks import datasets_dir
 from shardlab.errors import ShardlabError
 from shardlab.measure.hardware import PROFILES, get_profile
+from shardlab.measure.store import SampleStore
+from shardlab.tables import Table
 from shardlab.search.registry import run_sharder, sharder_for
 
 
@@ -120,15 +123,21 @@ def test_hardware_new_makes_a_profile_every_verb_and_the_planner_use(tmp_path, m
 
     tiny_like(tmp_path)
     monkeypatch.setenv(USER_DIR_ENV, str(tmp_path / "profiles"))
-    got = new_profile("mine", minutes=0.05, like="tiny", progress=False)   # the minimum samples, whatever the budget
+    # the minimum samples, whatever the budget; each op within 0.05 GB (a small machine's option:
+    # 0.9 GB of tables in all, not the default cap's 6 GB, whose first allocation alone takes half a minute)
+    got = new_profile("mine", minutes=0.05, like="tiny", progress=False, mem_cap_gb=0.05)
     prof = profile_folder("mine")
     assert prof.search_model == "analytic" and (prof.models_dir / "analytic.json").is_file()
     assert got["compute_samples"] >= MIN_COMPUTE and got["comm_samples"] >= MIN_COMM      # whatever the budget
     assert prof.measure.batch_size == 256
     assert "held-out compute MAPE" in prof.sources["search_model"]
+    with SampleStore(str(prof.folder / "campaign.db")) as store:
+        ops = [[Table.from_dict(t) for t in sample["tables"]] for sample in store.samples("compute")]
+    assert all(sum(t.memory_bytes(prof.measure.weights_precision, prof.measure.optimizer) for t in op) <= 0.05 * C.GB
+               for op in ops) and all(ops)
     assert (prof.folder / "PROVENANCE.md").is_file() and (prof.folder / "campaign.db").is_file()
     # resumed: the same command measures on, and the folder still reads back
-    again = new_profile("mine", minutes=0.02, like="tiny", progress=False)
+    again = new_profile("mine", minutes=0.02, like="tiny", progress=False, mem_cap_gb=0.05)
     assert again["compute_samples"] >= got["compute_samples"]
     # shard, compare --measure and ShardlabPlanner take it
     save_task(small_task, str(tmp_path / "task.json"))
@@ -167,6 +176,8 @@ def test_hardware_new_refuses_a_shipped_name_and_a_changed_resume(tmp_path, monk
         new_profile("cpu", minutes=0.1, progress=False)
     with pytest.raises(ShardlabError, match="field 'name'"):
         new_profile("../up", minutes=0.1, progress=False)
+    with pytest.raises(ShardlabError, match="field 'mem_gb' = 0"):
+        new_profile("fresh", minutes=0.1, progress=False, mem_cap_gb=0)
     folder = tmp_path / "profiles" / "half"
     folder.mkdir()
     data = json.loads((tmp_path / "profiles" / "tiny" / FILE).read_text())

@@ -129,7 +129,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 def cmd_hardware_new(args: argparse.Namespace) -> None:
     """Make (or resume) a hardware profile of this machine (:mod:`shardlab.workflows.hardware_new`)."""
     got = new_profile(args.name, args.minutes, args.like, workers=args.workers, seed=args.seed,
-                      progress=not args.no_progress, batch_size=args.batch_size)
+                      progress=not args.no_progress, batch_size=args.batch_size, mem_cap_gb=args.mem_gb)
     held = got["heldout_compute"]
     emit(args, f"hardware new {args.name}: {got['compute_samples']} compute and {got['comm_samples']} comm samples, "
                f"analytic model held-out compute MAPE {held['mape']:.3f}, Spearman {held['spearman']:.3f} -> "

@@ -63,7 +63,7 @@ def _add_task_verbs(sub: argparse._SubParsersAction) -> None:
                    help="for --tables without reuse_bins: compute them from Zipf(ALPHA) lookups")
     p.add_argument("--ntables", type=int, default=None, help="tables in the task (default 50)")
     p.add_argument("--ngpu", type=int, default=4)
-    p.add_argument("--mem-gb", type=float, default=4.0, help="memory cap per device, GB")
+    p.add_argument("--mem-gb", type=float, default=C.DEFAULT_MEM_CAP_GB, help="memory cap per device, GB")
     p.add_argument("--batch-size", type=int, default=C.DEFAULT_BATCH_SIZE)
     p.add_argument("--dims", type=dims, default=None,
                    help="comma-separated dims to draw from (default: a --tables list keeps each table's own dim; "
@@ -130,6 +130,8 @@ def _add_hardware_verbs(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--minutes", type=float, default=10.0, help="wall-clock budget for all steps (default 10)")
     c.add_argument("--like", default=None, help="measure with this profile's settings (default cpu, or h200 on a GPU)")
     c.add_argument("--batch-size", type=int, default=None, help="samples per timed batch (default: --like's)")
+    c.add_argument("--mem-gb", type=float, default=C.SAMPLE_MEM_GB,
+                   help="most memory one compute sample's op may take, GB (default %(default)s; less on a small machine)")
     c.add_argument("--workers", type=int, default=1, help="processes measuring compute in parallel")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -164,7 +166,7 @@ def _add_measure_verbs(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--minutes", type=float, default=None,
                    help="take no new sample after this many minutes (the rest stay for a rerun)")
     c.add_argument("--max-tables", type=int, default=15)
-    c.add_argument("--mem-gb", type=float, default=4.0, help="memory cap of one sample's op, GB")
+    c.add_argument("--mem-gb", type=float, default=C.SAMPLE_MEM_GB, help="memory cap of one sample's op, GB")
     c.add_argument("--workers", type=int, default=1)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -188,7 +190,7 @@ def _add_measure_verbs(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--samples", type=int, default=100, help="plans 0..N-1 (stored ones are skipped)")
     c.add_argument("--min-tables", type=int, default=10)
     c.add_argument("--max-tables", type=int, default=60)
-    c.add_argument("--mem-gb", type=float, default=4.0, help="memory cap per device, GB")
+    c.add_argument("--mem-gb", type=float, default=C.DEFAULT_MEM_CAP_GB, help="memory cap per device, GB")
     c.add_argument("--pool", default=C.DEFAULT_POOL, help=BROAD_POOL_HELP)
     c.add_argument("--split", default="train", choices=SPLITS)
     c.add_argument("--methods", nargs="+", default=list(C.HEURISTIC_METHODS),

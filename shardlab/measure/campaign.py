@@ -131,7 +131,7 @@ def run_jobs(store: SampleStore, kind: str, jobs: Iterable[tuple[str, list[dict[
 
 def run_compute_campaign(store_path: str, n_samples: int, profile: str | HardwareProfile = "cpu",
                          pool: str = C.DEFAULT_POOL, split: str = "train", max_tables: int = 15,
-                         mem_cap_gb: float = 4.0, workers: int = 1, seed: int = 0,
+                         mem_cap_gb: float = C.SAMPLE_MEM_GB, workers: int = 1, seed: int = 0,
                          progress: bool = True,
                          on_sample: Callable[[str, dict[str, Any]], None] | None = None,
                          deadline: float | None = None) -> int:

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from shardlab import constants as C
 from shardlab.bounds import check_bound
 from shardlab.costmodel.topology_comm import topology_for
 from shardlab.costmodel.train import load_records, train_bundle
@@ -106,10 +107,12 @@ def _start_folder(folder: Path, name: str, like: str, about: str, batch_size: in
 
 def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
                 profiles_dir: str | os.PathLike | None = None, workers: int = 1, seed: int = 0,
-                progress: bool = True, batch_size: int | None = None) -> dict[str, Any]:
+                progress: bool = True, batch_size: int | None = None,
+                mem_cap_gb: float = C.SAMPLE_MEM_GB) -> dict[str, Any]:
     """Make (or resume) profile ``name`` of this machine within ``minutes`` (module docstring);
     returns what was measured and fitted: sample counts, held-out errors, the folder.
-    ``batch_size``: samples per timed batch, where not ``like``'s."""
+    ``batch_size``: samples per timed batch, where not ``like``'s; ``mem_cap_gb``: the most memory
+    one compute sample's op may take, GB (weights + optimizer state; less on a small machine)."""
     start = time.monotonic()
     if not isinstance(name, str) or not name or safe_filename(name) != name or "[" in name:
         raise ShardlabError(f"hardware new: field 'name' = {name!r} must be a plain folder name (letters, digits, . _ -)")
@@ -117,6 +120,7 @@ def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
         raise ShardlabError(f"hardware new: field 'minutes' = {minutes!r} must be in (0, 1440]")
     if batch_size is not None:
         check_bound("hardware new", "batch_size", batch_size)
+    check_bound("hardware new", "mem_gb", mem_cap_gb)
     base = user_profiles_dir(profiles_dir)
     base.mkdir(parents=True, exist_ok=True)
     if (datasets_dir() / name / FILE).is_file():
@@ -142,7 +146,7 @@ def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
         while time.monotonic() < deadline or _stored(store, "compute") < MIN_COMPUTE:
             n += CHUNK                                 # in chunks, so that the bar follows the budget
             run_compute_campaign(store, n, prof, workers=workers, seed=seed, progress=False,
-                                 deadline=deadline if _stored(store, "compute") >= MIN_COMPUTE else None)
+                                 mem_cap_gb=mem_cap_gb, deadline=deadline if _stored(store, "compute") >= MIN_COMPUTE else None)
             tick(f"compute, {n} samples")
         if ranks:
             tick(f"all-to-alls of {ranks} ranks")
