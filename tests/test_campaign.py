@@ -17,7 +17,8 @@ from shardlab.measure.campaign import compute_sample_tables
 from shardlab.measure.hardware import profile_with
 from shardlab.measure.store import SampleStore
 
-FAST = ["--batch-size", "256", "--repeats", "3", "--warmup", "1", "--max-tables", "4", "--no-progress"]
+# small ops (each within 0.25 GB): what these tests check is the store and the signals, not the kernels
+FAST = ["--batch-size", "256", "--repeats", "3", "--warmup", "1", "--max-tables", "4", "--mem-gb", "0.25", "--no-progress"]
 
 
 def test_sample_tables_deterministic_and_capped():
@@ -92,7 +93,7 @@ def test_single_table_costs_and_measured_figures(tmp_path):
 
     prof = profile_with("cpu", batch_size=128, repeats=3, warmup=1)
     store = tmp_path / "m.db"
-    assert run_compute_campaign(str(store), 5, prof, max_tables=3, progress=False) == 5
+    assert run_compute_campaign(str(store), 5, prof, max_tables=3, mem_cap_gb=0.25, progress=False) == 5
     added = run_single_table_costs(str(store), prof, progress=False)
     assert run_single_table_costs(str(store), prof, progress=False) == 0  # all measured already
     with SampleStore(store) as s:

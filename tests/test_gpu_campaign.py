@@ -73,7 +73,7 @@ def test_broad_campaign_draws_nothing_past_its_deadline(tmp_path):
 
 def test_plan_compute_rounds_are_paired_and_resumable(tmp_path):
     path = str(tmp_path / "p.db")
-    task = generate_task(ntables=8, ngpu=2, batch_size=128, seed=3, name="t8")
+    task = generate_task(ntables=8, ngpu=2, mem_cap_gb=0.25, batch_size=128, seed=3, name="t8")   # small ops
     assert measure_plan_compute(path, [task], ["size_greedy", "dim_greedy"], PROF, rounds=2, workers=0,
                                 progress=False) == 2
     with SampleStore(path) as store:

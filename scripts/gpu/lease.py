@@ -72,7 +72,7 @@ FLOOR_SINGLES = 120
 PHASE_ENDS = {"plans": 0.50, "fused": 0.85, "single": 0.90, "broad": 1.0}
 #: What ``--dry-run`` shrinks (tiny sizes: CI runs the same phases on the CPU in seconds).
 DRY = {"batch_size": DRY_TASKS["batch_size"], "warmup": 1, "repeats": 2, "input_batches": 1, "rounds": 3,
-       "fused": 3, "single": 3, "broad": 2, "max_gb": 0.5}
+       "fused": 3, "single": 3, "broad": 2, "max_gb": 0.1}
 
 
 def stratified(samples: Sequence[dict[str, Any]], n: int, strata: int = 8) -> list[dict[str, Any]]:
