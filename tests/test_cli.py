@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +170,12 @@ def test_set_with_several_methods_goes_to_each_method_that_takes_the_key():
     with pytest.raises(ShardlabError) as e:
         method_settings(["random", "dreamshard"], {"model": "analytic", "beam_width": 5})
     assert "field 'beam_width'" in str(e.value) and "\n" not in str(e.value) and "'dreamshard' takes" in str(e.value)
+
+
+def test_the_formats_page_lists_every_verb():
+    """docs/formats.md's table of verbs names each verb the parser has, and no other."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "formats.md").read_text()
+    table = text.split("## The command line", 1)[1].split("The rules every verb keeps", 1)[0]
+    listed = {line.split("`")[1].split()[0] for line in table.splitlines() if line.startswith("| `")}
+    verbs = set(build_parser()._subparsers._group_actions[0].choices)
+    assert listed == verbs

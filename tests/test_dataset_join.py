@@ -2,6 +2,7 @@
 
 import pytest
 
+from shardlab import constants as C
 from shardlab.costmodel.train import load_samples
 from shardlab.errors import ShardlabError
 
@@ -20,10 +21,12 @@ def test_no_dataset_with_the_kind_is_one_line():
         load_samples("compute", dataset="+")
 
 
-def test_broad_campaign_ships_inside_cpu_and_its_old_name_still_loads():
+def test_broad_campaign_ships_inside_cpu_and_its_old_name_is_refused_with_the_new_one():
     moved = load_samples("compute", dataset="cpu/broad")
     assert len(moved) > 1000 and any("[cols " in t["name"] for s in moved for t in s["tables"])
-    assert [s["key"] for s in load_samples("compute", dataset="cpu_broad")] == [s["key"] for s in moved]
+    with pytest.raises(ShardlabError, match="^load: dataset 'cpu_broad' was moved: spell it 'cpu/broad'$"):
+        load_samples("compute", dataset="cpu+cpu_broad")
+    assert C.current_dataset_name("cpu+cpu_broad") == "cpu+cpu/broad"       # a record's label, read as today
     joined = load_samples("compute", dataset="cpu+cpu/broad")
     assert len(joined) == len(load_samples("compute", dataset="cpu")) + len(moved)
 

@@ -229,11 +229,11 @@ def test_a_policy_without_measurements_needs_no_store_and_says_its_reward_is_the
     from shardlab.cli import main
     from shardlab.search.autoshard import AutoShardAgent
 
-    assert main(["train", "autoshard_policy", "--out", str(tmp_path / "p.pt"), "--measure", "3",
+    assert main(["train", "autoshard_policy", "--out", str(tmp_path / "p.pt"), "--measure-plans", "3",
                  "--profile", "h100", "--dataset", "h100"]) == 2
     assert "field 'store' is required" in capsys.readouterr().err
     out = tmp_path / "a.pt"
-    assert main(["train", "autoshard_policy", "--out", str(out), "--measure", "0", "--updates", "2",
+    assert main(["train", "autoshard_policy", "--out", str(out), "--measure-plans", "0", "--updates", "2",
                  "--episodes", "2", "--n-tasks", "1", "--refit-every", "1", "--ntables", "5", "6",
                  "--profile", "h100", "--dataset", "h100", "--no-progress"]) == 0
     prov = AutoShardAgent.load(str(out)).provenance_

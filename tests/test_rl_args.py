@@ -2,6 +2,7 @@
 the one source of ``shardlab train *_policy``'s options (flag, type, default and help)."""
 
 import ast
+import re
 import dataclasses
 import inspect
 
@@ -84,12 +85,22 @@ def test_a_flag_sets_its_field():
                                                                         entropy_coef=0.5)
 
 
-def test_former_spellings_are_aliases_or_refused_with_the_new_one(capsys):
-    dream = dataclass_from_args(DreamShardArgs, _parse("dreamshard_policy", "--out", "p.pt", "--updates", "7",
-                                                       "--measure", "2", "--iterations", "3"))
-    assert (dream.updates_per_iteration, dream.measure_per_iteration, dream.iterations) == (7, 2, 3)
-    auto = dataclass_from_args(AutoShardArgs, _parse("autoshard_policy", "--out", "p.pt", "--measure", "4"))
-    assert auto.measure_plans == 4
+@pytest.mark.parametrize("kind, old, new", [("dreamshard_policy", "--updates", "--updates-per-iteration"),
+                                            ("dreamshard_policy", "--measure", "--measure-per-iteration"),
+                                            ("autoshard_policy", "--measure", "--measure-plans")])
+def test_a_former_spelling_is_refused_in_one_line_with_the_new_one(kind, old, new, capsys):
+    with pytest.raises(SystemExit) as stop:             # a usage error, as argparse exits
+        main(["train", kind, "--out", "p.pt", "--store", "s.db", old, "4"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"argument {old}: was renamed: spell it '{new}'" in err
+    assert not re.search(rf"{old}(?![-\w])", _help(kind))          # hidden from the help
+    got = dataclass_from_args(DreamShardArgs if kind == "dreamshard_policy" else AutoShardArgs,
+                              _parse(kind, "--out", "p.pt", new, "4"))
+    assert getattr(got, new[2:].replace("-", "_")) == 4
+
+
+def test_the_autoshard_iterations_flag_is_refused_with_what_replaced_it(capsys):
     assert main(["train", "autoshard_policy", "--out", "p.pt", "--store", "s.db", "--iterations", "6",
                  "--updates", "400"]) == 2
     err = capsys.readouterr().err.strip()

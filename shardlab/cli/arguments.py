@@ -139,12 +139,25 @@ def _shown(value: Any) -> str:
     return " ".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
 
 
+class RenamedFlag(argparse.Action):
+    """An option spelled so before it was renamed: refused, in one line, with its new spelling
+    (its ``help`` holds the new flag; hidden from ``--help``)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str, **kwargs: Any):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="?", help=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        raise argparse.ArgumentError(self, f"was renamed: spell it '{self.new}'")
+
+
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type,
-                            aliases: dict[str, Sequence[str]] | None = None) -> None:
+                            renamed: dict[str, Sequence[str]] | None = None) -> None:
     """One option per field of the dataclass ``cls``: ``--field-name`` (underscores to dashes),
     type from the annotation (a bool is ``--flag``/``--no-flag``; a tuple takes several values),
-    default from the field and help from its docstring. ``aliases``: field -> more spellings of
-    its flag (kept from earlier versions of the command line)."""
+    default from the field and help from its docstring. ``renamed``: field -> the flags it was
+    spelled with before (each refused with the field's flag, :class:`RenamedFlag`)."""
     hints = field_types(cls)
     docs = field_docs(cls)
     group = parser.add_argument_group(f"{cls.__name__} (training configuration)")
@@ -152,17 +165,18 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type,
         if f.default is dataclasses.MISSING:
             raise TypeError(f"{cls.__name__}.{f.name}: a command-line field needs a default")
         flag = "--" + f.name.replace("_", "-")
-        more = list((aliases or {}).get(f.name, ()))
+        for old in (renamed or {}).get(f.name, ()):
+            group.add_argument(old, action=RenamedFlag, new=flag)
         doc = docs.get(f.name, "").replace("``", "").replace("%", "%%")
         help = f"{doc} (default: {_shown(f.default)})".strip()
         if hints[f.name] is bool:
-            group.add_argument(flag, *more, dest=f.name, action="store_true", default=f.default,
+            group.add_argument(flag, dest=f.name, action="store_true", default=f.default,
                                help=f"{help}; --no-{flag[2:]} turns it off" if f.default else help)
             group.add_argument(f"--no-{flag[2:]}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
             continue
         kind, nargs = _flag_form(cls.__name__, f.name, hints[f.name])
         metavar = (kind.__name__.upper(),) * nargs if isinstance(nargs, int) else kind.__name__.upper()
-        group.add_argument(flag, *more, dest=f.name, type=kind, nargs=nargs, default=f.default, metavar=metavar,
+        group.add_argument(flag, dest=f.name, type=kind, nargs=nargs, default=f.default, metavar=metavar,
                            help=help)
 
 

@@ -24,8 +24,9 @@ SPLITS = ["train", "test", "all"]
 BROAD_POOL_HELP = ("table pool; 'broad' draws synthetic tables over rows 1e2..1e8, pooling 1..100 (one-hot and "
                    "fixed multi-hot included), dims 4..256, skew 0..1.4, with column slices (--space changes them)")
 
-#: Spellings of the RL options from before they were generated from the dataclasses: field -> old flags.
-POLICY_ALIASES = {"dreamshard_policy": {"updates_per_iteration": ["--updates"], "measure_per_iteration": ["--measure"]},
+#: Flags of the RL options before they were generated from the dataclasses: field -> old flags, each
+#: refused with the field's flag (commands recorded with them, e.g. in datasets/*/NOTES.md, say so).
+POLICY_RENAMED = {"dreamshard_policy": {"updates_per_iteration": ["--updates"], "measure_per_iteration": ["--measure"]},
                   "autoshard_policy": {"measure_plans": ["--measure"]}}
 
 
@@ -313,7 +314,7 @@ def _add_training_verbs(sub: argparse._SubParsersAction) -> None:
                                                         "(default %(default)s)")
         k.add_argument("--cost-model", default=None,
                        help=f"cost model: shipped name or manifest path, for --profile (default {model})")
-        add_dataclass_arguments(k, config, POLICY_ALIASES[kind])
+        add_dataclass_arguments(k, config, POLICY_RENAMED[kind])
         if kind == "autoshard_policy":    # refused with the new spelling (checks.py)
             k.add_argument("--iterations", type=int, default=None, help=argparse.SUPPRESS)
         k.add_argument("--json", action="store_true")

@@ -166,8 +166,9 @@ def export_store(store_path: str | os.PathLike, out_dir: str | os.PathLike) -> d
 
 def dataset_folder(name: str) -> Path:
     """The folder of the shipped dataset ``name`` (``"cpu"``, ``"cpu/broad"``: a path under
-    ``datasets/``; a moved dataset's old name, ``constants.DATASET_MOVED``, still finds it)."""
-    name = C.DATASET_MOVED.get(name, name)
+    ``datasets/``); a moved dataset's old name (``constants.DATASET_MOVED``) is refused with the new one."""
+    if name in C.DATASET_MOVED:
+        raise ShardlabError(f"load: dataset '{name}' was moved: spell it '{C.DATASET_MOVED[name]}'")
     parts = Path(name).parts
     if not parts or Path(name).is_absolute() or ".." in parts:
         raise ShardlabError(f"load: field 'dataset' = {name!r} is not a folder under datasets/")

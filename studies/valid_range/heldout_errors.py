@@ -23,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from shardlab import constants as C  # noqa: E402
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle, models_dir, shipped_bundles  # noqa: E402
 from shardlab.costmodel.metrics import held_out_sets, split_samples  # noqa: E402
 from shardlab.costmodel.train import (HELDOUT_BY, dreamshard_plan_sets, heldout_of, load_records,  # noqa: E402
@@ -44,7 +45,8 @@ def recompute(bundle: CostModelBundle, name: str, profile: str) -> dict[str, Any
     data = str(prov.get("data", ""))
     if not data.startswith("dataset:"):
         raise ShardlabError(f"{profile}/{name}: provenance 'data' = {data!r} names no shipped dataset")
-    dataset = data[len("dataset:"):]
+    recorded = data[len("dataset:"):]
+    dataset = C.current_dataset_name(recorded)                 # recorded before a dataset moved: its name now
     cs = held_out_sets(load_records("compute", dataset=dataset))
     given = str(prov.get("comm", "")).startswith("given, not fitted")      # no comm measured: none judged
     ms = split_samples([] if given else load_records("comm", dataset=dataset))
@@ -56,7 +58,7 @@ def recompute(bundle: CostModelBundle, name: str, profile: str) -> dict[str, Any
         ps = dreamshard_plan_sets(cs, plans, bundle.comm if given else None, int(prov.get("seed", 0)))
     out = heldout_of(bundle, cs, ms, ps, composed, load_samples("plan_compute", dataset=dataset, required=False))
     out["computed_by"] = (f"{COMMAND}: load_bundle({name!r}, {profile!r}) on the held-out splits of "
-                          f"dataset:{dataset}, through {HELDOUT_BY}")
+                          f"dataset:{recorded}, through {HELDOUT_BY}")
     return out
 
 
