@@ -167,8 +167,9 @@ def train_policy(args: argparse.Namespace) -> None:
     config = dataclass_from_args(DreamShardArgs if dream else AutoShardArgs, args)
     measures = config.measure_per_iteration if dream else config.measure_plans
     if not args.store and measures:
+        flag = "--measure-per-iteration" if dream else "--measure-plans"
         raise ShardlabError(f"train {args.kind}: field 'store' is required (measured plans of the policy go there; "
-                            "--measure 0 measures none)")
+                            f"{flag} 0 measures none)")
     compute = [s for s in load_records("compute", None, args.dataset) if ":train:" in s.key]
     name = args.cost_model or ("dreamshard" if dream else "autoshard")
     cost = load_bundle(name, config.profile).unguarded().compute     # the network the policy trains with
