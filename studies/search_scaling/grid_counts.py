@@ -62,7 +62,8 @@ def counted_search(tables: int, gpus: int) -> dict:
 
 def report(r: dict) -> str:
     """The result as a markdown table."""
-    rows = ["| call | states | steps | pairs costed | pairs per step | s |", "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    rows = ["| call | states | steps | pairs costed | pairs per step | s |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: |"]
     for i, c in enumerate(r["calls"]):
         rows.append(f"| {i} | {c['states']} | {c['steps']} | {c['costed']:,} | {c['costed'] // max(c['steps'], 1):,} "
                     f"| {c['seconds']:.2f} |")
