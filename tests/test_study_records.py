@@ -79,3 +79,54 @@ def test_a_runs_budget_passes_what_a_task_leaves_to_the_tasks_after_it():
     assert task_budget(100.0, 4, 1, 40.0) == pytest.approx(120.0)  # 60 s left over, shared by the 3 left
     assert task_budget(100.0, 4, 3, 200.0) == pytest.approx(200.0)  # the last task: all that is left
     assert task_budget(100.0, 4, 2, 390.0) == pytest.approx(10.0)   # overrun: never below a tenth
+
+
+def test_a_measured_run_keeps_each_record_as_measured_and_a_crash_loses_none_before_it(tmp_path):
+    from studies.common.records import measure_run, new_run
+
+    run_id, jsonl = new_run(tmp_path / "results", "demo-")
+    assert run_id.startswith("demo-") and jsonl == tmp_path / "results" / f"{run_id}.jsonl"
+    seen = []
+
+    def report(header, records):
+        seen.append(len(records))
+        return f"{header['run']}: {len(records)} records\n"
+
+    def measure(i, item):
+        if item == "boom":
+            raise RuntimeError("cut off")
+        return {"kind": "task", "task": item, "index": i}
+
+    header = {"kind": "header", "run": run_id}
+    packed = measure_run(jsonl, header, ["a", "b"], measure, report, "demo", progress=False)
+    got_header, records = read_run(packed)
+    assert got_header == header and [(r["task"], r["index"]) for r in records] == [("a", 0), ("b", 1)]
+    assert all(r["seconds"] >= 0 for r in records) and seen == [1, 2]
+    assert (tmp_path / "results" / f"{run_id}.md").read_text() == f"{run_id}: 2 records\n"
+    with pytest.raises(FileExistsError):                       # a run's file is never written twice
+        measure_run(jsonl.with_suffix(".jsonl.gz"), header, ["c"], measure, report, "demo", progress=False)
+    crashed = tmp_path / "crashed.jsonl"
+    with pytest.raises(RuntimeError):
+        measure_run(crashed, header, ["a", "boom"], measure, report, "demo", progress=False)
+    lines = [json.loads(x) for x in crashed.read_text().splitlines()]
+    assert lines[0] == header and [r["task"] for r in lines[1:]] == ["a"]      # what was measured is kept
+
+
+def test_a_driver_reports_a_stored_run_or_runs_and_a_bad_input_is_one_line(tmp_path, capsys):
+    import argparse
+
+    from shardlab.errors import ShardlabError
+    from studies.common.records import add_run_options, run_or_report
+
+    ap = argparse.ArgumentParser()
+    add_run_options(ap, rounds=6, results=tmp_path)
+    args = ap.parse_args([])
+    assert (args.rounds, args.sittings, args.out, args.report) == (6, 2, str(tmp_path), None)
+
+    def bad():
+        raise ShardlabError("field 'sizes' = 'x' must name sizes")
+
+    assert run_or_report(args, lambda h, r: "", bad) == 2
+    assert capsys.readouterr().err.strip() == "error: field 'sizes' = 'x' must name sizes"
+    assert run_or_report(args, lambda h, r: "", lambda: tmp_path / "run.jsonl.gz") == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "run.jsonl.gz")

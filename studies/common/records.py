@@ -4,21 +4,34 @@ A run writes ``<run>.jsonl`` (header, then one record per task) and ``<run>.jour
 measurement as taken) line by line while it measures; when it has finished, :func:`pack_run` stores
 both gzip-compressed (``.jsonl.gz``, byte-for-byte the same lines), so that the kept runs stay small
 enough to travel with every device call. Readers take either form. :func:`fresh_process_row` runs
-one timed study point in a fresh process; :func:`took` says what one measured verdict took.
+one timed study point in a fresh process; :func:`took` says what one measured verdict took;
+:func:`measure_run`, :func:`add_run_options` and :func:`run_or_report` are the measuring drivers'
+run loop and command line.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime as dt
 import gzip
 import json
 import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence
 
+from tqdm.auto import tqdm
+
 from shardlab import constants as C
+from shardlab.errors import ShardlabError
 from shardlab.evaluate.sequential import BUDGET_SHARING
 from shardlab.io import write_bytes_atomic, write_text_atomic
+
+
+#: A run's report: ``report(header, records)`` -> its markdown.
+Report = Callable[[Mapping[str, Any], Sequence[Mapping[str, Any]]], str]
 
 
 def append_record(f: IO[str], record: Mapping[str, Any]) -> None:
@@ -97,7 +110,7 @@ def pack_run(jsonl: str | Path) -> Path:
     return _pack(jsonl)
 
 
-def rewrite_report(path: str | Path, report: Callable[[Mapping[str, Any], Sequence[Mapping[str, Any]]], str]) -> Path:
+def rewrite_report(path: str | Path, report: Report) -> Path:
     """Rewrite the ``.md`` beside a run's ``.jsonl`` (or ``.jsonl.gz``) from its records with ``report(header,
     records)`` (nothing measured); returns the ``.md`` path."""
     path = Path(path)
@@ -105,6 +118,55 @@ def rewrite_report(path: str | Path, report: Callable[[Mapping[str, Any], Sequen
     md = path.with_name(f"{run_name(path)}.md")
     write_text_atomic(md, report(header, records))
     return md
+
+
+def new_run(out: Path, prefix: str) -> tuple[str, Path]:
+    """A new run in folder ``out`` (made if absent): its id (``prefix`` + UTC time, e.g.
+    ``oversized-20261204T020000Z``) and the path of its ``.jsonl``."""
+    out.mkdir(parents=True, exist_ok=True)
+    run_id = prefix + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return run_id, out / f"{run_id}.jsonl"
+
+
+def measure_run(jsonl: Path, header: Mapping[str, Any], items: Sequence[Any],
+                measure: Callable[[int, Any], dict[str, Any]], report: Report, desc: str,
+                progress: bool = True) -> Path:
+    """Write a run (module docstring): ``header`` first, then for each of ``items`` the record
+    ``measure(index, item)`` returns, with the wall ``seconds`` it took, each appended as soon as it
+    is measured and the ``.md`` beside it rewritten by ``report(header, records)``; returns the
+    packed run's path (:func:`pack_run`). A run's file is new: one that exists is an error."""
+    records: list[dict[str, Any]] = []
+    md = jsonl.with_name(f"{run_name(jsonl)}.md")
+    with open(jsonl, "x") as f:
+        append_record(f, header)
+        for i, item in enumerate(tqdm(items, desc=desc, unit="task", disable=not progress)):
+            start = time.perf_counter()
+            rec = measure(i, item)
+            rec["seconds"] = round(time.perf_counter() - start, 1)
+            append_record(f, rec)
+            records.append(rec)
+            write_text_atomic(md, report(header, records))
+    return pack_run(jsonl)
+
+
+def add_run_options(ap: argparse.ArgumentParser, rounds: int, sittings: int = 2, results: Path | None = None) -> None:
+    """The options every measuring study driver has: ``--rounds``, ``--sittings``, ``--out`` (the
+    study's ``results`` folder by default) and ``--report`` (rewrite a stored run's ``.md``)."""
+    ap.add_argument("--rounds", type=int, default=rounds, help=f"paired rounds per sitting (default {rounds})")
+    ap.add_argument("--sittings", type=int, default=sittings, help=f"sittings (default {sittings})")
+    ap.add_argument("--out", default=str(results), help="results folder (default: this study's results/)")
+    ap.add_argument("--report", default=None, help="rewrite the .md of a stored run's jsonl; measures nothing")
+
+
+def run_or_report(args: argparse.Namespace, report: Report, run: Callable[[], Path]) -> int:
+    """A driver's end: with ``--report`` rewrite that run's ``.md``, else ``run()``; print the
+    path written; a :class:`~shardlab.errors.ShardlabError` is one line and exit status 2."""
+    try:
+        print(rewrite_report(args.report, report) if args.report else run())
+    except ShardlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def fresh_process_row(cmd: Sequence[str], row: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:

@@ -32,7 +32,6 @@ in paired rounds on this machine; run it alone (it times).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 import time
 from pathlib import Path
@@ -41,7 +40,6 @@ from typing import Any, Mapping, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
 
 from shardlab import constants as C  # noqa: E402
 from shardlab.data.model_families import SCALE_FAMILY_SETS, union_task  # noqa: E402
@@ -49,12 +47,12 @@ from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate import MeasuredEvaluator  # noqa: E402
 from shardlab.evaluate.evaluation import Evaluation  # noqa: E402
 from shardlab.evaluate.reference import compare_to_reference  # noqa: E402
-from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import method_list, run_sharder, sharder_for  # noqa: E402
 from shardlab.cli.arguments import duration  # noqa: E402
 from shardlab.evaluate.sequential import task_budget  # noqa: E402
-from studies.common.records import append_record, budget_settings, pack_run, rewrite_report, took  # noqa: E402
+from studies.common.records import (add_run_options, budget_settings, measure_run, new_run,  # noqa: E402
+                                    run_or_report, took)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROFILE = "cpu"
@@ -201,61 +199,46 @@ def run(rounds: int, sittings: int, out: Path, sizes: Sequence[int] = SIZES, pro
         methods: Sequence[str] = METHODS, budget_s: float | None = None) -> Path:
     """Measure the study's tasks (module docstring; ``budget_s``: seconds per task instead of
     ``sittings``); returns the run's packed ``.jsonl.gz`` path."""
-    out.mkdir(parents=True, exist_ok=True)
-    run_id = "scale-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    jsonl, md = out / f"{run_id}.jsonl", out / f"{run_id}.md"
+    run_id, jsonl = new_run(out, "scale-")
     header = {"kind": "header", "run": run_id, "profile": PROFILE, "environment": environment("cpu"),
               "settings": {"methods": list(methods), "sets": list(SCALE_FAMILY_SETS), "sizes": list(sizes),
                            "ngpu": NGPU, "mem_cap_gb": MEM_CAP_GB, "study_seed": STUDY_SEED, "rounds": rounds,
                            "sittings": sittings if budget_s is None else None, "margin": C.EQUIVALENCE_MARGIN,
                            **budget_settings(budget_s)}}
-    records: list[dict[str, Any]] = []
     tasks = study_tasks(sizes)
-    with open(jsonl, "x") as f:
-        append_record(f, header)
-        spent = 0.0
-        for done, (seed, task) in enumerate(tqdm(tasks, desc="held-out tasks at scale", unit="task",
-                                                 disable=not progress)):
-            start = time.perf_counter()
-            rec = measure_task(task, methods, rounds, sittings, seed, journal=str(out / f"{run_id}.journal.jsonl"),
-                               budget_s=task_budget(budget_s, len(tasks), done, spent))
-            spent += rec["measured_seconds"]
-            rec["seconds"] = round(time.perf_counter() - start, 1)
-            append_record(f, rec)
-            records.append(rec)
-            write_text_atomic(md, report(header, records))
-    return pack_run(jsonl)
+    journal = str(out / f"{run_id}.journal.jsonl")
+    spent = [0.0]                         # measuring seconds so far: what a budget leaves the tasks after
 
+    def measure(done: int, item: tuple[int, Any]) -> dict[str, Any]:
+        seed, task = item
+        rec = measure_task(task, methods, rounds, sittings, seed, journal=journal,
+                           budget_s=task_budget(budget_s, len(tasks), done, spent[0]))
+        spent[0] += rec["measured_seconds"]
+        return rec
+
+    return measure_run(jsonl, header, tasks, measure, report, "held-out tasks at scale", progress)
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=6, help="paired rounds per sitting (default 6)")
-    ap.add_argument("--sittings", type=int, default=2, help="sittings (default 2)")
+    add_run_options(ap, rounds=6, results=RESULTS)
     ap.add_argument("--budget", type=duration, default=None, metavar="DURATION",
                     help="measure with a time budget of this much per task on average (90s, 10m; the time a "
                          "task leaves goes to the tasks after it) instead of --sittings")
-    ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="tables per task, comma-separated (default all)")
     ap.add_argument("--methods", default=",".join(METHODS),
                     help="method specs, comma-separated (default: the baselines, neuroshard and its 'before' rule)")
-    ap.add_argument("--report", default=None, help="rewrite the .md of a stored run's jsonl; measures nothing")
     args = ap.parse_args(argv)
-    if args.report:
-        print(rewrite_report(args.report, report))
-        return 0
-    try:
+
+    def measured() -> Path:
         sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
         if not sizes or any(x not in SIZES for x in sizes):
             raise ShardlabError(f"field 'sizes' = {args.sizes!r} must name sizes of {SIZES}")
         methods = method_list(args.methods)
         if not set(C.BASELINE_METHODS) <= set(methods):
             raise ShardlabError(f"field 'methods' must include every baseline ({', '.join(C.BASELINE_METHODS)})")
-        print(run(args.rounds, args.sittings, Path(args.out), sizes, methods=tuple(methods), budget_s=args.budget))
-    except ShardlabError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return run(args.rounds, args.sittings, Path(args.out), sizes, methods=tuple(methods), budget_s=args.budget)
 
+    return run_or_report(args, report, measured)
 
 if __name__ == "__main__":
     raise SystemExit(main())

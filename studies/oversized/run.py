@@ -28,15 +28,12 @@ of tasks; DreamShard and AutoShard faster than or equivalent to the best heurist
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tqdm.auto import tqdm  # noqa: E402
 
 from shardlab import constants as C  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
@@ -47,7 +44,8 @@ from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
 from shardlab.search.row_wise import oversized  # noqa: E402
-from studies.common.records import append_record, pack_run, read_run, rewrite_report, run_name, run_paths  # noqa: E402
+from studies.common.records import (add_run_options, measure_run, new_run, read_run, run_name,  # noqa: E402
+                                    run_or_report, run_paths)
 from studies.oversized.tasks import study_tasks  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -172,36 +170,23 @@ def summary(paths: Sequence[Path]) -> str:
 
 def run(per_family: int, rounds: int, sittings: int, out: Path, progress: bool = True, first: int = 0) -> Path:
     """Measure the study's tasks (module docstring); returns the run's packed ``.jsonl.gz`` path."""
-    out.mkdir(parents=True, exist_ok=True)
-    run_id = "oversized-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    jsonl, md = out / f"{run_id}.jsonl", out / f"{run_id}.md"
+    run_id, jsonl = new_run(out, "oversized-")
     header = {"kind": "header", "run": run_id, "profile": PROFILE, "environment": environment("cpu"),
               "settings": {"methods": list(METHODS), "per_family": per_family, "first_task": first, "rounds": rounds,
                            "sittings": sittings,
                            "margin": C.EQUIVALENCE_MARGIN}}
-    records: list[dict[str, Any]] = []
-    tasks = study_tasks(per_family, first)
-    with open(jsonl, "x") as f:
-        f.write(json.dumps(header) + "\n")
-        for i, task in enumerate(tqdm(tasks, desc="oversized tasks", unit="task", disable=not progress)):
-            start = dt.datetime.now(dt.timezone.utc)
-            rec = measure_task(task, METHODS, rounds, sittings, seed=first * 1000 + i,
-                               journal=str(out / f"{run_id}.journal.jsonl"))
-            rec["seconds"] = round((dt.datetime.now(dt.timezone.utc) - start).total_seconds(), 1)
-            append_record(f, rec)
-            records.append(rec)
-            write_text_atomic(md, report(header, records))
-    return pack_run(jsonl)
+    journal = str(out / f"{run_id}.journal.jsonl")
+    return measure_run(jsonl, header, study_tasks(per_family, first),
+                       lambda i, task: measure_task(task, METHODS, rounds, sittings, seed=first * 1000 + i,
+                                                    journal=journal),
+                       report, "oversized tasks", progress)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--per-family", type=int, default=2, help="tasks per development family (default 2)")
     ap.add_argument("--first-task", type=int, default=0, help="first task index per family (default 0)")
-    ap.add_argument("--rounds", type=int, default=8, help="paired rounds per sitting (default 8)")
-    ap.add_argument("--sittings", type=int, default=2, help="sittings (default 2)")
-    ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
-    ap.add_argument("--report", default=None, help="rewrite the .md of a stored run's jsonl; measures nothing")
+    add_run_options(ap, rounds=8, results=RESULTS)
     ap.add_argument("--summary", action="store_true",
                     help="write reports/oversized.md over every kept run; measures nothing")
     args = ap.parse_args(argv)
@@ -210,15 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         write_text_atomic(target, summary(run_paths(args.out, "oversized-")))
         print(target)
         return 0
-    if args.report:
-        print(rewrite_report(args.report, report))
-        return 0
-    try:
-        print(run(args.per_family, args.rounds, args.sittings, Path(args.out), first=args.first_task))
-    except ShardlabError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return run_or_report(args, report, lambda: run(args.per_family, args.rounds, args.sittings, Path(args.out),
+                                                   first=args.first_task))
 
 
 if __name__ == "__main__":

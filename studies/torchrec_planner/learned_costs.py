@@ -21,15 +21,12 @@ times).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tqdm.auto import tqdm  # noqa: E402
 
 from shardlab import constants as C  # noqa: E402
 from shardlab.costmodel.bundle import load_bundle  # noqa: E402
@@ -37,11 +34,10 @@ from shardlab.data.model_families import FAMILY_SETS  # noqa: E402
 from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.evaluate import MeasuredEvaluator, estimate_plan  # noqa: E402
 from shardlab.evaluate.evaluation import Evaluation  # noqa: E402
-from shardlab.io import write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment, get_profile  # noqa: E402
 from shardlab.search import run_sharder, sharder_for  # noqa: E402
 from studies.common.heldout import heldout_tasks  # noqa: E402
-from studies.common.records import append_record, pack_run, rewrite_report  # noqa: E402
+from studies.common.records import add_run_options, measure_run, new_run, run_or_report  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROFILE = "cpu"
@@ -111,43 +107,24 @@ def report(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> s
 
 def run(per_family: int, rounds: int, sittings: int, out: Path, progress: bool = True) -> Path:
     """Measure the study's tasks (module docstring); returns the run's packed ``.jsonl.gz`` path."""
-    out.mkdir(parents=True, exist_ok=True)
-    run_id = "learned_costs-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    jsonl, md = out / f"{run_id}.jsonl", out / f"{run_id}.md"
+    run_id, jsonl = new_run(out, "learned_costs-")
     batch = get_profile(PROFILE).batch_size
     header = {"kind": "header", "run": run_id, "profile": PROFILE, "environment": environment("cpu"),
               "settings": {"methods": list(METHODS), "per_family": per_family, "rounds": rounds, "sittings": sittings,
                            "margin": C.EQUIVALENCE_MARGIN, "ngpu": NGPU, "mem_gb": MEM_GB, "max_rows": MAX_ROWS}}
     tasks = [t for s in FAMILY_SETS for t in heldout_tasks(s, per_family, NGPU, batch, MEM_GB, MAX_ROWS)]
-    records: list[dict[str, Any]] = []
-    with open(jsonl, "x") as f:
-        f.write(json.dumps(header) + "\n")
-        for i, task in enumerate(tqdm(tasks, desc="held-out tasks", unit="task", disable=not progress)):
-            rec = measure_task(task, rounds, sittings, seed=i, journal=str(out / f"{run_id}.journal.jsonl"))
-            append_record(f, rec)
-            records.append(rec)
-            write_text_atomic(md, report(header, records))
-    return pack_run(jsonl)
+    journal = str(out / f"{run_id}.journal.jsonl")
+    return measure_run(jsonl, header, tasks, lambda i, task: measure_task(task, rounds, sittings, seed=i,
+                                                                         journal=journal),
+                       report, "held-out tasks", progress)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--per-family", type=int, default=2, help="tasks per development family (default 2)")
-    ap.add_argument("--rounds", type=int, default=8, help="paired rounds per sitting (default 8)")
-    ap.add_argument("--sittings", type=int, default=2, help="sittings (default 2)")
-    ap.add_argument("--out", default=str(RESULTS), help="results folder (default: this study's results/)")
-    ap.add_argument("--report", default=None, help="rewrite the .md of a stored run's jsonl; measures nothing")
+    add_run_options(ap, rounds=8, results=RESULTS)
     args = ap.parse_args(argv)
-    if args.report:
-        print(rewrite_report(args.report, report))
-        return 0
-    try:
-        print(run(args.per_family, args.rounds, args.sittings, Path(args.out)))
-    except ShardlabError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
+    return run_or_report(args, report, lambda: run(args.per_family, args.rounds, args.sittings, Path(args.out)))
 
 if __name__ == "__main__":
     raise SystemExit(main())
