@@ -16,7 +16,8 @@ from shardlab.data.tasks import generate_task
 from shardlab.evaluate import estimate_plan
 from shardlab.plan import validate_plan
 from shardlab.search.greedy_grid import greedy_grid
-from shardlab.search.neuroshard import NeuroShardSharder, ShardCoster, split_block, whole_blocks
+from shardlab.search.blocks import ShardCoster, split_block, whole_blocks
+from shardlab.search.neuroshard import NeuroShardSharder
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +78,9 @@ def test_candidates_of_a_round_match_one_by_one(neural):
     comm = neural.comm_for(task.ngpu)[0]
     base = whole_blocks(task)
     states = [base] + [split_block(base, i) for i in range(0, len(base), 3) if base[i].cols % 8 == 0]
-    together = sharder.table_wise_many(task, states, coster, comm)
+    together = sharder.placer(coster).place_many(task, states, comm)
     for state, got in zip(states, together):
-        alone = sharder.table_wise_many(task, [state], coster, comm)[0]
+        alone = sharder.placer(coster).place_many(task, [state], comm)[0]
         assert got[0] == alone[0]
         assert got[1].cost_ms == pytest.approx(alone[1].cost_ms, rel=1e-9)
 
@@ -102,11 +103,11 @@ def test_grid_shares_identical_histories(neural):
         calls.append(got)
         return got
 
-    import shardlab.search.neuroshard as ns
+    import shardlab.search.grid_placer as ns
     real, ns.greedy_grid = ns.greedy_grid, spy
     try:
-        both = sharder.table_wise_many(task, [base, child], coster, comm)
-        alone = [sharder.table_wise_many(task, [st], coster, comm)[0] for st in (base, child)]
+        both = sharder.placer(coster).place_many(task, [base, child], comm)
+        alone = [sharder.placer(coster).place_many(task, [st], comm)[0] for st in (base, child)]
     finally:
         ns.greedy_grid = real
     for a, b in zip(both, alone):

@@ -18,7 +18,8 @@ from shardlab.workflows.train_autoshard import AutoShardArgs, train_autoshard, v
 from shardlab.workflows.train_dreamshard import DreamShardArgs, reinforce
 from shardlab.search.autoshard import AutoShardAgent
 from shardlab.search.dreamshard import DreamShardAgent
-from shardlab.search.neuroshard import NeuroShardSharder, split_block, whole_blocks
+from shardlab.search.blocks import split_block, whole_blocks
+from shardlab.search.neuroshard import NeuroShardSharder
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,8 @@ from shardlab.measure.records import ComputeRecord
 from shardlab.data.tasks import generate_task
 from shardlab.errors import ShardlabError
 from shardlab.search import get_sharder
-from shardlab.search.split_guard import Judge, State, guard_order
+from shardlab.search.split_guard import Judge, guard_order
+from shardlab.search.stages import State
 
 
 class DimSquared:
@@ -136,7 +137,7 @@ def test_splits_survive_where_every_judge_agrees_they_pay(task):
 def test_a_split_within_the_tie_band_loses_to_the_table_wise_plan():
     task = generate_task(ntables=2, ngpu=1, mem_cap_gb=4.0, batch_size=4096, seed=2, dims=(64,))
     from shardlab.costmodel.base import Simulated
-    from shardlab.search.neuroshard import split_block, whole_blocks
+    from shardlab.search.blocks import split_block, whole_blocks
 
     whole = whole_blocks(task)
     split = split_block(whole, 0)

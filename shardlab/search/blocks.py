@@ -42,6 +42,16 @@ def whole_blocks(task: Task) -> tuple[Block, ...]:
     return tuple(Block(t, t.name, 0) for t in task.tables)
 
 
+def block_id(b: Block) -> tuple[str, int, int, int]:
+    """A block's identity: (table, column offset, columns, row offset)."""
+    return (b.parent, b.col_offset, b.cols, b.row_offset)
+
+
+def state_key(blocks: Sequence[Block]) -> tuple:
+    """A state's identity, whatever the order of its blocks."""
+    return tuple(sorted(block_id(b) for b in blocks))
+
+
 def split_block(blocks: tuple[Block, ...], i: int) -> tuple[Block, ...]:
     """``blocks`` with block i halved (two blocks of cols/2)."""
     b = blocks[i]

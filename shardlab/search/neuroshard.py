@@ -10,15 +10,16 @@ Steps, each detailed in its own module:
 2. **Row blocks** (``search/row_wise.py``): tables that fit no device become pinned row blocks
    in TorchRec's layouts, chosen by the model; ``rowwise_comm`` (None: a block's columns count on
    its device's all-to-all, the measured-best default, ``studies/row_wise``) costs their collectives.
-3. **Table-wise greedy grid** (``search/greedy_grid.py``): for each dim-balance cap s in ``caps``
+3. **Table-wise greedy grid** (the placer of ``search/grid_placer.py`` over ``search/greedy_grid.py``;
+   the stages' contracts are in ``search/stages.py``): for each dim-balance cap s in ``caps``
    (11 values in [1.0, 1.5]) blocks go, by descending predicted single cost, to the feasible
    device (memory fits, dim sum + dim <= s x mean; else any that fits) whose predicted compute
    is lowest after adding the block (``greedy_rule="after"``) or before (``"before"``, the
    original authors' code); ties: less memory, lower id. The cheapest simulated cap wins.
-4. **Column-wise beam search** (``columns``): from each of ``beam_width`` states, the top-``top_n``
-   blocks by size and by single cost (halves multiples of 4, not in ``whole``, none narrower than its
-   table's ``min_cols`` entry) are halved and
-   the grid re-run, for up to ``max_splits`` rounds; every state of a round shares one grid call.
+4. **Column-wise beam search** (``columns``; the proposer of ``search/column_beam.py``): from each
+   of ``beam_width`` states, the top-``top_n`` blocks by size and by single cost (halves multiples
+   of 4, not in ``whole``, none narrower than its table's ``min_cols`` entry) are halved and the
+   grid re-run, for up to ``max_splits`` rounds; every state of a round shares one grid call.
    The **split guard** (``search/split_guard.py``, ``split_guard``, ``guard_models``) keeps a split
    plan only if every judge predicts it faster than the table-wise plan
    (``metadata["split_guard"]``).
@@ -44,13 +45,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from shardlab import constants as C
 from shardlab.bounds import check_bounds
-from shardlab.costmodel.base import Simulated, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle
 from shardlab.costmodel.neural_base import one_torch_thread
 from shardlab.costmodel.task_calibration import calibrate_to_task
@@ -61,14 +61,16 @@ from shardlab.errors import InfeasibleError, ShardlabError, check_ranges
 from shardlab.plan import Placement, Plan
 from shardlab.data.hardware_profiles import FILE as PROFILE_FILE
 from shardlab.data.hardware_profiles import profile_folder
-from shardlab.search.beam_budget import BeamClock
-from shardlab.search.blocks import Block, ShardCoster, split_block, whole_blocks
+from shardlab.search.blocks import Block, ShardCoster, whole_blocks
+from shardlab.search.column_beam import ColumnBeam
 from shardlab.search.feasibility import heuristic_plan
-from shardlab.search.greedy_grid import GREEDY_RULES, HeadCoster, greedy_grid
+from shardlab.search.greedy_grid import GREEDY_RULES
+from shardlab.search.grid_placer import GridPlacer
 from shardlab.search.portfolio import choose_from_portfolio
 from shardlab.search.registry import check_search_gpus, parse_method, register_sharder
 from shardlab.search.row_wise import RowBlocks, choose_rows, oversized, row_aware_comm, row_metadata
-from shardlab.search.split_guard import Judge, State, guard_order
+from shardlab.search.split_guard import Judge, guard_order
+from shardlab.search.stages import State
 from shardlab.tables import Table, Task
 
 #: The seed's 11 dim-balance caps.
@@ -176,63 +178,10 @@ class NeuroShardSharder:
         own = self.bundle().comm if self.rowwise_comm == "shipped" else None
         return load_rowwise_comm(self.rowwise_comm, self.profile, own)
 
-    def table_wise_many(self, task: Task, states: Sequence[tuple[Block, ...]], coster: ShardCoster, comm: Any
-                        ) -> list[tuple[list[int], Simulated] | None]:
-        """The best greedy assignment over the caps of every state -- (device of each block,
-        simulated cost), or None where no cap gives a memory-feasible assignment -- all at once
-        through :func:`greedy_grid` (work shared between states, the same decisions as one state
-        at a time). ``comm``: one comm model, or a list of one per state."""
-        if not states:
-            return []
-        comms = comm if isinstance(comm, list) else [comm] * len(states)
-        ids: dict[tuple, int] = {}
-        distinct: list[Block] = []
-        of_state: list[list[int]] = []          # each state's blocks as distinct-block indices
-        for blocks in states:
-            mine = []
-            for b in blocks:
-                i = ids.setdefault(self._block_id(b), len(distinct))
-                if i == len(distinct):
-                    distinct.append(b)
-                mine.append(i)
-            of_state.append(mine)
-        local = np.full((len(states), len(distinct)), -1, dtype=np.int64)
-        for s, mine in enumerate(of_state):
-            local[s, mine] = np.arange(len(mine))
-        emb = coster.embed(distinct)
-        single = coster.model.predict_sums(emb, np.ones(len(distinct))).sum(axis=1)
-        # a state's order is (pinned first, -single cost, its own block index); its blocks'
-        # indices follow (table, column offset, row offset), so one order over all distinct
-        # blocks serves every state
-        table_at = {t.name: k for k, t in enumerate(task.tables)}
-        order = np.array(sorted(range(len(distinct)), key=lambda i: (
-            distinct[i].device < 0, -single[i], table_at[distinct[i].parent], distinct[i].col_offset,
-            distinct[i].row_offset)))
-        pinned = np.array([b.device for b in distinct])
-        out_dims = [b.out_dim for b in distinct]
-        dims = np.array(out_dims)
-        mem_need = np.array([task.hbm_bytes(b.table, b.table.rows, b.cols) for b in distinct], dtype=np.int64)
-        dim_caps = (np.array(self.caps)[None, :] * np.array([sum(out_dims[i] for i in mine) for mine in of_state])[:, None]
-                    / task.ngpu)
-        head = HeadCoster(coster.model)
-        grid = greedy_grid(head.rows(emb), local, order, mem_need, dims, dim_caps, task.mem_cap_bytes, task.ngpu, head,
-                           pinned if (pinned >= 0).any() else None, self.greedy_rule)
-        out: list[tuple[list[int], Simulated] | None] = []
-        for s, blocks in enumerate(states):
-            caps = np.flatnonzero(grid.alive[s])
-            if not len(caps):
-                out.append(None)
-                continue
-            # per state, as the one-by-one search does, so near-equal states rank the same either way
-            dev = grid.devices[s, caps, : len(blocks)]
-            width = dims[of_state[s]]
-            dsums = np.stack([np.bincount(row, weights=width, minlength=task.ngpu) for row in dev])
-            best = None
-            for row, sim in zip(dev, simulate_many(grid.compute_ms[s, caps], dsums, comms[s])):
-                if best is None or sim.cost_ms < best[1].cost_ms - 1e-12:
-                    best = (row.tolist(), sim)
-            out.append(best)
-        return out
+    def placer(self, coster: ShardCoster) -> GridPlacer:
+        """The search's placer (``search/grid_placer.py``): the greedy grid over ``coster``'s model
+        under this sharder's caps and greedy rule."""
+        return GridPlacer(coster, self.caps, self.greedy_rule)
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
         """Calibrate to the task where on, search a plan and weigh it against the portfolio's
@@ -302,6 +251,7 @@ class NeuroShardSharder:
                                     "search); give it a time budget (--set search_budget_s=60) or use "
                                     "neuroshard[columns=false]")
         coster = self.coster()
+        placer = self.placer(coster)
         comm = self.bundle().comm_for(task.ngpu)[0]
         blocks = whole_blocks(task)
         rows: dict[str, Any] = {}
@@ -315,43 +265,21 @@ class NeuroShardSharder:
 
             def cost_many(states: list[tuple[Block, ...]], choices: list[dict]) -> list[float]:
                 return [float("inf") if got is None else got[1].cost_ms
-                        for got in self.table_wise_many(task, states, coster, [comm_of(c) for c in choices])]
+                        for got in placer.place_many(task, states, [comm_of(c) for c in choices])]
 
             blocks, choice, _ = choose_rows(task, blocks, cost_many, Block, self.host_size, rows=made, only=big)
             rows = row_metadata(task, choice)
             comm = comm_of(choice)
         else:
             task.check_feasible(column_wise=self.columns)
-        best = self.table_wise_many(task, [blocks], coster, comm)[0]
+        best = placer.place_many(task, [blocks], comm)[0]
         evaluated = [] if best is None else [State(blocks, best[0], best[1])]
         self._budget_record = None
         if self.columns:
-            beam = [(best[1].cost_ms if best else float("inf"), blocks)]
-            seen = {self._key(blocks)}
-            clock = BeamClock(self.search_budget_s, started)
-            done = 0
-            for _ in range(self.max_splits):
-                todo = []
-                for _, state in beam:
-                    for i in self._candidates(state, coster):
-                        nxt = split_block(state, i)
-                        key = self._key(nxt)
-                        if key not in seen:
-                            seen.add(key)
-                            todo.append(nxt)
-                scored = []
-                for chunk in clock.chunks(todo):
-                    for nxt, got in zip(chunk, self.table_wise_many(task, chunk, coster, comm)):
-                        if got is not None:
-                            scored.append((got[1].cost_ms, nxt))
-                            evaluated.append(State(nxt, got[0], got[1]))
-                done += bool(todo) and not (clock.stopped and clock.evaluated_in_round == 0)
-                if not scored or clock.stopped:
-                    break
-                scored.sort(key=lambda x: x[0])
-                beam = scored[: self.beam_width]
-            if self.search_budget_s is not None:
-                self._budget_record = clock.record(done, self.max_splits, len(evaluated))
+            beam = ColumnBeam(coster, self.beam_width, self.max_splits, self.top_n, self.whole, self.min_cols,
+                              self.search_budget_s, started)
+            evaluated += beam.propose(task, blocks, best, lambda states: placer.place_many(task, states, comm))
+            self._budget_record = beam.budget_record()
         if not evaluated:
             evaluated, rows = self._fallback(task, coster)
         return (*self._guard(task, evaluated), rows)
@@ -365,7 +293,7 @@ class NeuroShardSharder:
         tables = {t.name: t for t in task.tables}
         blocks = tuple(Block(placed_row_block(tables[p.table], p.row_offset, p.rows, task.batch_size), p.table, 0,
                              p.row_offset, p.device) for p in plan.placements)
-        got = self.table_wise_many(task, [blocks], coster, self.bundle().comm_for(task.ngpu)[0])[0]
+        got = self.placer(coster).place_many(task, [blocks], self.bundle().comm_for(task.ngpu)[0])[0]
         if got is None:
             raise InfeasibleError(f"task '{task.name}': neuroshard found no memory-feasible plan", "", 0.0)
         split = [tables[p.table] for p in plan.placements if p.rows != tables[p.table].rows and p.row_offset == 0]
@@ -390,25 +318,6 @@ class NeuroShardSharder:
         order, ratios, record = guard_order(task, evaluated, judges)
         record["missing_judges"] = missing
         return [Ranked(evaluated[k], {n: float(r[k]) for n, r in ratios.items()}) for k in order], record
-
-    @staticmethod
-    def _block_id(b: Block) -> tuple[str, int, int, int]:
-        return (b.parent, b.col_offset, b.cols, b.row_offset)
-
-    @classmethod
-    def _key(cls, blocks: tuple[Block, ...]) -> tuple:
-        return tuple(sorted(cls._block_id(b) for b in blocks))
-
-    def _candidates(self, blocks: tuple[Block, ...], coster: ShardCoster) -> list[int]:
-        whole, narrowest = set(self.whole), dict(self.min_cols)
-        ok = [i for i, b in enumerate(blocks) if b.cols % 8 == 0 and b.device < 0 and b.parent not in whole
-              and b.cols // 2 >= narrowest.get(b.parent, 0)]
-        if not ok:
-            return []
-        by_size = sorted(ok, key=lambda i: (-blocks[i].table.size, i))[: self.top_n]
-        single = coster.model.predict_sums(coster.embed([blocks[i] for i in ok]), np.ones(len(ok))).sum(axis=1)
-        by_cost = [ok[j] for j in sorted(range(len(ok)), key=lambda j: (-single[j], ok[j]))[: self.top_n]]
-        return sorted(set(by_size) | set(by_cost))
 
     def _plan(self, task: Task, state: Ranked, seed: int, guard: dict[str, Any], rows: dict[str, Any]) -> Plan:
         """The plan of one ranked state; column-wise plans carry the guard's record and their own

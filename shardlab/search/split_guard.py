@@ -19,45 +19,15 @@ same measurements) and returns the cheapest state under all of them:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from shardlab import constants as C
-from shardlab.costmodel.base import IncrementalComputeModel, Simulated, simulate_many
+from shardlab.costmodel.base import IncrementalComputeModel, simulate_many
 from shardlab.costmodel.bundle import CostModelBundle
+from shardlab.search.stages import State, is_split
 from shardlab.tables import Table, Task
-
-
-class BlockLike(Protocol):
-    """A column block as the search holds it (``search.neuroshard.Block``)."""
-
-    table: Table
-    parent: str
-    col_offset: int
-
-    @property
-    def cols(self) -> int: ...
-
-
-def is_split(block: BlockLike) -> bool:
-    """Whether ``block`` is a column split of its table (the search renames split sub-tables).
-    Pinned blocks (``device`` >= 0) are row blocks (``search/row_wise.py``), not column splits."""
-    return block.table.name != block.parent and getattr(block, "device", -1) < 0
-
-
-@dataclass(frozen=True)
-class State:
-    """One evaluated search state: blocks, the device of each, and the search model's simulation."""
-
-    blocks: tuple[BlockLike, ...]
-    devices: Sequence[int]
-    simulated: Simulated
-
-    @property
-    def splits(self) -> int:
-        """Blocks that are a column split of their table."""
-        return sum(is_split(b) for b in self.blocks)
 
 
 @dataclass(frozen=True)

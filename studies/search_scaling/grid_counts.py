@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ["SHARDLAB_TASK_CALIBRATION"] = "off"       # before shardlab reads its constants
 
-import shardlab.search.neuroshard as neuroshard  # noqa: E402
+import shardlab.search.grid_placer as grid_placer  # noqa: E402
 from shardlab.cli import main as cli_main  # noqa: E402
 from shardlab.io import read_json, write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment  # noqa: E402
@@ -35,7 +35,7 @@ METHOD = "neuroshard[portfolio=[]]"
 def counted_search(tables: int, gpus: int) -> dict:
     """The search's plan seconds and one row per grid call (module docstring)."""
     calls = []
-    grid = neuroshard.greedy_grid
+    grid = grid_placer.greedy_grid
 
     def counting(block_rows, local, order, *args, **kwargs):
         t0 = time.perf_counter()
@@ -44,7 +44,7 @@ def counted_search(tables: int, gpus: int) -> dict:
                       "seconds": round(time.perf_counter() - t0, 3)})
         return got
 
-    neuroshard.greedy_grid = counting
+    grid_placer.greedy_grid = counting
     try:
         with tempfile.TemporaryDirectory() as tmp:
             task, plan = Path(tmp) / "task.json", Path(tmp) / "plan.json"
@@ -55,7 +55,7 @@ def counted_search(tables: int, gpus: int) -> dict:
             wall = time.perf_counter() - t0
             seconds = read_json(plan)["search_seconds"]
     finally:
-        neuroshard.greedy_grid = grid
+        grid_placer.greedy_grid = grid
     return {"tables": tables, "gpus": gpus, "method": METHOD, "search_seconds": seconds,
             "shard_wall_s": round(wall, 3), "calls": calls, "environment": environment("cpu")}
 

@@ -37,6 +37,7 @@ from shardlab.costmodel.base import Simulated, simulate_many  # noqa: E402
 from shardlab.io import load_task, write_json_atomic, write_text_atomic  # noqa: E402
 from shardlab.measure.hardware import environment  # noqa: E402
 from shardlab.search.blocks import Block, ShardCoster, split_block, whole_blocks  # noqa: E402
+from shardlab.search.column_beam import ColumnBeam  # noqa: E402
 from shardlab.search.greedy_grid import HeadCoster  # noqa: E402
 from shardlab.search.neuroshard import NeuroShardSharder  # noqa: E402
 from shardlab.tables import Task  # noqa: E402
@@ -148,12 +149,13 @@ def first_round(task: Task) -> dict:
     head = HeadCoster(coster.model)
     blocks = whole_blocks(task)
     t0 = time.perf_counter()
-    table_wise = s.table_wise_many(task, [blocks], coster, comm)[0]
-    idx = s._candidates(blocks, coster)
+    placer = s.placer(coster)
+    table_wise = placer.place_many(task, [blocks], comm)[0]
+    idx = ColumnBeam(coster, top_n=s.top_n).candidates(blocks)
     t1 = time.perf_counter()
     moved = moved_children(task, placed(task, blocks, table_wise[0], coster, head), idx, coster, head, comm)
     t2 = time.perf_counter()
-    grid = s.table_wise_many(task, [split_block(blocks, i) for i in idx], coster, comm)
+    grid = placer.place_many(task, [split_block(blocks, i) for i in idx], comm)
     t3 = time.perf_counter()
     m = np.array([c[2].cost_ms if c else np.inf for c in moved])
     g = np.array([c[1].cost_ms if c else np.inf for c in grid])
