@@ -67,9 +67,10 @@ from shardlab.search.feasibility import heuristic_plan
 from shardlab.search.greedy_grid import GREEDY_RULES
 from shardlab.search.grid_placer import GridPlacer
 from shardlab.search.portfolio import choose_from_portfolio
-from shardlab.search.registry import check_search_gpus, parse_method, register_sharder
+from shardlab.search.registry import check_search_gpus, parse_method, register_sharder, sharder_for
 from shardlab.search.row_wise import RowBlocks, choose_rows, oversized, row_aware_comm, row_metadata
-from shardlab.search.split_guard import Judge, guard_order
+from shardlab.search.sharder_placer import SharderPlacer
+from shardlab.search.split_guard import CostChooser, GuardChooser, Judge
 from shardlab.search.stages import State
 from shardlab.tables import Table, Task
 
@@ -82,6 +83,8 @@ OPTION_RANGES = {
     "caps": (lambda v: 1 <= len(v) <= 64 and all(isinstance(x, (int, float)) and 1.0 <= x <= 100.0 for x in v),
              "must be 1 to 64 dim-balance caps in [1, 100]"),
     "greedy_rule": (lambda v: v in GREEDY_RULES, f"must be one of {', '.join(GREEDY_RULES)}"),
+    "place_with": (lambda v: isinstance(v, str) and (not v or parse_method(v)[0] != "neuroshard"),
+                   "must be '' (the greedy grid) or a table-wise method spec other than neuroshard"),
     "search_budget_s": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
                                                 and 0 < v <= C.MOST_SEARCH_BUDGET_S),
                         f"must be a number of seconds in (0, {C.MOST_SEARCH_BUDGET_S:g}]"),
@@ -121,16 +124,23 @@ class NeuroShardSharder:
     no_rows: tuple[str, ...] = ()
     min_cols: tuple[tuple[str, int], ...] = ()
     greedy_rule: str = "after"
+    place_with: str = ""
     portfolio: tuple[str, ...] = C.PORTFOLIO_METHODS
     task_calibration: bool | None = None
     search_budget_s: float | None = None
     _bundle: CostModelBundle | None = field(default=None, repr=False)
     _budget_record: dict[str, Any] | None = field(default=None, repr=False)
     _task_bundle: CostModelBundle | None = field(default=None, repr=False)
+    _placing: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_bounds(f"method '{self.name}'", self, "beam_width", "max_splits", "top_n", "host_size")
         check_ranges(f"method '{self.name}'", self, OPTION_RANGES)
+        if self.place_with:                       # built once: an unknown method is one line now
+            try:
+                self._placing = sharder_for(self.place_with, self.profile)
+            except ShardlabError as e:
+                raise ShardlabError(f"method '{self.name}': field 'place_with' = {self.place_with!r}: {e}") from None
 
     def model_name(self) -> str:
         """The name or path of the cost model searched with: ``model``, or the profile's default;
@@ -178,10 +188,14 @@ class NeuroShardSharder:
         own = self.bundle().comm if self.rowwise_comm == "shipped" else None
         return load_rowwise_comm(self.rowwise_comm, self.profile, own)
 
-    def placer(self, coster: ShardCoster) -> GridPlacer:
-        """The search's placer (``search/grid_placer.py``): the greedy grid over ``coster``'s model
-        under this sharder's caps and greedy rule."""
-        return GridPlacer(coster, self.caps, self.greedy_rule)
+    def placer(self, coster: ShardCoster, seed: int = 0) -> GridPlacer | SharderPlacer:
+        """The search's placer: the greedy grid over ``coster``'s model under this sharder's caps
+        and greedy rule (``search/grid_placer.py``), or, where ``place_with`` names a table-wise
+        method, that method placing each state, simulated with ``coster``'s model
+        (``search/sharder_placer.py``, seeded ``seed``)."""
+        if not self.place_with:
+            return GridPlacer(coster, self.caps, self.greedy_rule)
+        return SharderPlacer(self._placing, coster.model, seed)
 
     def shard(self, task: Task, seed: int = 0) -> Plan:
         """Calibrate to the task where on, search a plan and weigh it against the portfolio's
@@ -195,7 +209,7 @@ class NeuroShardSharder:
         cost ascending (the split guard, module docstring); each carries the calibration record."""
         record = self._calibrate(task, seed)
         try:
-            ranked, guard, rows = self._search(task)
+            ranked, guard, rows = self._search(task, seed)
             first = self._chosen(task, self._plan(task, ranked[0], seed, guard, rows), seed)
             if self._budget_record is not None:           # the portfolio's winner says what the budget did too
                 first = replace(first, metadata={**first.metadata, "search_budget": self._budget_record})
@@ -229,15 +243,15 @@ class NeuroShardSharder:
                                      self.rowwise_model(), self.columns, self.row_wise, self.whole,
                                      self.no_rows, self.min_cols)
 
-    def _search(self, task: Task) -> tuple[list[Ranked], dict[str, Any], dict[str, Any]]:
+    def _search(self, task: Task, seed: int = 0) -> tuple[list[Ranked], dict[str, Any], dict[str, Any]]:
         """:meth:`_search_all` on one torch thread: the search's torch calls are tiny (a head
         over a few hundred summed rows), so more threads only wait on each other -- and spin
         against any other process on the machine (100 x 8 column-wise beside two busy loops
         on this 2-core host: 21.7 s on torch's default threads, 2.2 s on one; 1.3 s quiet)."""
         with one_torch_thread():
-            return self._search_all(task)
+            return self._search_all(task, seed)
 
-    def _search_all(self, task: Task) -> tuple[list[Ranked], dict[str, Any], dict[str, Any]]:
+    def _search_all(self, task: Task, seed: int = 0) -> tuple[list[Ranked], dict[str, Any], dict[str, Any]]:
         """Every evaluated state, cheapest guarded cost first (ties: the order evaluated, the
         table-wise plan first), what the split guard did (JSON-ready), and the row layouts
         chosen for tables that fit no device (``search/row_wise.py``; plan metadata)."""
@@ -251,7 +265,7 @@ class NeuroShardSharder:
                                     "search); give it a time budget (--set search_budget_s=60) or use "
                                     "neuroshard[columns=false]")
         coster = self.coster()
-        placer = self.placer(coster)
+        placer = self.placer(coster, seed)
         comm = self.bundle().comm_for(task.ngpu)[0]
         blocks = whole_blocks(task)
         rows: dict[str, Any] = {}
@@ -293,17 +307,19 @@ class NeuroShardSharder:
         tables = {t.name: t for t in task.tables}
         blocks = tuple(Block(placed_row_block(tables[p.table], p.row_offset, p.rows, task.batch_size), p.table, 0,
                              p.row_offset, p.device) for p in plan.placements)
-        got = self.placer(coster).place_many(task, [blocks], self.bundle().comm_for(task.ngpu)[0])[0]
+        grid = GridPlacer(coster, self.caps, self.greedy_rule)       # its blocks are pinned: the grid places them
+        got = grid.place_many(task, [blocks], self.bundle().comm_for(task.ngpu)[0])[0]
         if got is None:
             raise InfeasibleError(f"task '{task.name}': neuroshard found no memory-feasible plan", "", 0.0)
         split = [tables[p.table] for p in plan.placements if p.rows != tables[p.table].rows and p.row_offset == 0]
         return [State(blocks, got[0], got[1])], {"fallback": plan.method, **row_block_lookups(task, split)}
 
     def _guard(self, task: Task, evaluated: list[State]) -> tuple[list[Ranked], dict[str, Any]]:
-        """Rank the evaluated states: by the split guard (``search/split_guard.py``) for a guarded
-        column-wise search, else by predicted cost (ties: the order evaluated)."""
+        """Rank the evaluated states (the search's chooser, ``search/stages.py``): by the split
+        guard (``search/split_guard.py``) for a guarded column-wise search, else by predicted cost
+        (ties: the order evaluated)."""
         if not (self.columns and self.split_guard):
-            order = sorted(range(len(evaluated)), key=lambda k: (round(evaluated[k].simulated.cost_ms, 9), k))
+            order, _ = CostChooser().rank(task, evaluated)
             return [Ranked(evaluated[k], {}) for k in order], {}
         judges = [Judge(self.model_name(), self.bundle(), own=True)]
         missing = []
@@ -315,8 +331,10 @@ class NeuroShardSharder:
                     judges.append(Judge(g, load_bundle(g, self.profile)))
                 except ShardlabError:              # not shipped for this profile: said in the record
                     missing.append(g)
-        order, ratios, record = guard_order(task, evaluated, judges)
+        chooser = GuardChooser(judges)
+        order, record = chooser.rank(task, evaluated)
         record["missing_judges"] = missing
+        ratios = chooser.ratios_ or {}
         return [Ranked(evaluated[k], {n: float(r[k]) for n, r in ratios.items()}) for k in order], record
 
     def _plan(self, task: Task, state: Ranked, seed: int, guard: dict[str, Any], rows: dict[str, Any]) -> Plan:

@@ -132,3 +132,26 @@ def guard_order(task: Task, states: Sequence[State], judges: Sequence[Judge]
               "table_wise_ms": None if tw is None else states[tw].simulated.cost_ms,
               "overruled": unguarded != order[0], "tie": C.SPLIT_TIE}
     return order, ratios, record
+
+
+class CostChooser:
+    """A chooser (``search/stages.py``): the states by the search model's cost (ms, rounded to
+    1e-9), ties in the order placed; nothing to record."""
+
+    def rank(self, task: Task, states: list[State]) -> tuple[list[int], dict[str, Any]]:
+        """Indices of ``states``, cheapest first, and an empty record."""
+        return sorted(range(len(states)), key=lambda k: (round(states[k].simulated.cost_ms, 9), k)), {}
+
+
+@dataclass
+class GuardChooser:
+    """A chooser (``search/stages.py``): the split guard of ``judges`` (:func:`guard_order`);
+    after :meth:`rank`, ``ratios_`` holds each judge's (n,) guarded ratios."""
+
+    judges: Sequence[Judge]
+    ratios_: dict[str, np.ndarray] | None = None
+
+    def rank(self, task: Task, states: list[State]) -> tuple[list[int], dict[str, Any]]:
+        """Indices of ``states``, best guarded score first, and the guard's record."""
+        order, self.ratios_, record = guard_order(task, states, self.judges)
+        return order, record

@@ -23,7 +23,7 @@ base class, only these signatures. Costs are ms (the straggler's predicted step 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from shardlab.costmodel.base import Simulated
 from shardlab.tables import Table, Task
@@ -65,6 +65,7 @@ class State:
         return sum(is_split(b) for b in self.blocks)
 
 
+@runtime_checkable
 class Placer(Protocol):
     """Stage 1: place and cost many states of one task at once."""
 
@@ -74,6 +75,7 @@ class Placer(Protocol):
         ...
 
 
+@runtime_checkable
 class Proposer(Protocol):
     """Stage 2: the states worth placing beyond a starting one, placed."""
 
@@ -83,6 +85,7 @@ class Proposer(Protocol):
         ...
 
 
+@runtime_checkable
 class Chooser(Protocol):
     """Stage 3: rank the placed states."""
 
