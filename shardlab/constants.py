@@ -194,6 +194,14 @@ DEFAULT_POOL = "dlrm-synth"
 #: state), GB, when none is given (``measure compute --mem-gb``, ``hardware new --mem-gb``).
 DEFAULT_MEM_CAP_GB = 4.0
 SAMPLE_MEM_GB = 4.0
+#: Measurement campaigns' defaults where none is given: the most tables one compute sample
+#: fuses; the tables of a plan campaign's tasks (least, most); the largest random forward delay
+#: a comm sample draws per rank (ms: the all-to-all waits for the slowest, as after uneven
+#: compute); and ``hardware new``'s wall-clock budget (minutes).
+SAMPLE_MAX_TABLES = 15
+PLAN_CAMPAIGN_TABLES = (10, 60)
+COMM_DELAY_MS = 30.0
+HARDWARE_NEW_MINUTES = 10.0
 
 #: GPUs per host assumed where a task says nothing (table-row-wise keeps a table inside one host).
 DEFAULT_HOST_SIZE = 8

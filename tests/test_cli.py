@@ -179,3 +179,30 @@ def test_the_formats_page_lists_every_verb():
     listed = {line.split("`")[1].split()[0] for line in table.splitlines() if line.startswith("| `")}
     verbs = set(build_parser()._subparsers._group_actions[0].choices)
     assert listed == verbs
+
+
+def test_the_campaign_verbs_take_the_defaults_of_the_functions_they_call():
+    """Each default is declared once (shardlab.constants): the CLI's and the function's agree."""
+    import inspect
+
+    from shardlab.measure.campaign import run_comm_campaign, run_compute_campaign
+    from shardlab.workflows.hardware_new import new_profile
+    from shardlab.workflows.plan_campaign import run_plan_campaign
+
+    def given(fn, name):
+        return inspect.signature(fn).parameters[name].default
+
+    def parsed(*argv):
+        return vars(build_parser().parse_args(list(argv)))
+
+    c = parsed("measure", "compute", "--store", "x.db")
+    assert (c["max_tables"], c["mem_gb"]) == (given(run_compute_campaign, "max_tables"),
+                                              given(run_compute_campaign, "mem_cap_gb"))
+    assert parsed("measure", "comm", "--store", "x.db")["max_delay_ms"] == given(run_comm_campaign, "max_delay_ms")
+    dist = parsed("dist", "measure-comm", "--store", "x.db", "--samples", "1")
+    assert dist["max_delay_ms"] == given(run_comm_campaign, "max_delay_ms")
+    p = parsed("measure", "plans", "--store", "x.db")
+    assert ((p["min_tables"], p["max_tables"]), p["mem_gb"], p["ngpu"]) == (
+        given(run_plan_campaign, "ntables"), given(run_plan_campaign, "mem_cap_gb"), given(run_plan_campaign, "ngpu"))
+    h = parsed("hardware", "new", "mybox")
+    assert (h["minutes"], h["mem_gb"]) == (given(new_profile, "minutes"), given(new_profile, "mem_cap_gb"))

@@ -57,7 +57,8 @@ def add_dist_verbs(sub: Any) -> None:
     c.add_argument("--samples", type=int, required=True, help="samples 0..N-1 of the campaign")
     c.add_argument("--profile", default=C.MEASURE_PROFILE, help="hardware profile (default %(default)s)")
     c.add_argument("--seed", type=int, default=0, help="seed of the samples (default %(default)s)")
-    c.add_argument("--max-delay-ms", type=float, default=30.0, help="largest random forward delay (ms; default %(default)s)")
+    c.add_argument("--max-delay-ms", type=float, default=C.COMM_DELAY_MS,
+                   help="largest random forward delay (ms; default %(default)s)")
     _timeout(c)
 
 

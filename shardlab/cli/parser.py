@@ -128,7 +128,8 @@ def _add_hardware_verbs(sub: argparse._SubParsersAction) -> None:
     c = add_verb(what, "new", "measure this machine, fit its cost model and write its profile folder (resumable)",
                  example, command="campaigns:cmd_hardware_new")
     c.add_argument("name", help="the profile's name (a folder name; not a shipped profile's)")
-    c.add_argument("--minutes", type=float, default=10.0, help="wall-clock budget for all steps (default 10)")
+    c.add_argument("--minutes", type=float, default=C.HARDWARE_NEW_MINUTES,
+                   help="wall-clock budget for all steps (default %(default)s)")
     c.add_argument("--like", default=None, help="measure with this profile's settings (default cpu, or h200 on a GPU)")
     c.add_argument("--batch-size", type=int, default=None, help="samples per timed batch (default: --like's)")
     c.add_argument("--mem-gb", type=float, default=C.SAMPLE_MEM_GB,
@@ -166,7 +167,7 @@ def _add_measure_verbs(sub: argparse._SubParsersAction) -> None:
                         "'{\"pooling\": [1, 200], \"dims\": [4, 64, 512]}' (the rest at their defaults)")
     c.add_argument("--minutes", type=float, default=None,
                    help="take no new sample after this many minutes (the rest stay for a rerun)")
-    c.add_argument("--max-tables", type=int, default=15)
+    c.add_argument("--max-tables", type=int, default=C.SAMPLE_MAX_TABLES, help="most tables one sample fuses")
     c.add_argument("--mem-gb", type=float, default=C.SAMPLE_MEM_GB, help="memory cap of one sample's op, GB")
     c.add_argument("--workers", type=int, default=1)
     c.add_argument("--seed", type=int, default=0)
@@ -179,7 +180,7 @@ def _add_measure_verbs(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--ngpu", type=int, nargs="+", default=[4, 8], help="device counts (real ranks)")
     c.add_argument("--samples", type=int, default=100, help="samples 0..N-1 per device count")
     _measuring(c)
-    c.add_argument("--max-delay-ms", type=float, default=30.0, help="forward delays drawn in [0, this] ms")
+    c.add_argument("--max-delay-ms", type=float, default=C.COMM_DELAY_MS, help="forward delays drawn in [0, this] ms")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--no-progress", action="store_true")
     c.add_argument("--json", action="store_true")
@@ -189,8 +190,8 @@ def _add_measure_verbs(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--store", required=True, help="SQLite sample store (created if absent)")
     c.add_argument("--ngpu", type=int, default=4, help="devices (real ranks for the all-to-alls)")
     c.add_argument("--samples", type=int, default=100, help="plans 0..N-1 (stored ones are skipped)")
-    c.add_argument("--min-tables", type=int, default=10)
-    c.add_argument("--max-tables", type=int, default=60)
+    c.add_argument("--min-tables", type=int, default=C.PLAN_CAMPAIGN_TABLES[0])
+    c.add_argument("--max-tables", type=int, default=C.PLAN_CAMPAIGN_TABLES[1])
     c.add_argument("--mem-gb", type=float, default=C.DEFAULT_MEM_CAP_GB, help="memory cap per device, GB")
     c.add_argument("--pool", default=C.DEFAULT_POOL, help=BROAD_POOL_HELP)
     c.add_argument("--split", default="train", choices=SPLITS)

@@ -130,7 +130,7 @@ def run_jobs(store: SampleStore, kind: str, jobs: Iterable[tuple[str, list[dict[
 
 
 def run_compute_campaign(store_path: str, n_samples: int, profile: str | HardwareProfile = "cpu",
-                         pool: str = C.DEFAULT_POOL, split: str = "train", max_tables: int = 15,
+                         pool: str = C.DEFAULT_POOL, split: str = "train", max_tables: int = C.SAMPLE_MAX_TABLES,
                          mem_cap_gb: float = C.SAMPLE_MEM_GB, workers: int = 1, seed: int = 0,
                          progress: bool = True,
                          on_sample: Callable[[str, dict[str, Any]], None] | None = None,
@@ -197,7 +197,7 @@ def _key_order(key: str) -> tuple[str, int]:
 
 
 def comm_sample_spec(world_size: int, index: int, seed: int, max_tables_per_rank: int = 15,
-                     max_delay_ms: float = 30.0) -> dict[str, Any]:
+                     max_delay_ms: float = C.COMM_DELAY_MS) -> dict[str, Any]:
     """Sample ``index`` of a comm campaign: T random dims, assigned to ranks by the randomised
     dim-greedy (p drawn per sample), and a random forward delay per rank, uniform in
     [0, max_delay_ms] ms. Deterministic in (world_size, index, seed)."""
@@ -210,7 +210,7 @@ def comm_sample_spec(world_size: int, index: int, seed: int, max_tables_per_rank
 
 
 def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
-                      profile: str | HardwareProfile = "cpu", seed: int = 0, max_delay_ms: float = 30.0,
+                      profile: str | HardwareProfile = "cpu", seed: int = 0, max_delay_ms: float = C.COMM_DELAY_MS,
                       progress: bool = True, bench: Any | None = None, deadline: float | None = None) -> int:
     """Measure comm samples 0..n_samples-1 for ``world_size`` real ranks (one bench, reused)
     that are not yet in the store (kind ``comm:<G>``); returns how many were added; no sample is

@@ -105,7 +105,7 @@ def _start_folder(folder: Path, name: str, like: str, about: str, batch_size: in
     write_json_atomic(path, want)
 
 
-def new_profile(name: str, minutes: float = 10.0, like: str | None = None,
+def new_profile(name: str, minutes: float = C.HARDWARE_NEW_MINUTES, like: str | None = None,
                 profiles_dir: str | os.PathLike | None = None, workers: int = 1, seed: int = 0,
                 progress: bool = True, batch_size: int | None = None,
                 mem_cap_gb: float = C.SAMPLE_MEM_GB) -> dict[str, Any]:

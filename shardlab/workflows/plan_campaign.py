@@ -43,7 +43,7 @@ def plan_prefix(ngpu: int, profile: str | HardwareProfile = "cpu", pool: str = C
 
 
 def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = 4, profile: str | HardwareProfile = "cpu",
-                      pool: str = C.DEFAULT_POOL, split: str = "train", ntables: tuple[int, int] = (10, 60),
+                      pool: str = C.DEFAULT_POOL, split: str = "train", ntables: tuple[int, int] = C.PLAN_CAMPAIGN_TABLES,
                       mem_cap_gb: float = C.DEFAULT_MEM_CAP_GB, methods: Sequence[str] = C.HEURISTIC_METHODS, seed: int = 0,
                       progress: bool = True,
                       plan_for: Callable[[Task, int], Plan] | None = None) -> int:
