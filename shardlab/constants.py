@@ -73,15 +73,9 @@ COLUMN_SLICE_MARK = "[cols "
 
 #: Old names of shipped measured datasets that moved, and their names now (paths under
 #: ``datasets/``): an old name is refused with the new one. Records made before the move (model
-#: provenance: ``dataset:cpu+cpu_broad``) keep the old name; :func:`current_dataset_name` reads them.
-#: ``cpu_broad`` moved inside ``datasets/cpu/`` (new measured data ships next to the old).
+#: provenance: ``dataset:cpu+cpu_broad``) keep the old name; ``measure.store.current_dataset_name``
+#: reads them. ``cpu_broad`` moved inside ``datasets/cpu/`` (new measured data ships next to the old).
 DATASET_MOVED = {"cpu_broad": "cpu/broad"}
-
-
-def current_dataset_name(recorded: str) -> str:
-    """A dataset name as a record made before a move spells it (``"cpu+cpu_broad"``), spelled as
-    today (``"cpu+cpu/broad"``): each ``+``-joined part through :data:`DATASET_MOVED`."""
-    return "+".join(DATASET_MOVED.get(part, part) for part in recorded.split("+"))
 
 #: The hardware profile plans are made for where none is named (CLI, notebooks, sharders, the
 #: model evaluator): ``h100``, the cost models fitted to kernels measured on one H100 with the

@@ -2,9 +2,9 @@
 
 import pytest
 
-from shardlab import constants as C
 from shardlab.costmodel.train import load_samples
 from shardlab.errors import ShardlabError
+from shardlab.measure.store import current_dataset_name
 
 
 def test_joined_datasets_add_up_and_skip_those_without_the_kind():
@@ -26,7 +26,7 @@ def test_broad_campaign_ships_inside_cpu_and_its_old_name_is_refused_with_the_ne
     assert len(moved) > 1000 and any("[cols " in t["name"] for s in moved for t in s["tables"])
     with pytest.raises(ShardlabError, match="^load: dataset 'cpu_broad' was moved: spell it 'cpu/broad'$"):
         load_samples("compute", dataset="cpu+cpu_broad")
-    assert C.current_dataset_name("cpu+cpu_broad") == "cpu+cpu/broad"       # a record's label, read as today
+    assert current_dataset_name("cpu+cpu_broad") == "cpu+cpu/broad"       # a record's label, read as today
     joined = load_samples("compute", dataset="cpu+cpu/broad")
     assert len(joined) == len(load_samples("compute", dataset="cpu")) + len(moved)
 

@@ -164,6 +164,12 @@ def export_store(store_path: str | os.PathLike, out_dir: str | os.PathLike) -> d
     return counts
 
 
+def current_dataset_name(recorded: str) -> str:
+    """A dataset name as a record made before a move spells it (``"cpu+cpu_broad"``), spelled as
+    today (``"cpu+cpu/broad"``): each ``+``-joined part through ``constants.DATASET_MOVED``."""
+    return "+".join(C.DATASET_MOVED.get(part, part) for part in recorded.split("+"))
+
+
 def dataset_folder(name: str) -> Path:
     """The folder of the shipped dataset ``name`` (``"cpu"``, ``"cpu/broad"``: a path under
     ``datasets/``); a moved dataset's old name (``constants.DATASET_MOVED``) is refused with the new one."""

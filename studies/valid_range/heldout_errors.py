@@ -23,13 +23,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from shardlab import constants as C  # noqa: E402
 from shardlab.costmodel.bundle import CostModelBundle, load_bundle, models_dir, shipped_bundles  # noqa: E402
 from shardlab.costmodel.metrics import held_out_sets, split_samples  # noqa: E402
 from shardlab.costmodel.train import (HELDOUT_BY, dreamshard_plan_sets, heldout_of, load_records,  # noqa: E402
                                       load_samples)
 from shardlab.errors import ShardlabError  # noqa: E402
 from shardlab.io import read_json, write_json_atomic  # noqa: E402
+from shardlab.measure.store import current_dataset_name  # noqa: E402
 
 PROFILES = ("cpu", "h100")
 COMMAND = ".venv/bin/python studies/valid_range/heldout_errors.py"
@@ -46,7 +46,7 @@ def recompute(bundle: CostModelBundle, name: str, profile: str) -> dict[str, Any
     if not data.startswith("dataset:"):
         raise ShardlabError(f"{profile}/{name}: provenance 'data' = {data!r} names no shipped dataset")
     recorded = data[len("dataset:"):]
-    dataset = C.current_dataset_name(recorded)                 # recorded before a dataset moved: its name now
+    dataset = current_dataset_name(recorded)                 # recorded before a dataset moved: its name now
     cs = held_out_sets(load_records("compute", dataset=dataset))
     given = str(prov.get("comm", "")).startswith("given, not fitted")      # no comm measured: none judged
     ms = split_samples([] if given else load_records("comm", dataset=dataset))
