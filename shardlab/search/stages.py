@@ -1,7 +1,7 @@
 """The search's stages and the contracts between them, in one place.
 
 A model-driven search (NeuroShard's, ``search/neuroshard.py``) runs three stages, as TorchRec's
-planner does (enumerate, estimate, partition):
+planner splits its work between enumerator, estimators, proposers and partitioner:
 
 1. **place and cost** -- a :class:`Placer` takes many *states* (tuples of blocks: whole tables,
    column splits, pinned row blocks; ``search/blocks.py``) and, for each, the device of every
