@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Where a search's time goes: ``shardlab shard TASK --method M`` under cProfile, on a task
 ``shardlab tasks`` draws (the production study's tasks: pool tables, 80 GB devices), model loading
-included. Writes ``results/profile-<M>-<tables>x<gpus>.md``: wall seconds, then the functions with
+included. Writes ``results/profile-<M>-<tables>x<gpus>-<UTC time>.md`` (a new file each run; the
+runs kept before without the time are left as they are): wall seconds, then the functions with
 the most time of their own and the most time under them. Timing: run it alone.
 
     .venv/bin/python studies/search_scaling/profile_search.py --tables 800 --gpus 64 [--method neuroshard]
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
              f"--tables {args.tables} --gpus {args.gpus} --method {args.method}`.", "",
              "## Most time of their own", "", *_table(stats, "tottime"), "",
              "## Most time under them", "", *_table(stats, "cumulative"), ""]
-    out = RESULTS / f"profile-{args.method}-{args.tables}x{args.gpus}.md"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = RESULTS / f"profile-{args.method}-{args.tables}x{args.gpus}-{stamp}.md"
     write_text_atomic(out, "\n".join(lines))
     print(out)
     return 0
