@@ -10,7 +10,7 @@ import pytest
 from shardlab.costmodel.base import simulate
 from shardlab.costmodel.bundle import load_bundle
 from shardlab.data.tasks import generate_task
-from shardlab.errors import ShardlabError
+from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.plan import Placement, Plan
 from shardlab.search import get_sharder, run_sharder
 from shardlab.search.blocks import Block, ShardCoster, whole_blocks
@@ -119,3 +119,32 @@ def test_the_guard_chooser_keeps_the_table_wise_plan_unless_every_judge_agrees(b
     best = states[order[0]]
     assert best.splits == 0 or chooser.ratios_["analytic"][order[0]] < 1.0
     assert record["table_wise_ms"] == pytest.approx(first[1].cost_ms)
+
+
+def test_a_tight_task_the_grid_cannot_place_gets_a_heuristics_plan_costed_and_named():
+    """Where no cap of the grid and no split fits (memory-tight tasks of tests/test_heuristics_tight.py),
+    NeuroShard's plan is the first heuristic plan that fits, every block where it put it, costed by
+    the search's model, and the plan says so."""
+    from tests.test_heuristics_tight import random_task
+
+    from shardlab.search.feasibility import heuristic_plan
+
+    found = 0
+    for seed in range(16):
+        task = random_task(seed, 0.9, 0.99, False)
+        sharder = get_sharder("neuroshard[portfolio=[],profile=cpu]")
+        try:
+            heuristic = heuristic_plan(task)
+        except InfeasibleError:                 # no heuristic places it: neither does the search
+            with pytest.raises(InfeasibleError):
+                run_sharder(sharder, task)
+            continue
+        plan = run_sharder(sharder, task)
+        if "fallback" not in plan.metadata:
+            continue
+        found += 1
+        assert plan.metadata["fallback"] == heuristic.method
+        assert sorted((p.table, p.device) for p in plan.placements) == \
+            sorted((p.table, p.device) for p in heuristic.placements)
+        assert plan.metadata["split_guard"]["predicted_ms"] > 0
+    assert found >= 2                       # seeds 9 and 12 are such tasks

@@ -1,6 +1,7 @@
 """NeuroShard's table-wise placement as a placer (``search/stages.py``): every state through one
 greedy grid (``search/greedy_grid.py``) under each dim-balance cap, the cheapest simulated cap
-kept per state. Any incremental compute model (``embed``/``predict_sums``) costs it.
+kept per state. Any incremental compute model (``embed``/``predict_sums``) costs it. Also the
+search's last resort on a tight task (:func:`fallback_state`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from shardlab.costmodel.base import simulate_many
+from shardlab.data.lookups import placed_row_block, row_block_lookups
+from shardlab.errors import InfeasibleError
 from shardlab.search.blocks import Block, ShardCoster, block_id
+from shardlab.search.feasibility import heuristic_plan
 from shardlab.search.greedy_grid import HeadCoster, greedy_grid
-from shardlab.search.stages import Placed
+from shardlab.search.stages import Placed, State
 from shardlab.tables import Task
 
 
@@ -84,3 +88,19 @@ class GridPlacer:
                     best = (row.tolist(), sim)
             out.append(best)
         return out
+
+
+def fallback_state(task: Task, grid: GridPlacer, comm: Any) -> tuple[State, dict[str, Any]]:
+    """When no cap of the grid and no split gave a memory-feasible plan (a tight task): the first
+    heuristic plan that fits (:func:`~shardlab.search.feasibility.heuristic_plan`, its one-line
+    error when none does) as the one state, every block pinned where it put it, costed by
+    ``grid``; and the plan metadata that names it (``fallback``, the row blocks' lookups)."""
+    plan = heuristic_plan(task)
+    tables = {t.name: t for t in task.tables}
+    blocks = tuple(Block(placed_row_block(tables[p.table], p.row_offset, p.rows, task.batch_size), p.table, 0,
+                         p.row_offset, p.device) for p in plan.placements)
+    got = grid.place_many(task, [blocks], comm)[0]
+    if got is None:
+        raise InfeasibleError(f"task '{task.name}': neuroshard found no memory-feasible plan", "", 0.0)
+    split = [tables[p.table] for p in plan.placements if p.rows != tables[p.table].rows and p.row_offset == 0]
+    return State(blocks, got[0], got[1]), {"fallback": plan.method, **row_block_lookups(task, split)}

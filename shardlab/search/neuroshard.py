@@ -56,21 +56,19 @@ from shardlab.costmodel.neural_base import one_torch_thread
 from shardlab.costmodel.task_calibration import calibrate_to_task
 from shardlab.costmodel.rowwise_comm import load_rowwise_comm
 from shardlab.costmodel.valid_range import range_report
-from shardlab.data.lookups import placed_row_block, row_block_lookups
-from shardlab.errors import InfeasibleError, ShardlabError, check_ranges
+from shardlab.errors import ShardlabError, check_ranges
 from shardlab.plan import Placement, Plan
 from shardlab.data.hardware_profiles import FILE as PROFILE_FILE
 from shardlab.data.hardware_profiles import profile_folder
 from shardlab.search.blocks import Block, ShardCoster, whole_blocks
 from shardlab.search.column_beam import ColumnBeam
-from shardlab.search.feasibility import heuristic_plan
 from shardlab.search.greedy_grid import GREEDY_RULES
-from shardlab.search.grid_placer import GridPlacer
+from shardlab.search.grid_placer import GridPlacer, fallback_state
 from shardlab.search.portfolio import choose_from_portfolio
 from shardlab.search.registry import check_search_gpus, parse_method, register_sharder, sharder_for
 from shardlab.search.row_wise import RowBlocks, choose_rows, oversized, row_aware_comm, row_metadata
 from shardlab.search.sharder_placer import SharderPlacer
-from shardlab.search.split_guard import CostChooser, GuardChooser, Judge
+from shardlab.search.split_guard import CostChooser, GuardChooser, guard_judges
 from shardlab.search.stages import State
 from shardlab.tables import Table, Task
 
@@ -294,25 +292,11 @@ class NeuroShardSharder:
                               self.search_budget_s, started)
             evaluated += beam.propose(task, blocks, best, lambda states: placer.place_many(task, states, comm))
             self._budget_record = beam.budget_record()
-        if not evaluated:
-            evaluated, rows = self._fallback(task, coster)
+        if not evaluated:                        # a tight task: a heuristic's plan, placed by the grid
+            state, rows = fallback_state(task, GridPlacer(coster, self.caps, self.greedy_rule),
+                                         self.bundle().comm_for(task.ngpu)[0])
+            evaluated = [state]
         return (*self._guard(task, evaluated), rows)
-
-    def _fallback(self, task: Task, coster: ShardCoster) -> tuple[list[State], dict[str, Any]]:
-        """When no cap of the grid and no split gave a memory-feasible plan (a tight task): the
-        first heuristic plan that fits (:func:`~shardlab.search.feasibility.heuristic_plan`,
-        its one-line error when none does) as the one state, every block pinned where it put
-        it, costed by the model; the plan's metadata names it (``fallback``)."""
-        plan = heuristic_plan(task)
-        tables = {t.name: t for t in task.tables}
-        blocks = tuple(Block(placed_row_block(tables[p.table], p.row_offset, p.rows, task.batch_size), p.table, 0,
-                             p.row_offset, p.device) for p in plan.placements)
-        grid = GridPlacer(coster, self.caps, self.greedy_rule)       # its blocks are pinned: the grid places them
-        got = grid.place_many(task, [blocks], self.bundle().comm_for(task.ngpu)[0])[0]
-        if got is None:
-            raise InfeasibleError(f"task '{task.name}': neuroshard found no memory-feasible plan", "", 0.0)
-        split = [tables[p.table] for p in plan.placements if p.rows != tables[p.table].rows and p.row_offset == 0]
-        return [State(blocks, got[0], got[1])], {"fallback": plan.method, **row_block_lookups(task, split)}
 
     def _guard(self, task: Task, evaluated: list[State]) -> tuple[list[Ranked], dict[str, Any]]:
         """Rank the evaluated states (the search's chooser, ``search/stages.py``): by the split
@@ -321,16 +305,7 @@ class NeuroShardSharder:
         if not (self.columns and self.split_guard):
             order, _ = CostChooser().rank(task, evaluated)
             return [Ranked(evaluated[k], {}) for k in order], {}
-        judges = [Judge(self.model_name(), self.bundle(), own=True)]
-        missing = []
-        for i, g in enumerate(self.judges()):
-            if isinstance(g, CostModelBundle):
-                judges.append(Judge(f"guard#{i + 1}", g))
-            elif g != self.model_name():
-                try:
-                    judges.append(Judge(g, load_bundle(g, self.profile)))
-                except ShardlabError:              # not shipped for this profile: said in the record
-                    missing.append(g)
+        judges, missing = guard_judges(self.model_name(), self.bundle(), self.judges(), self.profile)
         chooser = GuardChooser(judges)
         order, record = chooser.rank(task, evaluated)
         record["missing_judges"] = missing

@@ -25,7 +25,8 @@ import numpy as np
 
 from shardlab import constants as C
 from shardlab.costmodel.base import IncrementalComputeModel, simulate_many
-from shardlab.costmodel.bundle import CostModelBundle
+from shardlab.costmodel.bundle import CostModelBundle, load_bundle
+from shardlab.errors import ShardlabError
 from shardlab.search.stages import State, is_split
 from shardlab.tables import Table, Task
 
@@ -155,3 +156,20 @@ class GuardChooser:
         """Indices of ``states``, best guarded score first, and the guard's record."""
         order, self.ratios_, record = guard_order(task, states, self.judges)
         return order, record
+
+
+def guard_judges(own_name: str, own: CostModelBundle, others: Sequence[str | CostModelBundle], profile: str
+                 ) -> tuple[list[Judge], list[str]]:
+    """The guard's judges: the search's own bundle ``own`` (named ``own_name``) first, then each of
+    ``others`` -- a bundle (named ``guard#i``), or a shipped model name of ``profile`` (the own
+    name skipped) -- and the names not shipped for ``profile`` (left out; the guard's record says so)."""
+    judges, missing = [Judge(own_name, own, own=True)], []
+    for i, g in enumerate(others):
+        if isinstance(g, CostModelBundle):
+            judges.append(Judge(f"guard#{i + 1}", g))
+        elif g != own_name:
+            try:
+                judges.append(Judge(g, load_bundle(g, profile)))
+            except ShardlabError:
+                missing.append(g)
+    return judges, missing
