@@ -174,6 +174,10 @@ OP_CACHE_GB = 12.0
 #: machine into swapping or the OOM killer.
 OP_CACHE_MEMORY_SHARE = 0.5
 
+#: Paired rounds per sitting of ``compare --measure`` and ``report --measure`` when ``--rounds``
+#: is not given (``evaluate --measure`` times one round: a plan's cost, not a comparison).
+COMPARE_ROUNDS = 8
+
 #: Timed rounds of the selection sitting that picks the best baseline as the reference when
 #: none is named (measured evaluators): the reference is never chosen on the rounds it is judged on.
 SELECTION_ROUNDS = 3
@@ -193,6 +197,10 @@ SAMPLE_MEM_GB = 4.0
 #: a comm sample draws per rank (ms: the all-to-all waits for the slowest, as after uneven
 #: compute); and ``hardware new``'s wall-clock budget (minutes).
 SAMPLE_MAX_TABLES = 15
+#: Samples (or plans) a ``measure`` verb takes when ``--samples`` is not given (0..N-1).
+CAMPAIGN_SAMPLES = 100
+#: Devices of a drawn task and of a plan campaign's tasks when none are given.
+DEFAULT_NGPU = 4
 PLAN_CAMPAIGN_TABLES = (10, 60)
 COMM_DELAY_MS = 30.0
 HARDWARE_NEW_MINUTES = 10.0

@@ -206,3 +206,20 @@ def test_the_campaign_verbs_take_the_defaults_of_the_functions_they_call():
         given(run_plan_campaign, "ntables"), given(run_plan_campaign, "mem_cap_gb"), given(run_plan_campaign, "ngpu"))
     h = parsed("hardware", "new", "mybox")
     assert (h["minutes"], h["mem_gb"]) == (given(new_profile, "minutes"), given(new_profile, "mem_cap_gb"))
+
+
+def test_no_verb_states_a_numeric_default_of_its_own():
+    """The command line's numeric defaults come from shardlab.constants (or are the universal 0
+    and 1: seeds, workers, off); a literal such as ``default=100`` would be a second definition."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "shardlab" / "cli"
+    own = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg in ("default", "default_rounds"):
+                v = node.value
+                if isinstance(v, ast.Constant) and isinstance(v.value, (int, float)) and not isinstance(v.value, bool) \
+                        and v.value not in (0, 1):
+                    own.append(f"{path.name}:{v.lineno} {node.arg}={v.value!r}")
+    assert own == []

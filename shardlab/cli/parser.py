@@ -63,7 +63,7 @@ def _add_task_verbs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--assume-zipf", type=float, default=None, metavar="ALPHA",
                    help="for --tables without reuse_bins: compute them from Zipf(ALPHA) lookups")
     p.add_argument("--ntables", type=int, default=None, help="tables in the task (default 50)")
-    p.add_argument("--ngpu", type=int, default=4)
+    p.add_argument("--ngpu", type=int, default=C.DEFAULT_NGPU)
     p.add_argument("--mem-gb", type=float, default=C.DEFAULT_MEM_CAP_GB, help="memory cap per device, GB")
     p.add_argument("--batch-size", type=int, default=C.DEFAULT_BATCH_SIZE)
     p.add_argument("--dims", type=dims, default=None,
@@ -156,7 +156,7 @@ def _add_measure_verbs(sub: argparse._SubParsersAction) -> None:
         "shardlab measure compute --store runs/broad.db --pool broad --row-share 0.2 --samples 200"],
         command="campaigns:cmd_measure_compute")
     c.add_argument("--store", required=True, help="SQLite sample store (created if absent)")
-    c.add_argument("--samples", type=int, default=100, help="samples 0..N-1 (stored ones are skipped)")
+    c.add_argument("--samples", type=int, default=C.CAMPAIGN_SAMPLES, help="samples 0..N-1 (stored ones are skipped)")
     _measuring(c)
     c.add_argument("--pool", default=C.DEFAULT_POOL, help=BROAD_POOL_HELP)
     c.add_argument("--split", default=None, choices=SPLITS, help="pool split (default train; not with --pool broad)")
@@ -178,7 +178,7 @@ def _add_measure_verbs(sub: argparse._SubParsersAction) -> None:
         "shardlab measure comm --store runs/cpu.db --ngpu 4 8 --samples 100"], command="campaigns:cmd_measure_comm")
     c.add_argument("--store", required=True, help="SQLite sample store (created if absent)")
     c.add_argument("--ngpu", type=int, nargs="+", default=[4, 8], help="device counts (real ranks)")
-    c.add_argument("--samples", type=int, default=100, help="samples 0..N-1 per device count")
+    c.add_argument("--samples", type=int, default=C.CAMPAIGN_SAMPLES, help="samples 0..N-1 per device count")
     _measuring(c)
     c.add_argument("--max-delay-ms", type=float, default=C.COMM_DELAY_MS, help="forward delays drawn in [0, this] ms")
     c.add_argument("--seed", type=int, default=0)
@@ -188,8 +188,8 @@ def _add_measure_verbs(sub: argparse._SubParsersAction) -> None:
     c = add_verb(what, "plans", "measured plans of random tasks (DreamShard's training data)", [
         "shardlab measure plans --store runs/plans.db --ngpu 4 --samples 50"], command="campaigns:cmd_measure_plans")
     c.add_argument("--store", required=True, help="SQLite sample store (created if absent)")
-    c.add_argument("--ngpu", type=int, default=4, help="devices (real ranks for the all-to-alls)")
-    c.add_argument("--samples", type=int, default=100, help="plans 0..N-1 (stored ones are skipped)")
+    c.add_argument("--ngpu", type=int, default=C.DEFAULT_NGPU, help="devices (real ranks for the all-to-alls)")
+    c.add_argument("--samples", type=int, default=C.CAMPAIGN_SAMPLES, help="plans 0..N-1 (stored ones are skipped)")
     c.add_argument("--min-tables", type=int, default=C.PLAN_CAMPAIGN_TABLES[0])
     c.add_argument("--max-tables", type=int, default=C.PLAN_CAMPAIGN_TABLES[1])
     c.add_argument("--mem-gb", type=float, default=C.DEFAULT_MEM_CAP_GB, help="memory cap per device, GB")
@@ -230,7 +230,7 @@ def _add_evaluation_verbs(sub: argparse._SubParsersAction) -> None:
         command="evaluate:cmd_compare")
     p.add_argument("task", help="Task JSON file")
     p.add_argument("plans", nargs="+", help="Plan JSON files of the task")
-    add_evaluator_arguments(p, default_rounds=8)
+    add_evaluator_arguments(p, default_rounds=C.COMPARE_ROUNDS)
     p.add_argument("--out", help="where to write the Evaluations (a JSON list)")
     p.add_argument("--json", action="store_true", help="print the Evaluations (a JSON list)")
 
@@ -255,7 +255,7 @@ def _add_evaluation_verbs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("plans", nargs="+", help="Plan JSON files of the same task")
     p.add_argument("--task", required=True, help="Task JSON file")
     p.add_argument("--html", default=None, help="where to write the report (default reports/<task>.html)")
-    add_evaluator_arguments(p, default_rounds=8, search_model=True)
+    add_evaluator_arguments(p, default_rounds=C.COMPARE_ROUNDS, search_model=True)
     p.add_argument("--json", action="store_true")
 
 

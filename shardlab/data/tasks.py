@@ -218,7 +218,7 @@ def task_from_tables(tables: Sequence[Table], ngpu: int, mem_cap_gb: float, name
     return Task(name, ngpu, mem_cap_gb, tuple(tables), batch_size, weights_precision, optimizer)
 
 
-def generate_task(pool: str = C.DEFAULT_POOL, ntables: int = 50, ngpu: int = 4,
+def generate_task(pool: str = C.DEFAULT_POOL, ntables: int = 50, ngpu: int = C.DEFAULT_NGPU,
                   mem_cap_gb: float = C.DEFAULT_MEM_CAP_GB, batch_size: int = C.DEFAULT_BATCH_SIZE, seed: int = 0,
                   split: str = "test", dims: Sequence[int] | None = C.SEED_DIMS,
                   weights_precision: str = "fp32", optimizer: str = "exact_sgd",

@@ -42,10 +42,10 @@ def plan_prefix(ngpu: int, profile: str | HardwareProfile = "cpu", pool: str = C
     return f"plan:{ngpu}:{get_profile(profile).name}:{pool}:{split}:s{seed}:"
 
 
-def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = 4, profile: str | HardwareProfile = "cpu",
-                      pool: str = C.DEFAULT_POOL, split: str = "train", ntables: tuple[int, int] = C.PLAN_CAMPAIGN_TABLES,
-                      mem_cap_gb: float = C.DEFAULT_MEM_CAP_GB, methods: Sequence[str] = C.HEURISTIC_METHODS, seed: int = 0,
-                      progress: bool = True,
+def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = C.DEFAULT_NGPU,
+                      profile: str | HardwareProfile = "cpu", pool: str = C.DEFAULT_POOL, split: str = "train",
+                      ntables: tuple[int, int] = C.PLAN_CAMPAIGN_TABLES, mem_cap_gb: float = C.DEFAULT_MEM_CAP_GB,
+                      methods: Sequence[str] = C.HEURISTIC_METHODS, seed: int = 0, progress: bool = True,
                       plan_for: Callable[[Task, int], Plan] | None = None) -> int:
     """Measure plans 0..n_plans-1 not yet stored; returns how many were added. Plan i comes from
     ``methods[i % len(methods)]`` (default: the five heuristics, balanced to skewed plans);
