@@ -43,7 +43,7 @@ def test_a_budget_already_spent_runs_no_beam_round(task):
 
 def test_a_budget_lifts_the_size_bounds_that_refuse_at_once(task, monkeypatch):
     monkeypatch.setattr(C, "MAX_NEUROSHARD_WORK", 10)
-    with pytest.raises(ShardlabError, match=r"give it a time budget \(--set search_budget_s=60\)"):
+    with pytest.raises(ShardlabError, match=r"give it a time budget \(shard --budget 60s, or search_budget_s=60\)"):
         run_sharder(NeuroShardSharder(), task, 0)
     plan = run_sharder(NeuroShardSharder(search_budget_s=1e-9), task, 0)     # whichever plan the portfolio picks
     assert plan.metadata["search_budget"]["beam_rounds"] == 0
@@ -71,3 +71,21 @@ def test_the_beam_clock_costs_a_round_in_pieces_that_fit_what_is_left(monkeypatc
     assert sizes == [1, 4, 2, 1, 1, 1] and clock.stopped and clock.evaluated_in_round == 10 and now[0] == 10.0
     free = bb.BeamClock(None, 0.0)
     assert [len(p) for p in free.chunks(list(range(20)))] == [20] and not free.stopped
+
+
+def test_the_shard_verb_takes_a_search_budget_and_the_plan_says_what_it_did(task, tmp_path, capsys):
+    from shardlab.cli import main
+    from shardlab.io import load_plan, save_task
+
+    save_task(task, str(tmp_path / "t.json"))
+    out = tmp_path / "p.json"
+    assert main(["shard", str(tmp_path / "t.json"), "--method", "neuroshard", "--profile", "cpu", "--budget", "10m",
+                 "--out", str(out)]) == 0
+    assert load_plan(str(out)).metadata["search_budget"]["budget_s"] == 600.0
+    assert main(["shard", str(tmp_path / "t.json"), "--method", "size_greedy", "--budget", "1m"]) == 2
+    assert "field 'budget' does not apply to method 'size_greedy'" in capsys.readouterr().err
+    assert main(["shard", str(tmp_path / "t.json"), "--method", "neuroshard", "--budget", "1m",
+                 "--set", "search_budget_s=5"]) == 2
+    assert "disagrees with --set search_budget_s=5" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["shard", str(tmp_path / "t.json"), "--method", "neuroshard", "--budget", "soon"])

@@ -12,7 +12,7 @@ import argparse
 from shardlab import constants as C
 from shardlab.cli.dist_flags import add_dist_verbs
 from shardlab.cli.arguments import (OneLineParser, VerbFormatter, add_dataclass_arguments, add_evaluator_arguments, add_verb,
-                                    dims, setting)
+                                    dims, duration, setting)
 from shardlab.workflows.rl_args import AutoShardArgs, DreamShardArgs
 
 DESCRIPTION = ("shardlab: embedding-table sharding for DLRM training -- make tasks, shard them, measure and "
@@ -88,6 +88,9 @@ def _add_task_verbs(sub: argparse._SubParsersAction) -> None:
                    help="a sharder option of the method, repeatable (e.g. --set beam_width=5 --set split_guard=false); "
                         "values are JSON where they parse (true, 3, 0.5, [4, 8]), else text")
     p.add_argument("--model", default=None, help="cost model (shipped name or manifest path) for model-based methods")
+    p.add_argument("--budget", type=duration, default=None, metavar="DURATION",
+                   help="a time budget for the search (90s, 10m), for methods that take one (neuroshard's "
+                        "search_budget_s): the best plan so far is the answer, and the plan says what the budget did")
     p.add_argument("--verify", type=int, default=None, metavar="K",
                    help="measure the model's K best plans and the best heuristic plan in paired rounds and "
                         "return the measured best (verdicts in the plan's metadata)")

@@ -73,6 +73,14 @@ def cmd_shard(args: argparse.Namespace) -> None:
         if "model" in config and config["model"] != args.model:
             raise ShardlabError(f"option '--model' = {args.model!r} disagrees with --set model={config['model']!r}")
         config["model"] = args.model
+    if args.budget is not None:
+        if "search_budget_s" not in sharder_options(args.method):
+            raise ShardlabError(f"shard: field 'budget' does not apply to method '{args.method}' (it takes no search "
+                                "budget)")
+        if "search_budget_s" in config and config["search_budget_s"] != args.budget:
+            raise ShardlabError(f"option '--budget' = {args.budget:g} s disagrees with --set "
+                                f"search_budget_s={config['search_budget_s']!r}")
+        config["search_budget_s"] = args.budget
     sharder = sharder_for(args.method, args.profile or C.PLAN_PROFILE, **config)   # its profile's shipped models
     if args.verify:
         sharder = verified(sharder, args.verify, getattr(sharder, "profile", args.profile or C.MEASURE_PROFILE),

@@ -260,7 +260,7 @@ class NeuroShardSharder:
             if work > C.MAX_NEUROSHARD_WORK:
                 raise ShardlabError(f"task '{task.name}': {len(task.tables):,} tables x {task.ngpu} GPUs = {work:,} is "
                                     f"over column-wise neuroshard's bound of {C.MAX_NEUROSHARD_WORK:,} (hours of "
-                                    "search); give it a time budget (--set search_budget_s=60) or use "
+                                    "search); give it a time budget (shard --budget 60s, or search_budget_s=60) or use "
                                     "neuroshard[columns=false]")
         coster = self.coster()
         placer = self.placer(coster, seed)
