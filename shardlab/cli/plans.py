@@ -63,24 +63,25 @@ def method_settings(methods: Sequence[str], settings: dict[str, Any]) -> dict[st
     return {m: {k: v for k, v in settings.items() if k in taken} for m, taken in options.items()}
 
 
+def _flag_option(config: dict[str, Any], method: str, flag: str, option: str, value: Any, lacking: str) -> None:
+    """Put ``--flag``'s ``value`` (None: not given) into ``config`` as the sharder option
+    ``option``: one line where ``method`` has no such option (``lacking`` says why) or ``--set``
+    gave it another value."""
+    if value is None:
+        return
+    if option not in sharder_options(method):
+        raise ShardlabError(f"shard: field '{flag}' does not apply to method '{method}' ({lacking})")
+    if option in config and config[option] != value:
+        raise ShardlabError(f"option '--{flag}' = {value!r} disagrees with --set {option}={config[option]!r}")
+    config[option] = value
+
+
 def cmd_shard(args: argparse.Namespace) -> None:
     """Shard a task with one method (configured by ``--model`` and ``--set``) and save the plan."""
     task = load_task(args.task)
     config = method_settings([args.method], dict(args.settings))[args.method]
-    if args.model is not None:
-        if "model" not in sharder_options(args.method):
-            raise ShardlabError(f"shard: field 'model' does not apply to method '{args.method}' (it uses no cost model)")
-        if "model" in config and config["model"] != args.model:
-            raise ShardlabError(f"option '--model' = {args.model!r} disagrees with --set model={config['model']!r}")
-        config["model"] = args.model
-    if args.budget is not None:
-        if "search_budget_s" not in sharder_options(args.method):
-            raise ShardlabError(f"shard: field 'budget' does not apply to method '{args.method}' (it takes no search "
-                                "budget)")
-        if "search_budget_s" in config and config["search_budget_s"] != args.budget:
-            raise ShardlabError(f"option '--budget' = {args.budget:g} s disagrees with --set "
-                                f"search_budget_s={config['search_budget_s']!r}")
-        config["search_budget_s"] = args.budget
+    _flag_option(config, args.method, "model", "model", args.model, "it uses no cost model")
+    _flag_option(config, args.method, "budget", "search_budget_s", args.budget, "it takes no search budget")
     sharder = sharder_for(args.method, args.profile or C.PLAN_PROFILE, **config)   # its profile's shipped models
     if args.verify:
         sharder = verified(sharder, args.verify, getattr(sharder, "profile", args.profile or C.MEASURE_PROFILE),

@@ -17,7 +17,7 @@ from shardlab.errors import InfeasibleError
 from shardlab.search.blocks import Block, ShardCoster, block_id
 from shardlab.search.feasibility import heuristic_plan
 from shardlab.search.greedy_grid import HeadCoster, greedy_grid
-from shardlab.search.stages import Placed, State
+from shardlab.search.stages import Placed, per_state, State
 from shardlab.tables import Task
 
 
@@ -38,7 +38,7 @@ class GridPlacer:
         at a time). ``comm``: one comm model, or a list of one per state."""
         if not states:
             return []
-        comms = comm if isinstance(comm, list) else [comm] * len(states)
+        comms = per_state(comm, len(states))
         ids: dict[tuple, int] = {}
         distinct: list[Block] = []
         of_state: list[list[int]] = []          # each state's blocks as distinct-block indices

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from shardlab.costmodel.base import simulate
 from shardlab.errors import InfeasibleError, ShardlabError
 from shardlab.search.blocks import Block
-from shardlab.search.stages import Placed
+from shardlab.search.stages import Placed, per_state
 from shardlab.tables import Table, Task
 
 
@@ -34,7 +34,7 @@ class SharderPlacer:
         """For each state, the device of each block as the sharder places them and the
         simulation, or None where the sharder finds no feasible plan. ``comm``: one comm model,
         or a list of one per state."""
-        comms = comm if isinstance(comm, list) else [comm] * len(states)
+        comms = per_state(comm, len(states))
         out: list[Placed | None] = []
         for state, c in zip(states, comms):
             pinned = [b.parent for b in state if b.device >= 0]

@@ -65,6 +65,12 @@ class State:
         return sum(is_split(b) for b in self.blocks)
 
 
+def per_state(comm: Any, n: int) -> list[Any]:
+    """A placer's ``comm`` argument as one comm model per state: a list as given, else ``comm``
+    for each of the ``n`` states."""
+    return comm if isinstance(comm, list) else [comm] * n
+
+
 @runtime_checkable
 class Placer(Protocol):
     """Stage 1: place and cost many states of one task at once."""
