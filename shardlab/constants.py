@@ -197,13 +197,13 @@ SAMPLE_MEM_GB = 4.0
 #: a comm sample draws per rank (ms: the all-to-all waits for the slowest, as after uneven
 #: compute); and ``hardware new``'s wall-clock budget (minutes).
 SAMPLE_MAX_TABLES = 15
+PLAN_CAMPAIGN_TABLES = (10, 60)
+COMM_DELAY_MS = 30.0
+HARDWARE_NEW_MINUTES = 10.0
 #: Samples (or plans) a ``measure`` verb takes when ``--samples`` is not given (0..N-1).
 CAMPAIGN_SAMPLES = 100
 #: Devices of a drawn task and of a plan campaign's tasks when none are given.
 DEFAULT_NGPU = 4
-PLAN_CAMPAIGN_TABLES = (10, 60)
-COMM_DELAY_MS = 30.0
-HARDWARE_NEW_MINUTES = 10.0
 
 #: GPUs per host assumed where a task says nothing (table-row-wise keeps a table inside one host).
 DEFAULT_HOST_SIZE = 8

@@ -141,7 +141,7 @@ def _shown(value: Any) -> str:
 
 class RenamedFlag(argparse.Action):
     """An option spelled so before it was renamed: refused, in one line, with its new spelling
-    (its ``help`` holds the new flag; hidden from ``--help``)."""
+    ``new`` (the flag it was renamed to); hidden from ``--help``."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, new: str, **kwargs: Any):
         super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="?", help=argparse.SUPPRESS, **kwargs)

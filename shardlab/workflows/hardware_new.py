@@ -145,8 +145,8 @@ def new_profile(name: str, minutes: float = C.HARDWARE_NEW_MINUTES, like: str | 
         n, deadline = 0, start + COMPUTE_SHARE * budget
         while time.monotonic() < deadline or _stored(store, "compute") < MIN_COMPUTE:
             n += CHUNK                                 # in chunks, so that the bar follows the budget
-            run_compute_campaign(store, n, prof, workers=workers, seed=seed, progress=False,
-                                 mem_cap_gb=mem_cap_gb, deadline=deadline if _stored(store, "compute") >= MIN_COMPUTE else None)
+            run_compute_campaign(store, n, prof, workers=workers, seed=seed, progress=False, mem_cap_gb=mem_cap_gb,
+                                 deadline=deadline if _stored(store, "compute") >= MIN_COMPUTE else None)
             tick(f"compute, {n} samples")
         if ranks:
             tick(f"all-to-alls of {ranks} ranks")
