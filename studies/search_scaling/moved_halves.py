@@ -162,6 +162,7 @@ def first_round(task: Task) -> dict:
     ok = np.isfinite(m) & np.isfinite(g)
     top = np.argsort(m, kind="stable")[: s.beam_width]
     return {"task": task.name, "tables": len(task.tables), "gpus": task.ngpu, "candidates": len(idx),
+            "costs": f"model:{s.model_name()} ({s.profile})",
             "table_wise_ms": table_wise[1].cost_ms, "moved_best_ms": float(m.min()), "grid_best_ms": float(g.min()),
             "moved_unchanged": int(np.sum(np.isclose(m, table_wise[1].cost_ms, rtol=0, atol=1e-9))),
             "spearman": float(np.corrcoef(_ranks(m[ok]), _ranks(g[ok]))[0, 1]) if ok.sum() > 2 else None,
@@ -171,7 +172,8 @@ def first_round(task: Task) -> dict:
 
 def report(rows: list[dict], env: dict) -> str:
     lines = ["# Moved halves against the re-run grid: first beam round", "",
-             f"{env.get('hardware')}, git {env.get('git')}. Costs: the default profile's search model, ms.", "",
+             f"{env.get('hardware')}, git {env.get('git')}. Costs (ms): {rows[0]['costs'] if rows else '-'}, "
+             "predicted, nothing measured.", "",
              "| task | candidates | table-wise | moved best | grid best | moved = table-wise | Spearman "
              "| grid rank of moved top 3 | moved s | grid s |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
