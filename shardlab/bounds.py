@@ -100,6 +100,8 @@ BOUNDS: dict[str, Bound] = {
     "beam_width": Bound(1, 64),
     "max_splits": Bound(0, 100),
     "top_n": Bound(1, 1000),
+    "polish_moves": Bound(0, 100_000, what="moves per polished state"),
+    "child_moves": Bound(0, 100_000, what="polish moves per beam candidate"),
     "host_size": Bound(1, C.MAX_NGPU),
 }
 

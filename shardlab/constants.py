@@ -106,6 +106,28 @@ SPLIT_GUARD_QUANTILE = 0.75
 #: never taken for a gain no one could measure.
 SPLIT_TIE = 0.01
 
+#: Moves NeuroShard's polish may make per state (``search/polish.py``: a block off the straggler
+#: to the device where the plan's predicted cost drops most); 0 turns polishing off. Each move
+#: costs one batched model call over (blocks on the straggler) x (G - 1) candidate plans.
+POLISH_MAX_MOVES = 200
+#: A polish move is made only where it lowers the predicted plan cost by more than this (ms):
+#: the grid's own rounding of predicted ms (1e-9), so float noise never counts as a gain.
+POLISH_MIN_GAIN_MS = 1e-9
+#: Devices a polish move may go to: the straggler's blocks are offered to the devices whose
+#: compute + backward comm end first, at most this many (a move to a device that ends late
+#: seldom relieves the straggler), so a move costs at most blocks x 64 candidate plans at any G.
+POLISH_TARGETS = 64
+#: How the column-wise beam costs its candidates by default (``search/column_beam.py``):
+#: ``"grid"``, every candidate placed again by the greedy grid, as the seed does. ``"moved"``
+#: (from the parent's placement) is 3-4x faster from 800 x 64 up and found cheaper plans there,
+#: but worse ones than the seed's search on 11 of 40 small drawn tasks and 2 of 12 larger ones
+#: (``studies/search_scaling/costings.py``), so it is an option, not the default.
+BEAM_COSTING = "grid"
+#: Polish moves each ``"moved"`` candidate gets before the beam ranks it (its kept states get up
+#: to ``POLISH_MAX_MOVES``): 2 lets a split's halves pull a block or two off the device they
+#: crowd, which ranks candidates by what they are worth once re-balanced.
+BEAM_CHILD_MOVES = 2
+
 #: Equivalence margin of a paired comparison (dimensionless, 0.05 = 5%): a plan is
 #: ``equivalent`` to the reference when the 95% interval of their paired ratio plan / reference
 #: contains 1 and lies inside [1/(1+m), 1+m] (``evaluate/stats.py``; ``--margin`` on the command line).

@@ -18,15 +18,17 @@ from pathlib import Path
 PATH = Path(__file__).parent / "data" / "saved_plans.json"
 
 #: Method name at the time of saving -> how the redesigned package spells the same sharder (NeuroShard
-#: with the model it searched with then, `neuroshard_broad`, the cpu default of the time).
+#: with the model it searched with then, `neuroshard_broad`, the cpu default of the time, and without
+#: the polish its column-wise search has since gained: ``polish_moves=0``, ``search/polish.py``).
 METHODS = {
     "random": "random", "size_greedy": "size_greedy", "dim_greedy": "dim_greedy", "lookup_greedy": "lookup_greedy",
     "size_lookup_greedy": "size_lookup_greedy",
     "torchrec": "torchrec", "torchrec_free": "torchrec_free",
-    "neuroshard": "neuroshard[model=neuroshard_broad]", "neuroshard_tw": "neuroshard[model=neuroshard_broad,columns=false]",
-    "neuroshard_pool": "neuroshard[model=neuroshard]",
-    "neuroshard_unguarded": "neuroshard[model=neuroshard_broad,split_guard=false]",
-    "neuroshard_rwcomm": "neuroshard[model=neuroshard_broad,rowwise_comm=shipped]",
+    "neuroshard": "neuroshard[model=neuroshard_broad,polish_moves=0]",
+    "neuroshard_tw": "neuroshard[model=neuroshard_broad,columns=false]",
+    "neuroshard_pool": "neuroshard[model=neuroshard,polish_moves=0]",
+    "neuroshard_unguarded": "neuroshard[model=neuroshard_broad,split_guard=false,polish_moves=0]",
+    "neuroshard_rwcomm": "neuroshard[model=neuroshard_broad,rowwise_comm=shipped,polish_moves=0]",
     "dreamshard": "dreamshard", "autoshard": "autoshard",
 }
 

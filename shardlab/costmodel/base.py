@@ -211,6 +211,20 @@ def simulate_from(compute_ms: np.ndarray, dims: Sequence[int], comm: CommModel) 
     return simulate_many(np.asarray(compute_ms, dtype=float)[None], np.asarray([dims]), comm)[0]
 
 
+def plan_costs(compute_ms: np.ndarray, dims: np.ndarray, comm: CommModel) -> np.ndarray:
+    """(n,) each plan's :attr:`Simulated.cost_ms` as :func:`simulate_many` computes it (the same
+    arithmetic, in the same order), without building n :class:`Simulated`: for searches that
+    weigh thousands of candidate plans. ``compute_ms`` (n, G, 2) ms, ``dims`` (n, G)."""
+    c = np.asarray(compute_ms, dtype=float)
+    d = np.asarray(dims)
+    if d.shape[1] < 2:
+        return (c[:, :, 0] + c[:, :, 1]).max(axis=1)
+    bw = np.asarray(comm.predict(d, None), dtype=float)[:, :, 1]
+    delays = forward_delays(c.sum(axis=2) + bw)
+    fw = np.asarray(comm.predict(d, delays), dtype=float)[:, :, 0]
+    return (c[:, :, 0] + c[:, :, 1] + fw + bw).max(axis=1)
+
+
 def simulate_many(compute_ms: np.ndarray, dims: np.ndarray, comm: CommModel) -> list[Simulated]:
     """:func:`simulate_from` for n plans of the same G at once (two batched comm calls):
     ``compute_ms`` (n, G, 2) fw/bw ms, ``dims`` (n, G) dim sums. One device: no all-to-all."""

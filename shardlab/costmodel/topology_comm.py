@@ -134,15 +134,27 @@ class TopologyComm:
         inter = np.maximum((sent * other).sum(-1), (received * other).sum(-1)) / (self.inter_gbps * 1e9)
         return self.latency_us * 1e-3 + 1e3 * np.maximum(intra, inter)
 
+    def _pooled_ms(self, chunk: np.ndarray) -> np.ndarray:
+        """(n, G) ms per rank of the pooled all-to-all where rank r sends ``chunk[k, r]`` bytes to
+        every peer (n, G): :meth:`_ms` of those bytes, by host sums in O(n G) rather than G x G
+        peer matrices (search weighs thousands of candidate plans at once)."""
+        g = chunk.shape[-1]
+        host = np.arange(g) // max(1, self.gpus_per_host)
+        size = np.bincount(host)[host]                                    # ranks in each rank's host
+        starts = np.flatnonzero(np.diff(host, prepend=-1))                # each host's first rank
+        mine = np.add.reduceat(chunk, starts, axis=-1)[..., host]         # bytes of each rank's host
+        total = chunk.sum(axis=-1, keepdims=True)
+        intra = np.maximum(chunk * (size - 1), mine - chunk) / (self.intra_gbps * 1e9)
+        inter = np.maximum(chunk * (g - size), total - mine) / (self.inter_gbps * 1e9)
+        return self.latency_us * 1e-3 + 1e3 * np.maximum(intra, inter)
+
     def predict(self, dim_sums: Any, delays_ms: Any = None) -> np.ndarray:
         """(n, G, 2) forward and backward ms per rank of the pooled all-to-all; ``dim_sums`` and
         ``delays_ms`` (ms, or None) are (n, G)."""
         d = np.atleast_2d(np.asarray(dim_sums, dtype=float))
         n, g = d.shape
         chunk = self.batch_size / g * self.bytes_per_value * d            # (n, G) bytes to each peer
-        sent = np.repeat(chunk[:, :, None], g, axis=2)                    # sent[k, r, p] = chunk[k, r]
-        received = np.repeat(chunk[:, None, :], g, axis=1)                # received[k, r, p] = chunk[k, p]
-        t = self._ms(sent, received).max(axis=1, keepdims=True) * np.ones((1, g)) if g > 1 else np.zeros((n, g))
+        t = self._pooled_ms(chunk).max(axis=1, keepdims=True) * np.ones((1, g)) if g > 1 else np.zeros((n, g))
         wait = np.zeros((n, g)) if delays_ms is None else np.atleast_2d(np.asarray(delays_ms, dtype=float))
         wait = wait.max(axis=1, keepdims=True) - wait
         return np.stack([t + wait, t], axis=2)

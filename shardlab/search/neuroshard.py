@@ -61,14 +61,15 @@ from shardlab.plan import Placement, Plan
 from shardlab.data.hardware_profiles import FILE as PROFILE_FILE
 from shardlab.data.hardware_profiles import profile_folder
 from shardlab.search.blocks import Block, ShardCoster, whole_blocks
-from shardlab.search.column_beam import ColumnBeam
+from shardlab.search.column_beam import BEAM_COSTINGS, ColumnBeam
 from shardlab.search.greedy_grid import GREEDY_RULES
 from shardlab.search.grid_placer import GridPlacer, fallback_state
+from shardlab.search.polish import Polisher, Scorer, polish_cheapest
 from shardlab.search.portfolio import choose_from_portfolio
 from shardlab.search.registry import check_search_gpus, parse_method, register_sharder, sharder_for
 from shardlab.search.row_wise import RowBlocks, choose_rows, oversized, row_aware_comm, row_metadata
 from shardlab.search.sharder_placer import SharderPlacer
-from shardlab.search.split_guard import CostChooser, GuardChooser, guard_judges
+from shardlab.search.split_guard import CostChooser, GuardChooser, guard_judges, guarded_costs
 from shardlab.search.stages import State
 from shardlab.tables import Table, Task
 
@@ -81,6 +82,7 @@ OPTION_RANGES = {
     "caps": (lambda v: 1 <= len(v) <= 64 and all(isinstance(x, (int, float)) and 1.0 <= x <= 100.0 for x in v),
              "must be 1 to 64 dim-balance caps in [1, 100]"),
     "greedy_rule": (lambda v: v in GREEDY_RULES, f"must be one of {', '.join(GREEDY_RULES)}"),
+    "beam_costing": (lambda v: v in BEAM_COSTINGS, f"must be one of {', '.join(BEAM_COSTINGS)}"),
     "place_with": (lambda v: isinstance(v, str) and (not v or parse_method(v)[0] != "neuroshard"),
                    "must be '' (the greedy grid) or a table-wise method spec other than neuroshard"),
     "search_budget_s": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -126,13 +128,17 @@ class NeuroShardSharder:
     portfolio: tuple[str, ...] = C.PORTFOLIO_METHODS
     task_calibration: bool | None = None
     search_budget_s: float | None = None
+    beam_costing: str = C.BEAM_COSTING
+    polish_moves: int = C.POLISH_MAX_MOVES
+    child_moves: int = C.BEAM_CHILD_MOVES
     _bundle: CostModelBundle | None = field(default=None, repr=False)
     _budget_record: dict[str, Any] | None = field(default=None, repr=False)
     _task_bundle: CostModelBundle | None = field(default=None, repr=False)
     _placing: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        check_bounds(f"method '{self.name}'", self, "beam_width", "max_splits", "top_n", "host_size")
+        check_bounds(f"method '{self.name}'", self, "beam_width", "max_splits", "top_n", "host_size", "polish_moves",
+                     "child_moves")
         check_ranges(f"method '{self.name}'", self, OPTION_RANGES)
         if self.place_with:                       # built once: an unknown method is one line now
             try:
@@ -288,15 +294,37 @@ class NeuroShardSharder:
         evaluated = [] if best is None else [State(blocks, best[0], best[1])]
         self._budget_record = None
         if self.columns:
+            scorers = self._scorers(task, coster, comm, evaluated)
+            polisher = Polisher(scorers or [Scorer(coster, comm)], self.polish_moves if scorers else 0,
+                                self.greedy_rule)
             beam = ColumnBeam(coster, self.beam_width, self.max_splits, self.top_n, self.whole, self.min_cols,
-                              self.search_budget_s, started)
+                              self.search_budget_s, started, self.beam_costing, polisher, self.child_moves)
             evaluated += beam.propose(task, blocks, best, lambda states: placer.place_many(task, states, comm))
+            evaluated += polish_cheapest(task, evaluated, polisher, self.beam_width)
             self._budget_record = beam.budget_record()
         if not evaluated:                        # a tight task: a heuristic's plan, placed by the grid
             state, rows = fallback_state(task, GridPlacer(coster, self.caps, self.greedy_rule),
                                          self.bundle().comm_for(task.ngpu)[0])
             evaluated = [state]
         return (*self._guard(task, evaluated), rows)
+
+    def _scorers(self, task: Task, coster: ShardCoster, comm: Any, evaluated: list[State]) -> list[Scorer] | None:
+        """What a polish scores by (``search/polish.py``): the search's own model, then, for a
+        guarded search, each judge the guard will weigh with (incremental ones; a guard with
+        another kind of judge polishes nothing: None), each over its guarded cost of the
+        table-wise plan; unguarded, or with no table-wise plan, the own model's ms alone."""
+        own = Scorer(coster, comm)
+        if not (self.split_guard and evaluated) or self.polish_moves == 0:
+            return [own]
+        judges, _ = guard_judges(self.model_name(), self.bundle(), self.judges(), self.profile)
+        out = []
+        for j in judges:
+            jc = coster if j.own else ShardCoster(j.bundle.compute)
+            if not jc.incremental:
+                return None
+            ref = float(guarded_costs(j, task, evaluated[:1])[0])
+            out.append(Scorer(jc, comm if j.own else j.bundle.comm_for(task.ngpu)[0], j.factor, max(ref, 1e-12)))
+        return out
 
     def _guard(self, task: Task, evaluated: list[State]) -> tuple[list[Ranked], dict[str, Any]]:
         """Rank the evaluated states (the search's chooser, ``search/stages.py``): by the split
