@@ -20,6 +20,11 @@ Steps, each detailed in its own module:
    of ``beam_width`` states, the top-``top_n`` blocks by size and by single cost (halves multiples
    of 4, not in ``whole``, none narrower than its table's ``min_cols`` entry) are halved and the
    grid re-run, for up to ``max_splits`` rounds; every state of a round shares one grid call.
+   ``beam_costing`` (default ``constants.BEAM_COSTING``, ``"grid"``) says how candidates are
+   costed: re-run through the grid, or ``"moved"`` from the parent's placement (``child_moves``).
+   Then the ``beam_width`` cheapest states and the table-wise one are **polished**
+   (``search/polish.py``, ``polish_moves``; 0: off): blocks moved off the straggler while the
+   split guard's score drops, never worse under the search's own model.
    The **split guard** (``search/split_guard.py``, ``split_guard``, ``guard_models``) keeps a split
    plan only if every judge predicts it faster than the table-wise plan
    (``metadata["split_guard"]``).

@@ -4,7 +4,7 @@ no polish), the same beam with its cheapest states polished (``grid`` + polish, 
 the ``moved`` costing (candidates placed from their parent's placement, ``search/column_beam.py``).
 
 For each task (``shardlab tasks``-style draws from the pool's test split: tables, GPUs and
-device GB drawn from the run's sizes, seeded) every configuration searches once
+device GB drawn from the run's sizes, seeded; or the scaling study's fixed points) every configuration searches once
 (``neuroshard[portfolio=[]]``, task calibration off, the default profile's model, model loaded
 before the clock): the search's plan -- the split guard's choice -- and its predicted cost (ms,
 ``model:neuroshard`` of the profile, nothing measured), its splits and the search's seconds. A
@@ -14,6 +14,7 @@ what it did) and its report ``.md``. Timing: run it alone.
 
     .venv/bin/python studies/search_scaling/costings.py --tasks 40 --sizes small
     .venv/bin/python studies/search_scaling/costings.py --tasks 12 --sizes large
+    .venv/bin/python studies/search_scaling/costings.py --sizes scale     # 100 x 8 ... 2,000 x 128
 """
 
 from __future__ import annotations
@@ -44,17 +45,23 @@ CONFIGS = {"seed": {"beam_costing": "grid", "polish_moves": 0},
 #: Size ranges drawn from: (tables lo, hi), GPU counts, device GB.
 SIZES = {"small": ((8, 60), (2, 4, 8), (1.0, 4.0, 16.0, 80.0)),
          "large": ((100, 400), (8, 16, 32), (80.0,))}
+#: ``--sizes scale``: the scaling study's points instead of draws (tables, GPUs; 80 GB, seed 0;
+#: the pool's whole table list from 2,000 tables, as ``shardlab tasks --split all``).
+SCALE = ((100, 8), (400, 32), (800, 64), (2000, 128))
 
 
-def draw(rng: np.random.Generator, sizes: str) -> dict:
+def draw(rng: np.random.Generator, sizes: str, k: int) -> dict:
+    if sizes == "scale":
+        n, g = SCALE[k % len(SCALE)]
+        return {"ntables": n, "ngpu": g, "mem_cap_gb": 80.0, "seed": 0, "split": "all" if n >= 2000 else "test"}
     (lo, hi), gpus, mems = SIZES[sizes]
     return {"ntables": int(rng.integers(lo, hi + 1)), "ngpu": int(rng.choice(gpus)),
-            "mem_cap_gb": float(rng.choice(mems)), "seed": int(rng.integers(0, 10**6))}
+            "mem_cap_gb": float(rng.choice(mems)), "seed": int(rng.integers(0, 10**6)), "split": "test"}
 
 
 def one_task(spec: dict) -> dict:
     """Every configuration's search of one drawn task (module docstring)."""
-    task = generate_task(split="test", **spec)
+    task = generate_task(**spec)
     row = {"task": task.name, **spec, "configs": {}}
     for name, opts in CONFIGS.items():
         s = NeuroShardSharder(portfolio=(), **opts)
@@ -97,7 +104,7 @@ def report(header: dict, rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=40, help="tasks drawn")
-    ap.add_argument("--sizes", choices=sorted(SIZES), default="small")
+    ap.add_argument("--sizes", choices=sorted(SIZES) + ["scale"], default="small")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
@@ -107,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with open(stem.with_suffix(".jsonl"), "w") as f:
         f.write(json.dumps(header) + "\n")
-        for _ in range(args.tasks):
-            rows.append(one_task(draw(rng, args.sizes)))
+        for k in range(len(SCALE) if args.sizes == "scale" else args.tasks):
+            rows.append(one_task(draw(rng, args.sizes, k)))
             f.write(json.dumps(rows[-1]) + "\n")
             f.flush()
             print(rows[-1]["task"], {n: round(c["predicted_ms"], 4) for n, c in rows[-1]["configs"].items()}, flush=True)
