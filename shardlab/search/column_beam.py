@@ -21,7 +21,7 @@ How a round's candidates are costed (``costing``, one of :data:`BEAM_COSTINGS`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -129,9 +129,9 @@ class ColumnBeam:
                 for k, got in zip(ks, place([chunk[k][0] for k in ks])):
                     out[k] = None if got is None else State(chunk[k][0], got[0], got[1])
                 continue
-            short = replace(self.polisher, max_moves=min(self.child_moves, self.polisher.max_moves))
-            for k, got in zip(ks, self.polisher.children(self._task, parent, [chunk[k][2] for k in ks])):
-                out[k] = got if got is None else short.polish(self._task, got)[0]
+            moves = min(self.child_moves, self.polisher.max_moves)
+            for k, got in zip(ks, self.polisher.children(self._task, parent, [chunk[k][2] for k in ks], moves)):
+                out[k] = got
         return out
 
     def _polished(self, states: list[State], evaluated: list[State]) -> list[State]:

@@ -77,22 +77,28 @@ class Polisher:
         rows = [h.rows(sc.coster.embed(state.blocks)) for h, sc in zip(heads, scorers)]
         return _Placement(task, state.blocks, state.devices, rows, heads)
 
-    def children(self, task: Task, parent: State, indices: Sequence[int]) -> list[State | None]:
+    def children(self, task: Task, parent: State, indices: Sequence[int], moves: int = 0) -> list[State | None]:
         """For each block index of ``indices`` (in ``parent.blocks``), the state that halves it,
-        its halves placed from ``parent``'s placement by the own model (module docstring), or
-        None where a half fits no device."""
+        its halves placed from ``parent``'s placement by the own model (module docstring) and
+        then polished by at most ``moves`` moves, or None where a half fits no device."""
         if not indices:
             return []
-        own = self.scorers[0]
-        p = self._arrays(task, parent, [own])
+        scorers = self.scorers if moves else self.scorers[:1]
+        p = self._arrays(task, parent, scorers)
         made: list[tuple[tuple[Block, ...], _Placement] | None] = []
         for i in indices:
             blocks = split_block(tuple(parent.blocks), i)
-            child = p.split_block(i, blocks[i: i + 2], [own.coster])
-            made.append(None if not all(child.place(k, self.rule) for k in (i, i + 1)) else (blocks, child))
+            child = p.split_block(i, blocks[i: i + 2], [sc.coster for sc in scorers])
+            if not all(child.place(k, self.rule) for k in (i, i + 1)):
+                made.append(None)
+                continue
+            if moves:
+                self._run(task, child, moves)
+            made.append((blocks, child))
         ok = [m for m in made if m is not None]
         for _, c in ok:
             c.dsum = np.bincount(c.devices, weights=c.dims, minlength=len(c.dsum))
+        own = self.scorers[0]
         sims = iter(simulate_many(np.stack([c.ms[0] for _, c in ok]), np.stack([c.dsum for _, c in ok]), own.comm)
                     if ok else [])
         return [None if m is None else State(m[0], m[1].devices.tolist(), next(sims)) for m in made]
@@ -103,21 +109,28 @@ class Polisher:
         if self.max_moves == 0 or task.ngpu < 2 or not state.blocks:
             return state, 0
         p = self._arrays(task, state, self.scorers)
-        score, binding = self._score(p, p.ms_of, p.dsum[None], p.split_dev[None])
-        moves = 0
-        while moves < self.max_moves:
-            got = self._best_move(task, p, int(binding[0]))
-            if got is None or got[2] >= score[0] - C.POLISH_MIN_GAIN_MS / self.scorers[0].ref_ms:
-                break
-            p.move(got[0], got[1])
-            score, binding = np.array([got[2]]), np.array([got[3]])
-            moves += 1
+        moves = self._run(task, p, self.max_moves)
         if moves == 0:
             return state, 0
         sim = p.simulate(self.scorers[0].comm)
         if sim.cost_ms >= state.simulated.cost_ms:
             return state, 0
         return State(state.blocks, p.devices.tolist(), sim), moves
+
+    def _run(self, task: Task, p: "_Placement", limit: int) -> int:
+        """Moves made on ``p`` in place (module docstring), at most ``limit``."""
+        if task.ngpu < 2:
+            return 0
+        score, binding = self._score(p, p.ms_of, p.dsum[None], p.split_dev[None])
+        moves = 0
+        while moves < limit:
+            got = self._best_move(task, p, int(binding[0]))
+            if got is None or got[2] >= score[0] - C.POLISH_MIN_GAIN_MS / self.scorers[0].ref_ms:
+                break
+            p.move(got[0], got[1])
+            score, binding = np.array([got[2]]), np.array([got[3]])
+            moves += 1
+        return moves
 
     def _score(self, p: "_Placement", ms_of: Any, dsum: np.ndarray, split_dev: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:

@@ -37,6 +37,8 @@ from studies.common.records import append_record  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 #: (method, tables, GPUs, target search_seconds or None): the sizes and targets of the scale work.
 POINTS = (("neuroshard", 100, 8, 0.5), ("neuroshard", 800, 64, 3.0), ("neuroshard", 2000, 128, 10.0),
+          ("neuroshard[beam_costing=moved]", 100, 8, 0.5), ("neuroshard[beam_costing=moved]", 800, 64, 3.0),
+          ("neuroshard[beam_costing=moved]", 2000, 128, 10.0),
           ("neuroshard[columns=false]", 2000, 128, None), ("neuroshard[columns=false]", 10000, 1024, 10.0),
           ("dreamshard", 2000, 128, None), ("dreamshard", 10000, 1024, None),
           ("autoshard", 2000, 128, None), ("autoshard", 10000, 1024, None))
