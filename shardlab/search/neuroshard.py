@@ -69,12 +69,12 @@ from shardlab.search.blocks import Block, ShardCoster, whole_blocks
 from shardlab.search.column_beam import BEAM_COSTINGS, ColumnBeam
 from shardlab.search.greedy_grid import GREEDY_RULES
 from shardlab.search.grid_placer import GridPlacer, fallback_state
-from shardlab.search.polish import Polisher, Scorer, polish_cheapest
+from shardlab.search.polish import Polisher, Scorer, judge_scorers, polish_cheapest
 from shardlab.search.portfolio import choose_from_portfolio
 from shardlab.search.registry import check_search_gpus, parse_method, register_sharder, sharder_for
 from shardlab.search.row_wise import RowBlocks, choose_rows, oversized, row_aware_comm, row_metadata
 from shardlab.search.sharder_placer import SharderPlacer
-from shardlab.search.split_guard import CostChooser, GuardChooser, guard_judges, guarded_costs
+from shardlab.search.split_guard import CostChooser, GuardChooser, guard_judges
 from shardlab.search.stages import State
 from shardlab.tables import Table, Task
 
@@ -299,7 +299,10 @@ class NeuroShardSharder:
         evaluated = [] if best is None else [State(blocks, best[0], best[1])]
         self._budget_record = None
         if self.columns:
-            scorers = self._scorers(task, coster, comm, evaluated)
+            scorers: list[Scorer] | None = [Scorer(coster, comm)]
+            if self.split_guard and evaluated and self.polish_moves:        # polish as the guard will judge
+                judges, _ = guard_judges(self.model_name(), self.bundle(), self.judges(), self.profile)
+                scorers = judge_scorers(task, judges, coster, comm, evaluated[0])
             polisher = Polisher(scorers or [Scorer(coster, comm)], self.polish_moves if scorers else 0,
                                 self.greedy_rule)
             beam = ColumnBeam(coster, self.beam_width, self.max_splits, self.top_n, self.whole, self.min_cols,
@@ -312,24 +315,6 @@ class NeuroShardSharder:
                                          self.bundle().comm_for(task.ngpu)[0])
             evaluated = [state]
         return (*self._guard(task, evaluated), rows)
-
-    def _scorers(self, task: Task, coster: ShardCoster, comm: Any, evaluated: list[State]) -> list[Scorer] | None:
-        """What a polish scores by (``search/polish.py``): the search's own model, then, for a
-        guarded search, each judge the guard will weigh with (incremental ones; a guard with
-        another kind of judge polishes nothing: None), each over its guarded cost of the
-        table-wise plan; unguarded, or with no table-wise plan, the own model's ms alone."""
-        own = Scorer(coster, comm)
-        if not (self.split_guard and evaluated) or self.polish_moves == 0:
-            return [own]
-        judges, _ = guard_judges(self.model_name(), self.bundle(), self.judges(), self.profile)
-        out = []
-        for j in judges:
-            jc = coster if j.own else ShardCoster(j.bundle.compute)
-            if not jc.incremental:
-                return None
-            ref = float(guarded_costs(j, task, evaluated[:1])[0])
-            out.append(Scorer(jc, comm if j.own else j.bundle.comm_for(task.ngpu)[0], j.factor, max(ref, 1e-12)))
-        return out
 
     def _guard(self, task: Task, evaluated: list[State]) -> tuple[list[Ranked], dict[str, Any]]:
         """Rank the evaluated states (the search's chooser, ``search/stages.py``): by the split

@@ -42,6 +42,7 @@ from shardlab import constants as C
 from shardlab.costmodel.base import Simulated, plan_costs, simulate_many
 from shardlab.search.blocks import Block, ShardCoster, split_block
 from shardlab.search.greedy_grid import HeadCoster
+from shardlab.search.split_guard import Judge, guarded_costs
 from shardlab.search.stages import State, is_split
 from shardlab.tables import Task
 
@@ -191,6 +192,22 @@ class Polisher:
             score[sl], bind[sl] = self._score(p, ms_of, dsum, split > 0)
         j = int(np.argmin(score))                     # the first minimum: lower block, then device
         return int(blk[j]), int(dst[j]), float(score[j]), int(bind[j])
+
+
+def judge_scorers(task: Task, judges: Sequence[Judge], coster: ShardCoster, comm: Any, table_wise: State
+                  ) -> list[Scorer] | None:
+    """What a guarded search's polish scores by: each of the split guard's ``judges`` (the own
+    one with the search's ``coster`` and ``comm``), its factor, over its guarded cost of the
+    ``table_wise`` plan (``search/split_guard.py``); None where a judge's compute model is not
+    incremental (such a guard cannot be followed move by move: nothing is polished)."""
+    out = []
+    for j in judges:
+        jc = coster if j.own else ShardCoster(j.bundle.compute)
+        if not jc.incremental:
+            return None
+        ref = float(guarded_costs(j, task, [table_wise])[0])
+        out.append(Scorer(jc, comm if j.own else j.bundle.comm_for(task.ngpu)[0], j.factor, max(ref, 1e-12)))
+    return out
 
 
 def polish_cheapest(task: Task, states: Sequence[State], polisher: Polisher, k: int) -> list[State]:
