@@ -287,7 +287,7 @@ def budget_profile(profile: str | HardwareProfile) -> HardwareProfile:
                         warmup=min(prof.warmup, C.BUDGET_OP_WARMUP))
 
 
-def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",
+def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = C.MEASURE_PROFILE,
                  bench: Any | None = None, lower_bound: bool = True) -> Evaluation:
     """One measurement of ``plan`` (no rounds, no interval: the campaigns' data point).
     ``bench``: an open :class:`~shardlab.measure.comm.CommBench` of ``plan.ngpu`` ranks to
@@ -305,7 +305,7 @@ def measure_plan(task: Task, plan: Plan, profile: str | HardwareProfile = "cpu",
                       bound_source=MEASURED_BOUND if bound is not None else None)
 
 
-def measure_plans(task: Task, plans: Mapping[str, Plan], profile: str | HardwareProfile = "cpu",
+def measure_plans(task: Task, plans: Mapping[str, Plan], profile: str | HardwareProfile = C.MEASURE_PROFILE,
                   lower_bound: bool = True, progress: bool = True, rounds: int = 1, seed: int = 0,
                   reference: str | None = None, margin: float = C.EQUIVALENCE_MARGIN,
                   sittings: int = 1) -> dict[str, Evaluation]:
@@ -320,7 +320,7 @@ def measure_plans(task: Task, plans: Mapping[str, Plan], profile: str | Hardware
     return ev.evaluate(task, plans)
 
 
-def measure_lower_bound(task: Task, profile: str | HardwareProfile = "cpu", bench: Any | None = None,
+def measure_lower_bound(task: Task, profile: str | HardwareProfile = C.MEASURE_PROFILE, bench: Any | None = None,
                         max_gb: float = DEFAULT_MAX_GB) -> float | None:
     """One measurement of the task's lower bound (ms; :func:`measure_bound`)."""
     return measure_bound(measurable(task)[0], get_profile(profile), bench, max_gb)

@@ -167,7 +167,7 @@ def broad_sample_tables(index: int, seed: int, space: BroadSpace, batch_size: in
     return chosen
 
 
-def run_broad_campaign(store_path: str, n_samples: int, profile: str | HardwareProfile = "cpu",
+def run_broad_campaign(store_path: str, n_samples: int, profile: str | HardwareProfile = C.MEASURE_PROFILE,
                        space: BroadSpace = BroadSpace(), max_tables: int = 10, mem_cap_gb: float = 3.0,
                        workers: int = 1, seed: int = 0, progress: bool = True,
                        on_sample: Callable[[str, dict[str, Any]], None] | None = None,

@@ -129,7 +129,7 @@ def run_jobs(store: SampleStore, kind: str, jobs: Iterable[tuple[str, list[dict[
     return added
 
 
-def run_compute_campaign(store_path: str, n_samples: int, profile: str | HardwareProfile = "cpu",
+def run_compute_campaign(store_path: str, n_samples: int, profile: str | HardwareProfile = C.MEASURE_PROFILE,
                          pool: str = C.DEFAULT_POOL, split: str = "train", max_tables: int = C.SAMPLE_MAX_TABLES,
                          mem_cap_gb: float = C.SAMPLE_MEM_GB, workers: int = 1, seed: int = 0,
                          progress: bool = True,
@@ -165,7 +165,7 @@ def run_compute_campaign(store_path: str, n_samples: int, profile: str | Hardwar
     return added
 
 
-def run_single_table_costs(store_path: str, profile: str | HardwareProfile = "cpu", workers: int = 1,
+def run_single_table_costs(store_path: str, profile: str | HardwareProfile = C.MEASURE_PROFILE, workers: int = 1,
                            max_samples: int | None = None, progress: bool = True,
                            deadline: float | None = None) -> int:
     """Measure, alone, every (table, dim) that appears in the store's compute samples of
@@ -210,7 +210,7 @@ def comm_sample_spec(world_size: int, index: int, seed: int, max_tables_per_rank
 
 
 def run_comm_campaign(store_path: str, n_samples: int, world_size: int,
-                      profile: str | HardwareProfile = "cpu", seed: int = 0, max_delay_ms: float = C.COMM_DELAY_MS,
+                      profile: str | HardwareProfile = C.MEASURE_PROFILE, seed: int = 0, max_delay_ms: float = C.COMM_DELAY_MS,
                       progress: bool = True, bench: Any | None = None, deadline: float | None = None) -> int:
     """Measure comm samples 0..n_samples-1 for ``world_size`` real ranks (one bench, reused)
     that are not yet in the store (kind ``comm:<G>``); returns how many were added; no sample is
@@ -282,7 +282,7 @@ def rowwise_spec(world_size: int, index: int, seed: int, batch_size: int, space:
 
 
 def run_rowwise_comm_campaign(store_path: str, n_samples: int, world_size: int,
-                              profile: str | HardwareProfile = "cpu", seed: int = 0, progress: bool = True,
+                              profile: str | HardwareProfile = C.MEASURE_PROFILE, seed: int = 0, progress: bool = True,
                               space: str = "narrow") -> int:
     """Measure row-wise comm samples 0..n_samples-1 of ``space`` not yet in the store (kind
     ``rowcomm:<G>``); returns how many were added. Scripts calling it need a ``__main__`` guard

@@ -191,7 +191,7 @@ def fused_inputs(tables: Sequence[Table], batch_size: int, batch_index: int) -> 
     return torch.from_numpy(np.concatenate(idx_parts)), torch.from_numpy(offsets)
 
 
-def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = "cpu",
+def measure_compute(tables: Sequence[Table], profile: str | HardwareProfile = C.MEASURE_PROFILE,
                     max_gb: float = DEFAULT_MAX_GB, first_batch: int = 0,
                     inputs: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
                     ops: OpCache | None = None) -> ComputeRecord:

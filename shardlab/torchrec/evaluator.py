@@ -77,7 +77,7 @@ class TorchRecEvaluator:
     ``reference``: the plan to compare against; when None and the plans hold two or more
     baselines, the best of them in a separate selection sitting (:meth:`_reference`)."""
 
-    def __init__(self, profile: str | HardwareProfile = "cpu", rounds: int = C.TORCHREC_ROUNDS,
+    def __init__(self, profile: str | HardwareProfile = C.MEASURE_PROFILE, rounds: int = C.TORCHREC_ROUNDS,
                  steps: int = C.TORCHREC_STEPS, warmup_steps: int = C.TORCHREC_WARMUP_STEPS, seed: int = 0, reference: str | None = None, timeout_s: float = 1800.0,
                  whole_step: bool = False, margin: float = C.EQUIVALENCE_MARGIN):
         self.profile, self.rounds, self.steps, self.warmup_steps = profile, rounds, steps, warmup_steps
@@ -142,8 +142,9 @@ class TorchRecEvaluator:
         return best, SELECTED
 
 
-def torchrec_plans(task: Task, plans: Mapping[str, Plan], profile: str | HardwareProfile = "cpu", rounds: int = 3,
-                   steps: int = 5, warmup_steps: int = 2, seed: int = 0, reference: str | None = None,
+def torchrec_plans(task: Task, plans: Mapping[str, Plan], profile: str | HardwareProfile = C.MEASURE_PROFILE,
+                   rounds: int = C.TORCHREC_ROUNDS, steps: int = C.TORCHREC_STEPS,
+                   warmup_steps: int = C.TORCHREC_WARMUP_STEPS, seed: int = 0, reference: str | None = None,
                    whole_step: bool = False, margin: float = C.EQUIVALENCE_MARGIN) -> dict[str, Evaluation]:
     """The TorchRec counterpart of :func:`~shardlab.evaluate.measured.measure_plans`: every plan
     applied in TorchRec and its training steps timed in ``rounds`` paired rounds

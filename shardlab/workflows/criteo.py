@@ -82,7 +82,7 @@ def row_layouts(task: Task, plan: Plan) -> dict[str, list[int]]:
     return {k: [d for _, d in sorted(v)] for k, v in sorted(out.items())}
 
 
-def measure_criteo(task: Task, plans: Mapping[str, Plan | str], profile: str = "cpu", rounds: int = 3,
+def measure_criteo(task: Task, plans: Mapping[str, Plan | str], profile: str = C.MEASURE_PROFILE, rounds: int = 3,
                    seed: int = 0, progress: bool = True, reference: str | None = None) -> dict[str, Evaluation]:
     """Every plan measured in ``rounds`` paired rounds (compute of each device's fused op and
     the all-to-alls with G real ranks, row-wise traffic included), compared to ``reference``

@@ -36,14 +36,14 @@ def plan_record(task: Task, plan: Plan, ev: Evaluation, profile: HardwareProfile
             "profile": profile.to_dict()}
 
 
-def plan_prefix(ngpu: int, profile: str | HardwareProfile = "cpu", pool: str = C.DEFAULT_POOL,
+def plan_prefix(ngpu: int, profile: str | HardwareProfile = C.MEASURE_PROFILE, pool: str = C.DEFAULT_POOL,
                 split: str = "train", seed: int = 0) -> str:
     """The key prefix of a plan campaign's samples; sample i is ``f"{prefix}{i}"``."""
     return f"plan:{ngpu}:{get_profile(profile).name}:{pool}:{split}:s{seed}:"
 
 
 def run_plan_campaign(store_path: str, n_plans: int, ngpu: int = C.DEFAULT_NGPU,
-                      profile: str | HardwareProfile = "cpu", pool: str = C.DEFAULT_POOL, split: str = "train",
+                      profile: str | HardwareProfile = C.MEASURE_PROFILE, pool: str = C.DEFAULT_POOL, split: str = "train",
                       ntables: tuple[int, int] = C.PLAN_CAMPAIGN_TABLES, mem_cap_gb: float = C.DEFAULT_MEM_CAP_GB,
                       methods: Sequence[str] = C.HEURISTIC_METHODS, seed: int = 0, progress: bool = True,
                       plan_for: Callable[[Task, int], Plan] | None = None) -> int:
