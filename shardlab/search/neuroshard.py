@@ -69,10 +69,10 @@ from shardlab.search.blocks import Block, ShardCoster, whole_blocks
 from shardlab.search.column_beam import BEAM_COSTINGS, ColumnBeam
 from shardlab.search.greedy_grid import GREEDY_RULES
 from shardlab.search.grid_placer import GridPlacer, fallback_state
-from shardlab.search.polish import Polisher, Scorer, judge_scorers, polish_cheapest
+from shardlab.search.polish import polish_cheapest, polisher_for
 from shardlab.search.portfolio import choose_from_portfolio
 from shardlab.search.registry import check_search_gpus, parse_method, register_sharder, sharder_for
-from shardlab.search.row_wise import RowBlocks, choose_rows, oversized, row_aware_comm, row_metadata
+from shardlab.search.row_wise import oversized, row_start
 from shardlab.search.sharder_placer import SharderPlacer
 from shardlab.search.split_guard import CostChooser, GuardChooser, guard_judges
 from shardlab.search.stages import State
@@ -266,13 +266,7 @@ class NeuroShardSharder:
         chosen for tables that fit no device (``search/row_wise.py``; plan metadata)."""
         started = time.perf_counter()
         if self.columns and self.search_budget_s is None:
-            check_search_gpus(task, C.MAX_NEUROSHARD_GPUS, "column-wise neuroshard (without a search budget)")
-            work = len(task.tables) * task.ngpu
-            if work > C.MAX_NEUROSHARD_WORK:
-                raise ShardlabError(f"task '{task.name}': {len(task.tables):,} tables x {task.ngpu} GPUs = {work:,} is "
-                                    f"over column-wise neuroshard's bound of {C.MAX_NEUROSHARD_WORK:,} (hours of "
-                                    "search); give it a time budget (shard --budget 60s, or search_budget_s=60) or use "
-                                    "neuroshard[columns=false]")
+            check_column_work(task)
         coster = self.coster()
         placer = self.placer(coster, seed)
         comm = self.bundle().comm_for(task.ngpu)[0]
@@ -281,30 +275,18 @@ class NeuroShardSharder:
         # sequence tables return rows, not partial sums: the row-wise comm model does not cost them
         big = [i for i in oversized(task) if task.tables[i].name not in self.no_rows and task.tables[i].pooled]
         if self.row_wise and big:
-            made, rw_model = RowBlocks(task, Block), self.rowwise_model()
-
-            def comm_of(choice: dict) -> Any:
-                return comm if rw_model is None else row_aware_comm(comm, rw_model, made, choice)
-
-            def cost_many(states: list[tuple[Block, ...]], choices: list[dict]) -> list[float]:
-                return [float("inf") if got is None else got[1].cost_ms
-                        for got in placer.place_many(task, states, [comm_of(c) for c in choices])]
-
-            blocks, choice, _ = choose_rows(task, blocks, cost_many, Block, self.host_size, rows=made, only=big)
-            rows = row_metadata(task, choice)
-            comm = comm_of(choice)
+            blocks, rows, comm = row_start(task, blocks, lambda states, comms: placer.place_many(task, states, comms),
+                                           comm, self.rowwise_model(), Block, self.host_size, only=big)
         else:
             task.check_feasible(column_wise=self.columns)
         best = placer.place_many(task, [blocks], comm)[0]
         evaluated = [] if best is None else [State(blocks, best[0], best[1])]
         self._budget_record = None
         if self.columns:
-            scorers: list[Scorer] | None = [Scorer(coster, comm)]
-            if self.split_guard and evaluated and self.polish_moves:        # polish as the guard will judge
-                judges, _ = guard_judges(self.model_name(), self.bundle(), self.judges(), self.profile)
-                scorers = judge_scorers(task, judges, coster, comm, evaluated[0])
-            polisher = Polisher(scorers or [Scorer(coster, comm)], self.polish_moves if scorers else 0,
-                                self.greedy_rule)
+            judges = guard_judges(self.model_name(), self.bundle(), self.judges(), self.profile)[0] \
+                if self.split_guard else None                   # polish as the guard will judge
+            polisher = polisher_for(task, coster, comm, judges, evaluated[0] if evaluated else None,
+                                    self.polish_moves, self.greedy_rule)
             beam = ColumnBeam(coster, self.beam_width, self.max_splits, self.top_n, self.whole, self.min_cols,
                               self.search_budget_s, started, self.beam_costing, polisher, self.child_moves)
             evaluated += beam.propose(task, blocks, best, lambda states: placer.place_many(task, states, comm))
@@ -331,34 +313,48 @@ class NeuroShardSharder:
         return [Ranked(evaluated[k], {n: float(r[k]) for n, r in ratios.items()}) for k in order], record
 
     def _plan(self, task: Task, state: Ranked, seed: int, guard: dict[str, Any], rows: dict[str, Any]) -> Plan:
-        """The plan of one ranked state; column-wise plans carry the guard's record and their own
-        predicted and guarded cost (ms) and number of splits in ``metadata["split_guard"]``;
-        row-split tables their layouts (``rows``: ``torchrec_sharding_types``, ``row_wise``)."""
-        s = state.state
-        placements = tuple(Placement(b.parent, b.col_offset, b.cols, b.row_offset, b.table.rows, d)
-                           for b, d in zip(s.blocks, s.devices))
-        metadata = {"split_guard": {**guard, "splits": s.splits, "predicted_ms": s.simulated.cost_ms,
-                                    "guarded_ratios": state.ratios}} if guard else {}
-        metadata.update(rows)
-        if self._budget_record is not None:
-            metadata["search_budget"] = self._budget_record
-        outside = self._outside(task, s)
-        if outside:
-            metadata["valid_range"] = outside
-        model = self.rowwise_model() if rows else None
-        if model is not None:
-            metadata["row_wise_comm"] = model.source
-        return Plan(task.name, self.name, task.ngpu, placements, seed, metadata=metadata)
+        """The plan of one ranked state (:func:`state_plan`), with this search's metadata."""
+        return state_plan(task, self.name, state, seed, guard, rows, self.bundle(),
+                          self.rowwise_model() if rows else None, self._budget_record)
 
 
-    def _outside(self, task: Task, state: State) -> dict[str, Any]:
-        """What of the plan's predicted cost the bundle's fallback gave (devices, all-to-alls
-        outside the models' valid range; :func:`~shardlab.costmodel.valid_range.range_report`), or {}."""
-        shards: list[list[Table]] = [[] for _ in range(task.ngpu)]
-        for b, d in zip(state.blocks, state.devices):
-            shards[d].append(b.table)
-        bundle = self.bundle()
-        return range_report(bundle.compute, bundle.comm_for(task.ngpu)[0], shards)
+def state_plan(task: Task, name: str, state: Ranked, seed: int, guard: dict[str, Any], rows: dict[str, Any],
+               bundle: CostModelBundle, rowwise_model: Any = None, budget: dict[str, Any] | None = None) -> Plan:
+    """The plan of one ranked state. Column-wise plans carry the guard's record and their own
+    predicted and guarded cost (ms) and number of splits in ``metadata["split_guard"]``; row-split
+    tables their layouts (``rows``: ``torchrec_sharding_types``, ``row_wise``) and the row-wise
+    comm model's label; a budgeted search what the budget did; and where the bundle's fallback
+    costed part of the plan (devices, all-to-alls outside the models' valid range), how much
+    (``metadata["valid_range"]``, :func:`~shardlab.costmodel.valid_range.range_report`)."""
+    s = state.state
+    placements = tuple(Placement(b.parent, b.col_offset, b.cols, b.row_offset, b.table.rows, d)
+                       for b, d in zip(s.blocks, s.devices))
+    metadata = {"split_guard": {**guard, "splits": s.splits, "predicted_ms": s.simulated.cost_ms,
+                                "guarded_ratios": state.ratios}} if guard else {}
+    metadata.update(rows)
+    if budget is not None:
+        metadata["search_budget"] = budget
+    shards: list[list[Table]] = [[] for _ in range(task.ngpu)]
+    for b, d in zip(s.blocks, s.devices):
+        shards[d].append(b.table)
+    outside = range_report(bundle.compute, bundle.comm_for(task.ngpu)[0], shards)
+    if outside:
+        metadata["valid_range"] = outside
+    if rowwise_model is not None:
+        metadata["row_wise_comm"] = rowwise_model.source
+    return Plan(task.name, name, task.ngpu, placements, seed, metadata=metadata)
+
+
+def check_column_work(task: Task) -> None:
+    """The column-wise search's size bounds without a time budget (``constants.MAX_NEUROSHARD_GPUS``,
+    ``constants.MAX_NEUROSHARD_WORK`` tables x GPUs): a one-line error naming the way out."""
+    check_search_gpus(task, C.MAX_NEUROSHARD_GPUS, "column-wise neuroshard (without a search budget)")
+    work = len(task.tables) * task.ngpu
+    if work > C.MAX_NEUROSHARD_WORK:
+        raise ShardlabError(f"task '{task.name}': {len(task.tables):,} tables x {task.ngpu} GPUs = {work:,} is "
+                            f"over column-wise neuroshard's bound of {C.MAX_NEUROSHARD_WORK:,} (hours of "
+                            "search); give it a time budget (shard --budget 60s, or search_budget_s=60) or use "
+                            "neuroshard[columns=false]")
 
 
 def _layout(plan: Plan) -> tuple:

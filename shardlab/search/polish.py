@@ -210,6 +210,17 @@ def judge_scorers(task: Task, judges: Sequence[Judge], coster: ShardCoster, comm
     return out
 
 
+def polisher_for(task: Task, coster: ShardCoster, comm: Any, judges: Sequence[Judge] | None, table_wise: State | None,
+                 max_moves: int, rule: str = "after") -> Polisher:
+    """The search's polisher: scored by the own model alone, or, with the split guard's ``judges``
+    and a ``table_wise`` plan, as the guard scores (:func:`judge_scorers`; a judge that cannot be
+    followed move by move turns polishing off); at most ``max_moves`` moves, halves by ``rule``."""
+    own = [Scorer(coster, comm)]
+    scorers = own if not (judges and table_wise is not None and max_moves) else \
+        judge_scorers(task, judges, coster, comm, table_wise)
+    return Polisher(scorers or own, max_moves if scorers else 0, rule)
+
+
 def polish_cheapest(task: Task, states: Sequence[State], polisher: Polisher, k: int) -> list[State]:
     """The ``k`` cheapest of ``states`` by predicted cost (ties: the order given) and the first
     (the table-wise plan), polished: those a move improved, for the chooser to weigh beside the rest."""

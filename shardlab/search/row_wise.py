@@ -263,3 +263,24 @@ def row_aware_comm(base: Any, rowwise_model: Any, rows: RowBlocks, choice: Mappi
     all-to-all offset and the row-wise model's increment (:func:`row_pattern`)."""
     offset, pattern = row_pattern(rows, choice, int(rowwise_model.setting("batch_size")))
     return WithRowWise(base, rowwise_model.increment(rows.task.ngpu, pattern), offset)
+
+
+def row_start(task: Task, whole: tuple[Any, ...], place_many: Callable[[list[tuple[Any, ...]], list[Any]], list[Any]],
+              comm: Any, rowwise_model: Any, block_type: Callable[..., Any], host_size: int = C.DEFAULT_HOST_SIZE,
+              only: Sequence[int] | None = None) -> tuple[tuple[Any, ...], dict[str, Any], Any]:
+    """A model-driven search's starting state where tables fit no device: the layouts of the
+    ``only`` tables chosen by :func:`choose_rows` with each state placed by ``place_many(states,
+    comms)`` (placements with ``[1].cost_ms``, or None), costed with ``comm`` plus the row-wise
+    collectives of ``rowwise_model`` (None: none charged apart). Returns the state's blocks, the
+    plan metadata of the layouts (:func:`row_metadata`) and the comm model of the chosen layouts."""
+    rows = RowBlocks(task, block_type)
+
+    def comm_of(choice: dict) -> Any:
+        return comm if rowwise_model is None else row_aware_comm(comm, rowwise_model, rows, choice)
+
+    def cost_many(states: list[tuple[Any, ...]], choices: list[dict]) -> list[float]:
+        return [float("inf") if got is None else got[1].cost_ms
+                for got in place_many(states, [comm_of(c) for c in choices])]
+
+    blocks, choice, _ = choose_rows(task, whole, cost_many, block_type, host_size, rows=rows, only=only)
+    return blocks, row_metadata(task, choice), comm_of(choice)
