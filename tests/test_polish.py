@@ -72,6 +72,15 @@ def test_plan_costs_are_the_simulations_costs_exactly():
         assert plan_costs(ms, dims, comm).tolist() == [s.cost_ms for s in simulate_many(ms, dims, comm)]
 
 
+def test_the_topology_models_closed_form_plan_cost_is_the_simulated_one():
+    rng = np.random.default_rng(4)
+    for per_host in (1, 4, 8):
+        m = TopologyComm(gpus_per_host=per_host, latency_us=3.0)
+        for g in (1, 2, 7, 16):
+            ms, dims = rng.uniform(0, 5, size=(11, g, 2)), rng.integers(0, 2000, size=(11, g)).astype(float)
+            np.testing.assert_allclose(m.plan_ms(ms, dims), plan_costs(ms, dims, m), rtol=1e-12, atol=0)
+
+
 def test_the_topology_all_to_all_by_host_sums_is_the_peer_matrix_one():
     rng = np.random.default_rng(1)
     for per_host in (1, 3, 8):

@@ -148,6 +148,20 @@ class TopologyComm:
         inter = np.maximum(chunk * (g - size), total - mine) / (self.inter_gbps * 1e9)
         return self.latency_us * 1e-3 + 1e3 * np.maximum(intra, inter)
 
+    def plan_ms(self, compute_ms: np.ndarray, dim_sums: np.ndarray) -> np.ndarray:
+        """(n,) plan costs (ms) of n plans from their (n, G, 2) fw/bw compute ms and (n, G) dim
+        sums, as :func:`~shardlab.costmodel.base.plan_costs` gives them with this model, to
+        rounding: every rank's all-to-all takes the slowest rank's t each way and forward waits
+        for the last ready rank, so every rank ends at 2 t + the largest compute. One collective's
+        arithmetic instead of two (search weighs thousands of candidate plans per step)."""
+        c = np.asarray(compute_ms, dtype=float)
+        most = (c[:, :, 0] + c[:, :, 1]).max(axis=1)
+        g = c.shape[1]
+        if g < 2:
+            return most
+        chunk = self.batch_size / g * self.bytes_per_value * np.asarray(dim_sums, dtype=float)
+        return most + 2.0 * self._pooled_ms(chunk).max(axis=1)
+
     def predict(self, dim_sums: Any, delays_ms: Any = None) -> np.ndarray:
         """(n, G, 2) forward and backward ms per rank of the pooled all-to-all; ``dim_sums`` and
         ``delays_ms`` (ms, or None) are (n, G)."""

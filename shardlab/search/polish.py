@@ -13,7 +13,8 @@ for every candidate split. Polishing starts from a placement and improves it in 
   the table-wise plan, and the largest of those ratios is the score (unguarded: one scorer, the
   own model's ms). Only the two devices a move touches are re-costed (summed head rows), and
   every candidate's all-to-all is one batched comm call per scorer (``costmodel/base.py``'s
-  :func:`~shardlab.costmodel.base.plan_costs`);
+  :func:`~shardlab.costmodel.base.plan_costs`, or the comm model's closed form ``plan_ms`` where
+  it has one, as the analytic topology model does);
 - the offer that lowers the score most is made (ties: the lower block index, then the lower
   device), and the straggler of the scorer that binds offers its blocks next, until no offer
   lowers the score by more than ``constants.POLISH_MIN_GAIN_MS`` (ms, relative to the score's
@@ -143,7 +144,8 @@ class Polisher:
             ms = ms_of(j)
             if sc.factor != 1.0:
                 ms = np.where(split_dev[..., None], ms * sc.factor, ms)
-            ratios.append(plan_costs(ms, dsum, sc.comm) / sc.ref_ms)
+            fast = getattr(sc.comm, "plan_ms", None)        # the comm model's own closed form, if it has one
+            ratios.append((fast(ms, dsum) if fast else plan_costs(ms, dsum, sc.comm)) / sc.ref_ms)
         r = np.stack(ratios)
         return r.max(axis=0), r.argmax(axis=0)
 
