@@ -119,7 +119,7 @@ POLISH_MIN_GAIN_MS = 1e-9
 POLISH_TARGETS = 64
 #: How the column-wise beam costs its candidates by default (``search/column_beam.py``):
 #: ``"grid"``, every candidate placed again by the greedy grid, as the seed does. ``"moved"``
-#: (from the parent's placement) is 3-4x faster from 800 x 64 up and found cheaper plans there,
+#: (from the parent's placement) is 4-7x faster from 400 x 32 up and found cheaper plans there,
 #: but worse ones than the seed's search on 11 of 40 small drawn tasks and 2 of 12 larger ones
 #: (``studies/search_scaling/costings.py``), so it is an option, not the default.
 BEAM_COSTING = "grid"
